@@ -12,7 +12,7 @@ import sys
 
 # Measured with sys.getsizeof on CPython 3.11 (64-bit); see tests/unit/core/test_message.py,
 # which checks the estimate against tracemalloc so the figures cannot silently drift.
-_OBJECT_OVERHEAD = 48 + 11 * 8          # the Message instance with its slots
+_OBJECT_OVERHEAD = 48 + 13 * 8          # the Message instance with its slots
 _BYTES_OVERHEAD = sys.getsizeof(b"")    # a bytes object's header
 _STR_OVERHEAD = sys.getsizeof("")       # an ASCII str's header
 _DICT_BASE = sys.getsizeof({})
@@ -26,17 +26,19 @@ class Message:
     """A routed message. Headers are the sender's, minus per-frame transport headers."""
 
     __slots__ = (
-        "message_id",
+        "__weakref__",
         "address",
-        "headers",
         "body",
+        "durable_refs",
+        "expiration",
+        "headers",
+        "memory_size",
+        "message_id",
         "persistent",
         "priority",
-        "expiration",
-        "timestamp",
-        "memory_size",
         "properties_cache",
-        "__weakref__",
+        "refs",
+        "timestamp",
     )
 
     def __init__(
@@ -59,7 +61,10 @@ class Message:
         self.priority = priority
         self.expiration = expiration
         self.timestamp = timestamp
-        self.properties_cache: dict[str, object] | None = None
+        self.properties_cache: object | None = None
+        # Queues still holding this message in memory / in the journal; see core.queue.
+        self.refs = 0
+        self.durable_refs = 0
         self.memory_size = estimate_memory(headers, body)
 
     def expired(self, now_ms: int) -> bool:

@@ -1,0 +1,88 @@
+"""`pagemq` command line: serve, perf, data print."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pagemq", description="A STOMP broker that pages huge queues to disk")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the broker in the foreground")
+    serve.add_argument("--config", type=Path, help="TOML configuration file")
+    serve.add_argument("--data-dir", help="data directory (default ./data)")
+    serve.add_argument("--stomp", metavar="HOST:PORT", help="STOMP acceptor (default 127.0.0.1:61613)")
+    serve.add_argument("--http", metavar="HOST:PORT", help="HTTP acceptor (default 127.0.0.1:8161)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    commands.add_parser("perf", help="STOMP load generator (see `pagemq perf --help`)", add_help=False)
+    data = commands.add_parser("data", help="inspect a data directory without a running broker")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    show = data_commands.add_parser("print", help="journal files and records, page folders and files")
+    show.add_argument("--data-dir", type=Path, default=Path("data"))
+    show.add_argument("--address", help="only this address's page folder")
+    show.add_argument("--verbose", "-v", action="store_true", help="every record")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pagemq.server.config import ConfigError, load_config
+
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config(args.config, data_dir=args.data_dir, stomp=args.stomp, http=args.http)
+    except ConfigError as exc:
+        print(f"pagemq: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    from pagemq.server.app import serve
+
+    try:
+        return serve(config)
+    except OSError as exc:
+        print(f"pagemq: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+def _data_print(args: argparse.Namespace) -> int:
+    from pagemq.storage.journal_print import describe_journal
+    from pagemq.storage.paging.paging_print import describe_paging
+
+    data_dir: Path = args.data_dir
+    if not data_dir.is_dir():
+        print(f"pagemq: no data directory at {data_dir}", file=sys.stderr)
+        return 1
+    if args.address is None:
+        print(f"journal: {data_dir / 'journal'}")
+        for line in describe_journal(data_dir / "journal", verbose=args.verbose):
+            print(f"  {line}")
+    print(f"paging: {data_dir / 'paging'}")
+    for line in describe_paging(data_dir / "paging", args.address, verbose=args.verbose):
+        print(f"  {line}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "perf":
+        from pagemq.tools.perf import main as perf_main
+
+        return perf_main(argv[1:])
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_CONFIG if exc.code not in (0, None) else 0
+    if args.command == "serve":
+        return _serve(args)
+    return _data_print(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,498 @@
+"""The broker core: addresses and queues, routing a send, settling deliveries.
+
+It knows nothing of STOMP: protocol sessions call `send`, `subscribe`, `acknowledge` and
+friends with plain values, and get plain values or `BrokerError`s back. Everything about a
+message's lifetime that spans queues lives here: the shared copy's reference counts, memory
+accounting, persistence of messages and acks, address-full policies, expiry and dead letters.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from pagemq.core.address import ANYCAST, MULTICAST, Address
+from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
+from pagemq.core.errors import (
+    AddressFull,
+    InvalidDestination,
+    InvalidSelector,
+    NotFound,
+    SubscriptionError,
+)
+from pagemq.core.memory import MemoryAccountant
+from pagemq.core.message import Message
+from pagemq.core.queue import Queue
+from pagemq.storage.api import (
+    AddressRecord,
+    MemoryStore,
+    MessageStore,
+    QueueRecord,
+    StoreAck,
+    StoreMessage,
+    StoreOp,
+)
+
+if TYPE_CHECKING:
+    from pagemq.core.settings import AddressSettingsRepository
+    from pagemq.core.transactions import Transaction
+
+log = logging.getLogger("pagemq.broker")
+
+ORIGINAL_DESTINATION = "original-destination"
+
+
+class Blocked(Exception):
+    """BLOCK policy: the address is full; retry the same send once memory is released."""
+
+    def __init__(self, address: Address) -> None:
+        super().__init__(address.name)
+        self.address = address
+
+
+class Broker:
+    def __init__(
+        self,
+        settings: AddressSettingsRepository,
+        *,
+        store: MessageStore | None = None,
+        memory: MemoryAccountant | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store: MessageStore = store or MemoryStore()
+        self.memory = memory or MemoryAccountant()
+        self.addresses: dict[str, Address] = {}
+        self.queues: dict[str, Queue] = {}
+        self._queues_by_id: dict[int, Queue] = {}
+        self._next_id = int(time.time() * 1_000_000)
+
+    # -- ids ------------------------------------------------------------------------------
+
+    def new_id(self) -> int:
+        """Broker-wide increasing ids for messages, queues and addresses, unique across restarts."""
+        self._next_id += 1
+        return self._next_id
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuild durable addresses, queues and their messages from the store."""
+        recovered = self.store.load()
+        self._next_id = max(self._next_id, recovered.max_id + 1)
+        for record in recovered.addresses:
+            self._create_address(record.name, record.routing_type, record.address_id)
+        for queue_record in recovered.queues:
+            address = self.addresses.get(queue_record.address)
+            if address is None:
+                address = self._create_address(queue_record.address, queue_record.routing_type, 0)
+            self._create_queue(
+                address, queue_record.name, queue_record.routing_type,
+                queue_id=queue_record.queue_id, filter_text=queue_record.filter,
+                durable=True, temporary=False,
+            )
+        count = 0
+        for item in recovered.messages:
+            message = item.message
+            queues = [self._queues_by_id[qid] for qid in item.queue_ids if qid in self._queues_by_id]
+            if not queues:
+                continue
+            self._hold(message, queues, durable=len(queues))
+            for queue in queues:
+                queue.add_recovered(MessageRef(message))
+            count += 1
+        return count
+
+    # -- addresses and queues -------------------------------------------------------------
+
+    def _create_address(self, name: str, routing_type: str, address_id: int) -> Address:
+        address = Address(name, routing_type, self.settings.match(name), address_id=address_id)
+        self.addresses[name] = address
+        return address
+
+    def ensure_address(self, name: str, routing_type: str, *, auto: bool = True) -> Address:
+        """The address `name`, created (durably) if it does not exist and creation is allowed."""
+        address = self.addresses.get(name)
+        if address is not None:
+            return address
+        if not name:
+            raise InvalidDestination("destination names an empty address")
+        if auto and not self.settings.match(name).auto_create_addresses:
+            raise NotFound(f"address {name!r} does not exist and auto-create-addresses is off")
+        address = self._create_address(name, routing_type, self.new_id())
+        address.auto_created = auto
+        self.store.add_address(AddressRecord(address.address_id, name, routing_type))
+        return address
+
+    def _create_queue(
+        self,
+        address: Address,
+        name: str,
+        routing_type: str,
+        *,
+        queue_id: int,
+        filter_text: str | None,
+        durable: bool,
+        temporary: bool,
+    ) -> Queue:
+        selector = compile_filter(filter_text)
+        queue = Queue(
+            self, address, queue_id, name,
+            filter_text=filter_text, filter_selector=selector, routing_type=routing_type,
+            durable=durable, temporary=temporary,
+        )
+        address.queues[name] = queue
+        self.queues[name] = queue
+        self._queues_by_id[queue_id] = queue
+        return queue
+
+    def ensure_queue(
+        self,
+        address: Address,
+        name: str,
+        routing_type: str,
+        *,
+        filter_text: str | None = None,
+        durable: bool = True,
+        temporary: bool = False,
+    ) -> Queue:
+        existing = self.queues.get(name)
+        if existing is not None:
+            if existing.address is not address:
+                raise SubscriptionError(
+                    f"queue {name!r} already exists on address {existing.address.name!r}"
+                )
+            return existing
+        queue = self._create_queue(
+            address, name, routing_type, queue_id=self.new_id(), filter_text=filter_text,
+            durable=durable, temporary=temporary,
+        )
+        if durable:
+            self.store.add_queue(
+                QueueRecord(queue.queue_id, name, address.name, routing_type, filter_text)
+            )
+        return queue
+
+    def delete_queue(self, queue: Queue) -> None:
+        """Remove a queue with every message it holds (temporary or unsubscribed durable)."""
+        for consumer in list(queue.consumers):
+            consumer.closed = True
+            queue.consumers.remove(consumer)
+            for ref in consumer.take_all():
+                self._release_ref(queue, ref)
+        for ref in queue.remove_pending():
+            self._release_ref(queue, ref)
+        queue.deleted = True
+        queue.address.queues.pop(queue.name, None)
+        self.queues.pop(queue.name, None)
+        self._queues_by_id.pop(queue.queue_id, None)
+        if queue.durable:
+            self.store.delete_queue(queue.queue_id)
+
+    # -- sending --------------------------------------------------------------------------
+
+    def make_message(
+        self,
+        address: Address,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        persistent: bool,
+        priority: int,
+        expiration: int,
+    ) -> Message:
+        return Message(
+            self.new_id(), address.name, headers, body,
+            persistent=persistent, priority=priority, expiration=expiration,
+            timestamp=int(time.time() * 1000),
+        )
+
+    def send(
+        self,
+        address_name: str,
+        routing_type: str,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        persistent: bool = False,
+        priority: int = 4,
+        expiration: int = 0,
+    ) -> asyncio.Future[None] | None:
+        """Route and store one message; the future resolves when it is durable.
+
+        Raises `AddressFull` (FAIL policy), `Blocked` (BLOCK policy: retry later) or another
+        `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
+        """
+        address = self.ensure_address(address_name, routing_type)
+        if routing_type == ANYCAST and not any(
+            q.routing_type == ANYCAST for q in address.queues.values()
+        ):
+            self.ensure_queue(address, address_name, ANYCAST)
+        message = self.make_message(
+            address, headers, body, persistent=persistent, priority=priority, expiration=expiration
+        )
+        queues = address.route(message, routing_type)
+        if not queues:
+            return None
+        if not self.admit(address, message):
+            return None
+        durable = [q.queue_id for q in queues if q.durable] if persistent else []
+        future = None
+        if durable:
+            future = self.store.store_message(message, tuple(durable), sync=True)
+        self._deliver_new(message, queues, len(durable))
+        return future
+
+    def admit(self, address: Address, message: Message) -> bool:
+        """Apply the address-full policy; True means hold the message in memory."""
+        size = message.memory_size
+        if not (address.is_full(size) or self.memory.would_exceed(size)):
+            return True
+        policy = address.settings.address_full_policy
+        if policy == "DROP":
+            address.dropped_messages += 1
+            return False
+        if policy == "FAIL":
+            raise AddressFull(
+                f"address {address.name!r} is full (address-full-policy FAIL): message not stored"
+            )
+        if policy == "BLOCK":
+            raise Blocked(address)
+        # PAGE: until the page store lands, hold in memory past the limit.
+        return True
+
+    def wait_for_memory(self, address: Address, resume: Callable[[], None]) -> Callable[[], bool]:
+        """Call `resume` once `address` can take a message again (BLOCK policy)."""
+
+        def retry() -> bool:
+            if address.is_full(0) or self.memory.is_full():
+                return False
+            resume()
+            return True
+
+        self.memory.wait(retry)
+        return retry
+
+    def _hold(self, message: Message, queues: list[Queue], *, durable: int) -> None:
+        """Charge one shared copy to the address and the global budget; count its holders."""
+        message.refs = len(queues)
+        message.durable_refs = durable
+        size = message.memory_size
+        queues[0].address.charge(size)
+        self.memory.charge(size)
+
+    def _deliver_new(self, message: Message, queues: list[Queue], durable: int) -> None:
+        self._hold(message, queues, durable=durable)
+        for queue in queues:
+            queue.add(MessageRef(message))
+
+    # -- settling -------------------------------------------------------------------------
+
+    def acknowledge(self, queue: Queue, refs: Iterable[MessageRef]) -> None:
+        for ref in refs:
+            queue.counters.acknowledged += 1
+            self._release_ref(queue, ref)
+        queue.dispatch()
+
+    def _release_ref(self, queue: Queue, ref: MessageRef) -> None:
+        """One queue is done with a message: drop its durable record and memory when last."""
+        message = ref.message
+        if message.persistent and queue.durable and message.durable_refs > 0:
+            message.durable_refs -= 1
+            self.store.acknowledge(
+                message.message_id, queue.queue_id, last=message.durable_refs == 0
+            )
+        message.refs -= 1
+        if message.refs == 0:
+            size = message.memory_size
+            queue.address.release(size)
+            self.memory.release(size)
+
+    def exhausted(self, queue: Queue, ref: MessageRef) -> bool:
+        """Dead-letter a ref returned unacknowledged once too often; True if it was moved."""
+        limit = queue.address.settings.max_delivery_attempts
+        if limit <= 0 or ref.delivery_count < limit:
+            return False
+        queue.counters.killed += 1
+        self._move(queue, ref, queue.address.settings.dead_letter_address)
+        return True
+
+    def expire(self, queue: Queue, ref: MessageRef) -> None:
+        queue.counters.expired += 1
+        self._move(queue, ref, queue.address.settings.expiry_address)
+
+    def _move(self, queue: Queue, ref: MessageRef, target: str) -> None:
+        """Send a copy to `target` (an anycast address) and settle the original."""
+        message = ref.message
+        if target and target != queue.address.name:
+            headers = dict(message.headers)
+            headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
+            headers["destination"] = target
+            try:
+                self.send(
+                    target, ANYCAST, headers, message.body, persistent=message.persistent,
+                    priority=message.priority, expiration=0,
+                )
+            except (Blocked, AddressFull) as exc:
+                log.warning("could not move message %s to %s: %s", message.message_id, target, exc)
+        self._release_ref(queue, ref)
+
+    def expire_scan(self) -> int:
+        """Expire pending refs whose time has passed (queues without consumers see no dispatch)."""
+        now_ms = int(time.time() * 1000)
+        expired = 0
+        for queue in list(self.queues.values()):
+            stale = [ref for ref in queue if ref.message.expired(now_ms)]
+            if not stale:
+                continue
+            queue.take_pending(stale)
+            for ref in stale:
+                self.expire(queue, ref)
+                expired += 1
+        return expired
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        queue: Queue,
+        sink: DeliverySink,
+        *,
+        key: object = None,
+        ack_mode: AckMode = AckMode.AUTO,
+        selector: str | None = None,
+        prefetch: int = 1000,
+        window_bytes: int = -1,
+    ) -> Consumer:
+        consumer = Consumer(
+            queue, sink, key=key, ack_mode=ack_mode, selector=compile_filter(selector),
+            prefetch=prefetch, window_bytes=window_bytes,
+        )
+        queue.add_consumer(consumer)
+        return consumer
+
+    def close_consumer(self, consumer: Consumer) -> None:
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.temporary and not queue.consumers and not queue.deleted:
+            self.delete_queue(queue)
+
+    def nack(self, consumer: Consumer, refs: list[MessageRef]) -> None:
+        consumer.queue.return_refs(refs)
+        consumer.queue.dispatch()
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
+        """Apply a transaction's sends and acks atomically: one store transaction."""
+        routed: list[tuple[Message, list[Queue], int]] = []
+        ops: list[StoreOp] = []
+        for send in tx.sends:
+            address = self.ensure_address(send.address, send.routing_type)
+            if send.routing_type == ANYCAST and not address.queues:
+                self.ensure_queue(address, send.address, ANYCAST)
+            message = self.make_message(
+                address, send.headers, send.body, persistent=send.persistent,
+                priority=send.priority, expiration=send.expiration,
+            )
+            queues = address.route(message, send.routing_type)
+            if not queues or not self.admit(address, message):
+                continue
+            durable = [q.queue_id for q in queues if q.durable] if send.persistent else []
+            if durable:
+                ops.append(StoreMessage(message, tuple(durable)))
+            routed.append((message, queues, len(durable)))
+        for consumer, ref in tx.acks:
+            message = ref.message
+            queue = consumer.queue
+            if message.persistent and queue.durable and message.durable_refs > 0:
+                message.durable_refs -= 1
+                ops.append(StoreAck(message.message_id, queue.queue_id, message.durable_refs == 0))
+        future = self.store.transaction(ops, sync=True) if ops else None
+        for message, queues, durable in routed:
+            self._deliver_new(message, queues, durable)
+        touched: set[Queue] = set()
+        for consumer, ref in tx.acks:
+            queue = consumer.queue
+            queue.counters.acknowledged += 1
+            message = ref.message
+            message.refs -= 1
+            if message.refs == 0:
+                queue.address.release(message.memory_size)
+                self.memory.release(message.memory_size)
+            touched.add(queue)
+        for queue in touched:
+            queue.dispatch()
+        return future
+
+    def rollback(self, tx: Transaction) -> None:
+        """Discard the sends; acknowledged deliveries go back to their queues, in order."""
+        by_queue: dict[Queue, list[MessageRef]] = {}
+        for consumer, ref in tx.acks:
+            by_queue.setdefault(consumer.queue, []).append(ref)
+        for queue, refs in by_queue.items():
+            queue.return_refs(refs)
+            queue.dispatch()
+
+    # -- management views -----------------------------------------------------------------
+
+    def address_info(self, name: str) -> dict[str, object]:
+        address = self.addresses.get(name)
+        if address is None:
+            raise NotFound(f"no address named {name!r}")
+        messages = sum(q.pending + q.delivering for q in address.queues.values())
+        return {
+            "name": address.name,
+            "routing_type": address.routing_type,
+            "queues": sorted(address.queues),
+            "paging": address.paging,
+            "messages": messages,
+            "messages_in_memory": address.messages_in_memory,
+            "messages_paged": 0,
+            "bytes_in_memory": address.bytes_in_memory,
+            "page_files": 0,
+            "dropped_messages": address.dropped_messages,
+            "settings": address.settings.to_config_dict(),
+        }
+
+    def queue_info(self, name: str) -> dict[str, object]:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise NotFound(f"no queue named {name!r}")
+        delivering = queue.delivering
+        counters = queue.counters
+        return {
+            "name": queue.name,
+            "address": queue.address.name,
+            "routing_type": queue.routing_type,
+            "filter": queue.filter_text,
+            "durable": queue.durable,
+            "messages": queue.pending + delivering,
+            "messages_in_memory": queue.pending + delivering,
+            "messages_paged": 0,
+            "messages_delivering": delivering,
+            "consumers": len(queue.consumers),
+            "messages_added": counters.added,
+            "messages_acknowledged": counters.acknowledged,
+            "messages_expired": counters.expired,
+            "messages_killed": counters.killed,
+        }
+
+
+def compile_filter(text: str | None):
+    """Compile a selector or queue filter; a bad one is the client's error, not ours."""
+    if text is None or not text.strip():
+        return None
+    from pagemq.selector import SelectorError, compile
+
+    try:
+        return compile(text)
+    except SelectorError as exc:
+        raise InvalidSelector(f"invalid selector {text!r}: {exc}") from exc
+
+
+__all__ = ["ANYCAST", "MULTICAST", "Blocked", "Broker"]

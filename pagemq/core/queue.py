@@ -1,0 +1,262 @@
+"""A queue: the refs it holds in memory by priority, its consumers and their dispatch.
+
+Ordering: refs of one priority leave in arrival order; a ref returned unacknowledged goes
+back to the head of its level, so one producer's messages stay in order across redelivery.
+Dispatch is round-robin over consumers with credit. Consumers with selectors take the first
+pending ref they match; refs nobody matches wait without blocking the others.
+
+What a queue does *not* do: persistence and memory accounting belong to the broker (it
+knows whether a message is shared by other queues), paging to the address's cursor.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pagemq.core.consumer import Consumer, MessageRef
+from pagemq.core.selector.properties import message_view
+
+if TYPE_CHECKING:
+    from pagemq.core.address import Address
+    from pagemq.core.broker import Broker
+    from pagemq.core.message import Message
+    from pagemq.core.selector import Selector
+
+PRIORITIES = 10
+
+
+class QueueCounters:
+    __slots__ = ("acknowledged", "added", "expired", "killed")
+
+    def __init__(self) -> None:
+        self.added = 0
+        self.acknowledged = 0
+        self.expired = 0
+        self.killed = 0
+
+
+class Queue:
+    """In-memory part of a queue; paged refs are fed in by the address's page cursor."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        address: Address,
+        queue_id: int,
+        name: str,
+        *,
+        filter_text: str | None = None,
+        filter_selector: Selector | None = None,
+        routing_type: str = "anycast",
+        durable: bool = True,
+        temporary: bool = False,
+    ) -> None:
+        self.broker = broker
+        self.routing_type = routing_type
+        self.address = address
+        self.queue_id = queue_id
+        self.name = name
+        self.filter_text = filter_text
+        self.filter = filter_selector
+        self.durable = durable
+        self.temporary = temporary
+        self.counters = QueueCounters()
+        self.consumers: list[Consumer] = []
+        self._levels: list[deque[MessageRef]] = [deque() for _ in range(PRIORITIES)]
+        self._pending = 0
+        self._top = -1
+        self._next_consumer = 0
+        self._dispatching = False
+        self._selective = 0
+        self.cursor: object | None = None  # the address's page cursor for this queue
+        self.deleted = False
+
+    # -- counts ---------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    @property
+    def delivering(self) -> int:
+        return sum(len(c.in_flight) for c in self.consumers)
+
+    def __iter__(self) -> Iterator[MessageRef]:
+        """Pending refs in delivery order (highest priority first), for browsers and stats."""
+        for level in range(PRIORITIES - 1, -1, -1):
+            yield from self._levels[level]
+
+    # -- adding and returning -----------------------------------------------------------------
+
+    def add(self, ref: MessageRef) -> None:
+        priority = ref.message.priority
+        self._levels[priority].append(ref)
+        self._pending += 1
+        if priority > self._top:
+            self._top = priority
+        self.counters.added += 1
+        if self.consumers:
+            self.dispatch()
+
+    def add_recovered(self, ref: MessageRef) -> None:
+        """A ref rebuilt from storage at start-up: counted as added, nothing dispatched yet."""
+        priority = ref.message.priority
+        self._levels[priority].append(ref)
+        self._pending += 1
+        self._top = max(self._top, priority)
+        self.counters.added += 1
+
+    def return_refs(self, refs: list[MessageRef]) -> None:
+        """Put unacknowledged refs back at the head, oldest first, or dead-letter them."""
+        for ref in reversed(refs):
+            if self.broker.exhausted(self, ref):
+                continue
+            priority = ref.message.priority
+            self._levels[priority].appendleft(ref)
+            self._pending += 1
+            if priority > self._top:
+                self._top = priority
+
+    def _pop_head(self) -> MessageRef:
+        levels = self._levels
+        top = self._top
+        while not levels[top]:
+            top -= 1
+        ref = levels[top].popleft()
+        self._pending -= 1
+        if not levels[top]:
+            while top >= 0 and not levels[top]:
+                top -= 1
+        self._top = top
+        return ref
+
+    def remove_pending(self) -> list[MessageRef]:
+        """Take every pending ref out (queue delete / purge)."""
+        refs = list(self)
+        for level in self._levels:
+            level.clear()
+        self._pending = 0
+        self._top = -1
+        return refs
+
+    def take_pending(self, refs: list[MessageRef]) -> None:
+        """Take these pending refs out (expiry scan); the caller settles them."""
+        doomed = {id(ref) for ref in refs}
+        for index, level in enumerate(self._levels):
+            if level:
+                self._levels[index] = deque(r for r in level if id(r) not in doomed)
+        self._pending -= len(doomed)
+        self._top = max((i for i in range(PRIORITIES) if self._levels[i]), default=-1)
+
+    # -- consumers ------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        if consumer.selector is not None:
+            self._selective += 1
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach; its unacknowledged deliveries come back for redelivery."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+            if consumer.selector is not None:
+                self._selective -= 1
+        consumer.closed = True
+        refs = consumer.take_all()
+        if refs:
+            self.return_refs(refs)
+        self.dispatch()
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Deliver pending refs to consumers with credit until one side runs out."""
+        if self._dispatching or not self.consumers:
+            return
+        self._dispatching = True
+        try:
+            if self.cursor is not None:
+                self.cursor.fill(self)  # type: ignore[attr-defined]
+            if self._selective:
+                self._dispatch_selective()
+            else:
+                self._dispatch_fifo()
+        finally:
+            self._dispatching = False
+
+    def _next_ready(self) -> Consumer | None:
+        consumers = self.consumers
+        count = len(consumers)
+        start = self._next_consumer
+        for step in range(count):
+            index = (start + step) % count
+            consumer = consumers[index]
+            if consumer.has_credit():
+                self._next_consumer = index + 1
+                return consumer
+        return None
+
+    def _dispatch_fifo(self) -> None:
+        now_ms = 0
+        while self._pending:
+            consumer = self._next_ready()
+            if consumer is None:
+                return
+            ref = self._pop_head()
+            message = ref.message
+            if message.expiration:
+                now_ms = now_ms or int(time.time() * 1000)
+                if message.expired(now_ms):
+                    self.broker.expire(self, ref)
+                    continue
+            consumer.deliver(ref)
+            if self._pending == 0 and self.cursor is not None:
+                self.cursor.fill(self)  # type: ignore[attr-defined]
+
+    def _dispatch_selective(self) -> None:
+        """Walk pending refs in order; each goes to the next ready consumer that accepts it."""
+        now_ms = int(time.time() * 1000)
+        kept: list[deque[MessageRef]] = [deque() for _ in range(PRIORITIES)]
+        for level in range(PRIORITIES - 1, -1, -1):
+            refs = self._levels[level]
+            while refs:
+                ref = refs.popleft()
+                if ref.message.expired(now_ms):
+                    self._pending -= 1
+                    self.broker.expire(self, ref)
+                    continue
+                consumer = self._ready_for(ref)
+                if consumer is None:
+                    kept[level].append(ref)
+                    continue
+                self._pending -= 1
+                consumer.deliver(ref)
+        self._levels = kept
+        self._top = max((i for i in range(PRIORITIES) if kept[i]), default=-1)
+
+    def _ready_for(self, ref: MessageRef) -> Consumer | None:
+        consumers = self.consumers
+        count = len(consumers)
+        start = self._next_consumer
+        for step in range(count):
+            index = (start + step) % count
+            consumer = consumers[index]
+            if consumer.has_credit() and consumer.accepts(ref.message):
+                self._next_consumer = index + 1
+                return consumer
+        return None
+
+    def accepts(self, message: Message) -> bool:
+        """The queue's own filter (applied at routing time; None accepts everything)."""
+        if self.filter is None:
+            return True
+        return self.filter.matches_headers(message_view(message))
+
+    def has_selective_consumers(self) -> bool:
+        return self._selective > 0

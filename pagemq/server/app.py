@@ -1,0 +1,144 @@
+"""Start-up and shutdown order of a broker process.
+
+Start: directories, store recovery, broker rebuilt from it, configured addresses, store
+writer threads, then the acceptors; `ready` is logged only once every listener accepts.
+Stop (SIGTERM/SIGINT): acceptors first (no new work), connections closed (their
+unacknowledged deliveries return to queues), then the store is flushed and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+from pagemq.core.address import ANYCAST
+from pagemq.core.broker import Broker
+from pagemq.core.memory import MemoryAccountant
+from pagemq.integrations.http_api import start_http
+from pagemq.server.config import Config
+from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
+from pagemq.storage.message_store import JournalMessageStore
+
+log = logging.getLogger("pagemq")
+
+EXPIRY_SCAN_PERIOD = 1.0
+
+
+class BrokerServer:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        broker_config = config.broker
+        self.store = JournalMessageStore(
+            broker_config.journal_directory,
+            file_size=broker_config.journal_file_size,
+            sync=broker_config.journal_sync,
+            archive_directory=(
+                broker_config.data_directory / "archive" if broker_config.archive_data_logs else None
+            ),
+        )
+        self.broker = Broker(
+            config.address_settings,
+            store=self.store,
+            memory=MemoryAccountant(broker_config.global_max_size, broker_config.global_max_messages),
+        )
+        self._stomp: asyncio.Server | None = None
+        self._connections: set[StompServerProtocol] = set()
+        self._http = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        broker_config = self.config.broker
+        for directory in (
+            broker_config.data_directory, broker_config.journal_directory,
+            broker_config.paging_directory,
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+        recovered = self.broker.recover()
+        self._configure_addresses()
+        loop = asyncio.get_running_loop()
+        self.store.start(loop)
+        acceptors = self.config.acceptors
+        listening: list[str] = []
+        if acceptors.stomp is not None:
+            self._stomp, self._connections = await start_stomp_server(
+                self.broker, self.config.stomp, acceptors.stomp.host, acceptors.stomp.port
+            )
+            listening.append(f"stomp={acceptors.stomp.host}:{acceptors.stomp.port}")
+        if acceptors.http is not None:
+            self._http = await start_http(
+                self.broker, self.store.stats, acceptors.http.host, acceptors.http.port
+            )
+            listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
+        self._tasks = [
+            asyncio.create_task(self._every(broker_config.cleanup_period, self._cleanup)),
+            asyncio.create_task(self._every(EXPIRY_SCAN_PERIOD, self.broker.expire_scan)),
+        ]
+        log.info(
+            "ready: %s; recovered %d messages in %.2fs",
+            " ".join(listening), recovered, time.monotonic() - started,
+        )
+
+    def _configure_addresses(self) -> None:
+        broker = self.broker
+        for address_config in self.config.addresses:
+            address = broker.ensure_address(address_config.name, address_config.routing_type, auto=False)
+            queues = address_config.queues
+            if not queues and address_config.routing_type == ANYCAST:
+                broker.ensure_queue(address, address_config.name, ANYCAST)
+            for queue_config in queues:
+                broker.ensure_queue(
+                    address, queue_config.name, address_config.routing_type,
+                    filter_text=queue_config.filter, durable=queue_config.durable,
+                )
+
+    async def _every(self, period: float, job: object) -> None:
+        while True:
+            await asyncio.sleep(period)
+            job()  # type: ignore[operator]
+
+    def _cleanup(self) -> None:
+        report = self.store.cleanup()
+        if any(report.values()):
+            log.info("journal cleanup: %s", report)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._stomp is not None:
+            self._stomp.close()
+        for connection in list(self._connections):
+            connection.close()
+        if self._http is not None:
+            await self._http.cleanup()
+        await asyncio.sleep(0)
+        await self.store.close()
+        log.info("stopped")
+        self.stopped.set()
+
+
+async def _serve(config: Config) -> None:
+    server = BrokerServer(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+
+
+def serve(config: Config) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None  # type: ignore[assignment]
+    runner = uvloop.run if uvloop is not None else asyncio.run
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(_serve(config))
+    return 0

@@ -1,0 +1,40 @@
+"""STOMP destination names and what they mean to the broker.
+
+`/queue/NAME` is the anycast address NAME (its queue is NAME too), `/topic/NAME` the
+multicast address NAME, and a bare `NAME` means `/queue/NAME` (interface.md, STOMP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pagemq.core.address import ANYCAST, MULTICAST
+from pagemq.core.errors import InvalidDestination
+
+_PREFIXES = (("/queue/", ANYCAST), ("/topic/", MULTICAST))
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    address: str
+    routing_type: str
+
+
+def parse_destination(text: str) -> Destination:
+    for prefix, routing_type in _PREFIXES:
+        if text.startswith(prefix):
+            name = text[len(prefix):]
+            break
+    else:
+        if text.startswith("/"):
+            raise InvalidDestination(
+                f"destination {text!r} is not understood: use /queue/NAME, /topic/NAME or NAME"
+            )
+        name, routing_type = text, ANYCAST
+    if not name.strip():
+        raise InvalidDestination(f"destination {text!r} names no address")
+    return Destination(name, routing_type)
+
+
+def format_destination(address: str, routing_type: str) -> str:
+    return f"/topic/{address}" if routing_type == MULTICAST else f"/queue/{address}"

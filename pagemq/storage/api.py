@@ -1,0 +1,149 @@
+"""The store the broker core writes through: bindings, messages and acknowledgements.
+
+The core speaks in these terms only; the journal-backed implementation
+(`storage.message_store.JournalMessageStore`) turns them into journal records, and
+`MemoryStore` keeps nothing (a broker with persistence off, and the second target of the
+store contract tests). Futures returned by writes resolve when the write is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pagemq.core.message import Message
+
+
+@dataclass(frozen=True, slots=True)
+class AddressRecord:
+    address_id: int
+    name: str
+    routing_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    queue_id: int
+    name: str
+    address: str
+    routing_type: str
+    filter: str | None = None
+
+
+@dataclass(slots=True)
+class RecoveredMessage:
+    message: Message
+    queue_ids: list[int]
+
+
+@dataclass(slots=True)
+class Recovered:
+    addresses: list[AddressRecord] = field(default_factory=list)
+    queues: list[QueueRecord] = field(default_factory=list)
+    messages: list[RecoveredMessage] = field(default_factory=list)
+    max_id: int = 0
+    # Opaque records of other owners (page cursors), by record type.
+    extra: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMessage:
+    message: Message
+    queue_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAck:
+    message_id: int
+    queue_id: int
+    last: bool  # no other queue still holds the message: its record can go
+
+
+StoreOp = StoreMessage | StoreAck
+
+Completion = "asyncio.Future[None] | None"
+
+
+class MessageStore(Protocol):
+    def load(self) -> Recovered: ...
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None: ...
+
+    def add_address(self, record: AddressRecord) -> None: ...
+
+    def delete_address(self, address_id: int) -> None: ...
+
+    def add_queue(self, record: QueueRecord) -> None: ...
+
+    def delete_queue(self, queue_id: int) -> None: ...
+
+    def store_message(
+        self, message: Message, queue_ids: tuple[int, ...], *, sync: bool
+    ) -> asyncio.Future[None] | None: ...
+
+    def acknowledge(self, message_id: int, queue_id: int, *, last: bool) -> None: ...
+
+    def transaction(
+        self, ops: list[StoreOp], *, sync: bool
+    ) -> asyncio.Future[None] | None: ...
+
+    def flush(self) -> asyncio.Future[None]: ...
+
+    def cleanup(self) -> dict[str, int]: ...
+
+    async def close(self) -> None: ...
+
+    def stats(self) -> dict[str, int]: ...
+
+
+class MemoryStore:
+    """A store that keeps nothing: every write is complete at once."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def load(self) -> Recovered:
+        return Recovered()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def add_address(self, record: AddressRecord) -> None:
+        return None
+
+    def delete_address(self, address_id: int) -> None:
+        return None
+
+    def add_queue(self, record: QueueRecord) -> None:
+        return None
+
+    def delete_queue(self, queue_id: int) -> None:
+        return None
+
+    def store_message(
+        self, message: Message, queue_ids: tuple[int, ...], *, sync: bool
+    ) -> asyncio.Future[None] | None:
+        return None
+
+    def acknowledge(self, message_id: int, queue_id: int, *, last: bool) -> None:
+        return None
+
+    def transaction(self, ops: list[StoreOp], *, sync: bool) -> asyncio.Future[None] | None:
+        return None
+
+    def flush(self) -> asyncio.Future[None]:
+        loop = self._loop or asyncio.get_event_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        future.set_result(None)
+        return future
+
+    def cleanup(self) -> dict[str, int]:
+        return {}
+
+    async def close(self) -> None:
+        return None
+
+    def stats(self) -> dict[str, int]:
+        return {}
