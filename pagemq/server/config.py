@@ -1,0 +1,411 @@
+"""The broker's configuration: embedded defaults, the TOML file, then command-line flags.
+
+Loading is strict on purpose: an unknown section or key, a wrong type or a bad unit is a
+`ConfigError` whose one-line message names the full key path, because a silently ignored
+typo (`max-sise-bytes`) is a broker that pages nothing and runs out of memory in
+production. Key names are the Artemis setting names in kebab-case (see
+docs/configuration.md); relative directories are relative to the current directory.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pagemq.core.settings import SECTION as SETTINGS_SECTION
+from pagemq.core.settings import AddressSettingsRepository, unknown_key_problem
+from pagemq.units import (
+    ConfigError,
+    key_path,
+    parse_bool,
+    parse_choice,
+    parse_duration,
+    parse_int,
+    parse_size,
+    parse_str,
+    show_value,
+)
+
+__all__ = [
+    "DISK_FULL_POLICIES",
+    "ROUTING_TYPES",
+    "AcceptorsConfig",
+    "AddressConfig",
+    "BrokerConfig",
+    "Config",
+    "ConfigError",
+    "Endpoint",
+    "QueueConfig",
+    "StompConfig",
+    "load_config",
+    "parse_endpoint",
+]
+
+T = TypeVar("T")
+_Key = str | int
+
+DISK_FULL_POLICIES = ("BLOCK", "FAIL")
+ROUTING_TYPES = ("anycast", "multicast")
+DISABLED_ACCEPTOR = "off"
+# Artemis refuses journal files under 1 KiB (JournalConstants.MIN_FILE_SIZE); so do we.
+_MIN_JOURNAL_FILE_SIZE = 1024
+
+_BROKER_DEFAULTS: dict[str, object] = {
+    "data-directory": "data",
+    "paging-directory": None,  # <data-directory>/paging
+    "journal-directory": None,  # <data-directory>/journal
+    "global-max-size": "512MiB",
+    "global-max-messages": -1,
+    "max-disk-usage": 90,
+    "min-disk-free": -1,
+    "disk-scan-period": "5s",
+    "page-sync-timeout": "3ms",
+    "journal-file-size": "32MiB",
+    "journal-sync": True,
+    "archive-data-logs": False,
+    "cleanup-period": "30s",
+    "disk-full-policy": "BLOCK",
+}
+_ACCEPTOR_DEFAULTS: dict[str, object] = {"stomp": "127.0.0.1:61613", "http": "127.0.0.1:8161"}
+_STOMP_DEFAULTS: dict[str, object] = {
+    "max-frame-size": "16MiB",
+    "max-headers": 1000,
+    "max-header-length": "64KiB",
+}
+_SECTIONS = ("broker", "acceptors", "stomp", SETTINGS_SECTION, "addresses")
+_ADDRESS_KEYS = ("name", "routing-type", "queues")
+_QUEUE_KEYS = ("name", "filter", "durable")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    data_directory: Path
+    paging_directory: Path
+    journal_directory: Path
+    global_max_size: int
+    global_max_messages: int
+    max_disk_usage: int
+    min_disk_free: int
+    disk_scan_period: float
+    page_sync_timeout: float
+    journal_file_size: int
+    journal_sync: bool
+    archive_data_logs: bool
+    cleanup_period: float
+    disk_full_policy: str
+
+
+@dataclass(frozen=True)
+class StompConfig:
+    max_frame_size: int
+    max_headers: int
+    max_header_length: int
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class AcceptorsConfig:
+    """None means the listener is switched off (`stomp = false` or `--http off`)."""
+
+    stomp: Endpoint | None
+    http: Endpoint | None
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    name: str
+    filter: str | None = None
+    durable: bool = True
+
+
+@dataclass(frozen=True)
+class AddressConfig:
+    name: str
+    routing_type: str
+    queues: tuple[QueueConfig, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    broker: BrokerConfig
+    acceptors: AcceptorsConfig
+    stomp: StompConfig
+    address_settings: AddressSettingsRepository
+    addresses: tuple[AddressConfig, ...]
+
+
+class _Table:
+    """A TOML table being read, known keys only, so every typo is reported by its path."""
+
+    def __init__(
+        self, raw: object, path: tuple[_Key, ...], known: Iterable[str], *, what: str = "key"
+    ) -> None:
+        if not isinstance(raw, Mapping):
+            raise ConfigError(key_path(*path), f"expected a table, got {show_value(raw)}")
+        known = tuple(known)
+        for key in raw:
+            if key not in known:
+                problem = unknown_key_problem(key, known, what=what)
+                raise ConfigError(key_path(*path, key), problem)
+        self._raw = raw
+        self._path = path
+
+    def path(self, key: str) -> str:
+        return key_path(*self._path, key)
+
+    def has(self, key: str) -> bool:
+        return key in self._raw
+
+    def get(self, key: str, parse: Callable[[object, str], T], default: object) -> T:
+        return parse(self._raw.get(key, default), self.path(key))
+
+    def require(self, key: str, parse: Callable[[object, str], T]) -> T:
+        if key not in self._raw:
+            raise ConfigError(self.path(key), "missing (this key is required)")
+        return parse(self._raw[key], self.path(key))
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    data_dir: str | None = None,
+    stomp: str | None = None,
+    http: str | None = None,
+) -> Config:
+    """Defaults, overlaid by the file at `path` (if any), overlaid by the flags."""
+    document = _read_toml(path) if path is not None else {}
+    top = _Table(document, (), _SECTIONS, what="section")
+    repository = AddressSettingsRepository()
+    for match, values in _settings_tables(document.get(SETTINGS_SECTION, {})):
+        repository.add(match, values)
+    return Config(
+        broker=_broker(document.get("broker", {}), data_dir),
+        acceptors=_acceptors(document.get("acceptors", {}), stomp=stomp, http=http),
+        stomp=_stomp(document.get("stomp", {})),
+        address_settings=repository,
+        addresses=_addresses(top.get("addresses", _array_of_tables, [])),
+    )
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read the config file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), f"not UTF-8 text ({exc.reason})") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"invalid TOML: {exc}") from exc
+
+
+def _path_value(value: object, key: str) -> Path:
+    return Path(parse_str(value, key)).expanduser()
+
+
+def _optional_path(value: object, key: str) -> Path | None:
+    return None if value is None else _path_value(value, key)
+
+
+def _broker(raw: object, data_dir_flag: str | None) -> BrokerConfig:
+    table = _Table(raw, ("broker",), _BROKER_DEFAULTS)
+    d = _BROKER_DEFAULTS
+    if data_dir_flag is not None:
+        data_directory = _path_value(data_dir_flag, "--data-dir")
+    else:
+        data_directory = table.get("data-directory", _path_value, d["data-directory"])
+    paging = table.get("paging-directory", _optional_path, None)
+    journal = table.get("journal-directory", _optional_path, None)
+    return BrokerConfig(
+        data_directory=data_directory,
+        paging_directory=paging if paging is not None else data_directory / "paging",
+        journal_directory=journal if journal is not None else data_directory / "journal",
+        global_max_size=table.get("global-max-size", parse_size, d["global-max-size"]),
+        global_max_messages=table.get("global-max-messages", parse_int, d["global-max-messages"]),
+        max_disk_usage=table.get("max-disk-usage", _percent, d["max-disk-usage"]),
+        min_disk_free=table.get("min-disk-free", parse_size, d["min-disk-free"]),
+        disk_scan_period=table.get("disk-scan-period", _period, d["disk-scan-period"]),
+        page_sync_timeout=table.get("page-sync-timeout", parse_duration, d["page-sync-timeout"]),
+        journal_file_size=table.get("journal-file-size", _journal_size, d["journal-file-size"]),
+        journal_sync=table.get("journal-sync", parse_bool, d["journal-sync"]),
+        archive_data_logs=table.get("archive-data-logs", parse_bool, d["archive-data-logs"]),
+        cleanup_period=table.get("cleanup-period", _period, d["cleanup-period"]),
+        disk_full_policy=table.get("disk-full-policy", _disk_full_policy, d["disk-full-policy"]),
+    )
+
+
+def _percent(value: object, key: str) -> int:
+    percent = parse_int(value, key)
+    if percent > 100:
+        raise ConfigError(key, f"{percent} is out of range (a percentage: 0-100, or -1 to disable)")
+    return percent
+
+
+def _period(value: object, key: str) -> float:
+    return parse_duration(value, key, positive=True)
+
+
+def _journal_size(value: object, key: str) -> int:
+    return parse_size(value, key, disabled_ok=False, minimum=_MIN_JOURNAL_FILE_SIZE)
+
+
+def _disk_full_policy(value: object, key: str) -> str:
+    return parse_choice(value, key, DISK_FULL_POLICIES)
+
+
+def _positive_size(value: object, key: str) -> int:
+    return parse_size(value, key, disabled_ok=False, minimum=1)
+
+
+def _positive_int(value: object, key: str) -> int:
+    return parse_int(value, key, disabled_ok=False, minimum=1)
+
+
+def _stomp(raw: object) -> StompConfig:
+    table = _Table(raw, ("stomp",), _STOMP_DEFAULTS)
+    d = _STOMP_DEFAULTS
+    return StompConfig(
+        max_frame_size=table.get("max-frame-size", _positive_size, d["max-frame-size"]),
+        max_headers=table.get("max-headers", _positive_int, d["max-headers"]),
+        max_header_length=table.get("max-header-length", _positive_size, d["max-header-length"]),
+    )
+
+
+def parse_endpoint(value: object, key: str) -> Endpoint | None:
+    """`HOST:PORT` (IPv6 as `[::1]:PORT`); `false` or "off" switches the listener off.
+
+    Port 0 is allowed: the OS picks a free port, which is what tests want.
+    """
+    if value is False or (isinstance(value, str) and value.strip().lower() == DISABLED_ACCEPTOR):
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(key, f'expected "HOST:PORT", got {show_value(value)}')
+    host, sep, port_text = value.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # a bare IPv6 address: the port is ambiguous without brackets
+    if not sep or not host or not port_text.isdigit() or any(c.isspace() for c in host):
+        raise ConfigError(key, f'{show_value(value)} is not "HOST:PORT" (e.g. "127.0.0.1:61613")')
+    port = int(port_text)
+    if port > 65535:
+        raise ConfigError(key, f"{show_value(value)}: port {port} is out of range (0-65535)")
+    return Endpoint(host, port)
+
+
+def _acceptors(raw: object, *, stomp: str | None, http: str | None) -> AcceptorsConfig:
+    table = _Table(raw, ("acceptors",), _ACCEPTOR_DEFAULTS)
+    d = _ACCEPTOR_DEFAULTS
+    return AcceptorsConfig(
+        stomp=(
+            parse_endpoint(stomp, "--stomp")
+            if stomp is not None
+            else table.get("stomp", parse_endpoint, d["stomp"])
+        ),
+        http=(
+            parse_endpoint(http, "--http")
+            if http is not None
+            else table.get("http", parse_endpoint, d["http"])
+        ),
+    )
+
+
+def _settings_tables(raw: object) -> list[tuple[str, object]]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(SETTINGS_SECTION, f"expected a table of matches, got {show_value(raw)}")
+    return [(str(match), values) for match, values in raw.items()]
+
+
+def _array_of_tables(value: object, key: str) -> list[object]:
+    if not isinstance(value, list):
+        raise ConfigError(key, f"expected an array of tables ([[{key}]]), got {show_value(value)}")
+    return value
+
+
+def _addresses(raw: list[object]) -> tuple[AddressConfig, ...]:
+    addresses: list[AddressConfig] = []
+    address_at: dict[str, str] = {}
+    queue_at: dict[str, str] = {}
+    for index, item in enumerate(raw):
+        address = _address(item, ("addresses", index))
+        _claim(address_at, address.name, key_path("addresses", index), "address")
+        listed = isinstance(item, Mapping) and "queues" in item
+        for q_index, queue in enumerate(address.queues):
+            # An implicit anycast queue has no line of its own: point at its address.
+            parts: tuple[_Key, ...] = ("addresses", index, "queues", q_index)
+            _claim(queue_at, queue.name, key_path(*(parts if listed else parts[:2])), "queue")
+        addresses.append(address)
+    return tuple(addresses)
+
+
+def _claim(seen: dict[str, str], name: str, where: str, kind: str) -> None:
+    """Names are broker-wide: a second definition would silently shadow the first."""
+    if name in seen:
+        raise ConfigError(f"{where}.name", f'{kind} "{name}" is already defined at {seen[name]}')
+    seen[name] = where
+
+
+def _address(raw: object, path: tuple[_Key, ...]) -> AddressConfig:
+    table = _Table(raw, path, _ADDRESS_KEYS)
+    name = table.require("name", parse_str)
+    routing_type = table.get("routing-type", _routing_type, "anycast")
+    queues_raw = table.get("queues", _array_of_tables, [])
+    queues = tuple(_queue(item, (*path, "queues", i)) for i, item in enumerate(queues_raw))
+    if not queues and routing_type == "anycast":
+        # As /queue/NAME: an anycast address is the queue of the same name.
+        queues = (QueueConfig(name),)
+    return AddressConfig(name=name, routing_type=routing_type, queues=queues)
+
+
+def _routing_type(value: object, key: str) -> str:
+    return parse_choice(value, key, ROUTING_TYPES)
+
+
+def _queue(raw: object, path: tuple[_Key, ...]) -> QueueConfig:
+    table = _Table(raw, path, _QUEUE_KEYS)
+    name = table.require("name", parse_str)
+    selector = table.get("filter", _optional_filter, None)
+    durable = table.get("durable", parse_bool, True)
+    return QueueConfig(name=name, filter=selector, durable=durable)
+
+
+def _optional_filter(value: object, key: str) -> str | None:
+    if value is None:
+        return None
+    text = parse_str(value, key, empty_ok=True)
+    if not text.strip():
+        return None
+    _check_selector(text, key)
+    return text
+
+
+def _check_selector(text: str, key: str) -> None:
+    """Compile the selector now so a typo fails at start-up, not at the first message.
+
+    Imported lazily and skipped when the selector module is not available, so the config
+    loads in any build of the package.
+    """
+    try:
+        from pagemq import selector
+    except ImportError:
+        return
+    compile_selector = getattr(selector, "compile", None)
+    selector_error = getattr(selector, "SelectorError", None)
+    if compile_selector is None or not isinstance(selector_error, type):
+        return
+    try:
+        compile_selector(text)
+    except selector_error as exc:
+        raise ConfigError(key, f"bad selector {show_value(text)}: {exc}") from exc
