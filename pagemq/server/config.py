@@ -9,6 +9,7 @@ docs/configuration.md); relative directories are relative to the current directo
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -398,7 +399,7 @@ def _check_selector(text: str, key: str) -> None:
     loads in any build of the package.
     """
     try:
-        from pagemq import selector
+        selector = importlib.import_module("pagemq.selector")
     except ImportError:
         return
     compile_selector = getattr(selector, "compile", None)
