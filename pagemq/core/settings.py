@@ -40,6 +40,7 @@ from pagemq.units import (
     parse_int,
     parse_size,
     parse_str,
+    show_value,
 )
 
 __all__ = [
@@ -174,7 +175,10 @@ def parse_address_settings(match: str, raw: object) -> dict[str, object]:
     """
     check_match(match)
     if not isinstance(raw, Mapping):
-        raise ConfigError(key_path(SECTION, match), "expected a table of settings")
+        raise ConfigError(
+            key_path(SECTION, match),
+            f'expected a table of settings, as [{SECTION}."<match>"], got {show_value(raw)}',
+        )
     parsed: dict[str, object] = {}
     for key, value in raw.items():
         path = key_path(SECTION, match, str(key))
