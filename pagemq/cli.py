@@ -11,7 +11,9 @@ EXIT_CONFIG = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pagemq", description="A STOMP broker that pages huge queues to disk")
+    parser = argparse.ArgumentParser(
+        prog="pagemq", description="A STOMP broker that pages huge queues to disk"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the broker in the foreground")
     serve.add_argument("--config", type=Path, help="TOML configuration file")

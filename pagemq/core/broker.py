@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST, MULTICAST, Address
@@ -23,28 +24,38 @@ from pagemq.core.errors import (
     InvalidDestination,
     InvalidSelector,
     NotFound,
+    StorageFailure,
     SubscriptionError,
 )
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.message import Message
+from pagemq.core.paging import AddressPager
 from pagemq.core.queue import Queue
 from pagemq.storage.api import (
     AddressRecord,
     MemoryStore,
     MessageStore,
     QueueRecord,
+    Recovered,
     StoreAck,
     StoreMessage,
     StoreOp,
 )
 
 if TYPE_CHECKING:
-    from pagemq.core.settings import AddressSettingsRepository
+    from pagemq.core.settings import AddressSettings, AddressSettingsRepository
     from pagemq.core.transactions import Transaction
+    from pagemq.storage.paging.page_store import PageStore
 
 log = logging.getLogger("pagemq.broker")
 
 ORIGINAL_DESTINATION = "original-destination"
+
+
+PageStoreFactory = Callable[[str, "AddressSettings"], "PageStore"]
+"""Opens (creating if needed) and starts the page store of an address."""
+
+MEMORY, PAGE, DROP = "memory", "page", "drop"
 
 
 class Blocked(Exception):
@@ -62,14 +73,17 @@ class Broker:
         *,
         store: MessageStore | None = None,
         memory: MemoryAccountant | None = None,
+        page_stores: PageStoreFactory | None = None,
     ) -> None:
         self.settings = settings
+        self._page_stores = page_stores
         self.store: MessageStore = store or MemoryStore()
         self.memory = memory or MemoryAccountant()
         self.addresses: dict[str, Address] = {}
         self.queues: dict[str, Queue] = {}
         self._queues_by_id: dict[int, Queue] = {}
         self._next_id = int(time.time() * 1_000_000)
+        self.paging_directory: Path = Path("data/paging")
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -105,7 +119,33 @@ class Broker:
             for queue in queues:
                 queue.add_recovered(MessageRef(message))
             count += 1
+        if self._page_stores is not None:
+            count += self._recover_paging(recovered)
         return count
+
+    def _recover_paging(self, recovered: Recovered) -> int:
+        from pagemq.storage.paging.page_store import PageStore
+
+        paged = 0
+        for name in sorted(PageStore.discover(self.paging_directory)):
+            address = self.addresses.get(name)
+            if address is None:
+                log.warning("page folder for unknown address %r: kept, not read", name)
+                continue
+            pager = self.pager(address)
+            pager.recover(pager.store.pages(), recovered.cursor_acks, recovered.cursor_completes)
+            paged += pager.messages_paged
+        return paged
+
+    def pager(self, address: Address) -> AddressPager:
+        """The address's pager, its page store opened on first use."""
+        pager = address.pager
+        if pager is None:
+            if self._page_stores is None:
+                raise StorageFailure("paging is not configured on this broker")
+            store = self._page_stores(address.name, address.settings)
+            pager = address.pager = AddressPager(self, address, store)
+        return pager  # type: ignore[return-value]
 
     # -- addresses and queues -------------------------------------------------------------
 
@@ -179,13 +219,20 @@ class Broker:
 
     def delete_queue(self, queue: Queue) -> None:
         """Remove a queue with every message it holds (temporary or unsubscribed durable)."""
+        refs = queue.remove_pending()
         for consumer in list(queue.consumers):
             consumer.closed = True
             queue.consumers.remove(consumer)
-            for ref in consumer.take_all():
+            refs.extend(consumer.take_all())
+        cursor = queue.cursor
+        for ref in refs:
+            if ref.page_pos is not None and cursor is not None:
+                cursor.settle(ref, acked=False)  # type: ignore[attr-defined]
+            else:
                 self._release_ref(queue, ref)
-        for ref in queue.remove_pending():
-            self._release_ref(queue, ref)
+        if cursor is not None:
+            cursor.drop()  # type: ignore[attr-defined]
+            queue.address.pager.cursors.pop(queue.queue_id, None)  # type: ignore[union-attr]
         queue.deleted = True
         queue.address.queues.pop(queue.name, None)
         self.queues.pop(queue.name, None)
@@ -238,7 +285,10 @@ class Broker:
         queues = address.route(message, routing_type)
         if not queues:
             return None
-        if not self.admit(address, message):
+        decision = self.admit(address, message)
+        if decision is PAGE:
+            return self.pager(address).page([(message, queues)])
+        if decision is DROP:
             return None
         durable = [q.queue_id for q in queues if q.durable] if persistent else []
         future = None
@@ -247,23 +297,44 @@ class Broker:
         self._deliver_new(message, queues, len(durable))
         return future
 
-    def admit(self, address: Address, message: Message) -> bool:
-        """Apply the address-full policy; True means hold the message in memory."""
+    def admit(self, address: Address, message: Message) -> str:
+        """Apply the address-full policy: MEMORY, PAGE or DROP (FAIL and BLOCK raise)."""
+        if address.paging:
+            return self._page_limit(address, message)
         size = message.memory_size
         if not (address.is_full(size) or self.memory.would_exceed(size)):
-            return True
+            return MEMORY
         policy = address.settings.address_full_policy
         if policy == "DROP":
             address.dropped_messages += 1
-            return False
+            return DROP
         if policy == "FAIL":
             raise AddressFull(
                 f"address {address.name!r} is full (address-full-policy FAIL): message not stored"
             )
         if policy == "BLOCK":
             raise Blocked(address)
-        # PAGE: until the page store lands, hold in memory past the limit.
-        return True
+        address.paging = True
+        log.info("address %r entered page mode", address.name)
+        return self._page_limit(address, message)
+
+    def _page_limit(self, address: Address, message: Message) -> str:
+        """page-limit-bytes / page-limit-messages with page-full-policy, counted on disk now."""
+        settings = address.settings
+        pager = address.pager
+        if pager is None or (settings.page_limit_bytes < 0 and settings.page_limit_messages < 0):
+            return PAGE
+        over_messages = 0 <= settings.page_limit_messages <= pager.records_on_disk
+        over_bytes = 0 <= settings.page_limit_bytes <= pager.bytes_on_disk
+        if not (over_messages or over_bytes):
+            return PAGE
+        if settings.page_full_policy == "DROP":
+            address.dropped_messages += 1
+            return DROP
+        raise AddressFull(
+            f"address {address.name!r} reached its page limit (page-full-policy FAIL): "
+            "message not stored"
+        )
 
     def wait_for_memory(self, address: Address, resume: Callable[[], None]) -> Callable[[], bool]:
         """Call `resume` once `address` can take a message again (BLOCK policy)."""
@@ -300,6 +371,9 @@ class Broker:
 
     def _release_ref(self, queue: Queue, ref: MessageRef) -> None:
         """One queue is done with a message: drop its durable record and memory when last."""
+        if ref.page_pos is not None:
+            queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
+            return
         message = ref.message
         if message.persistent and queue.durable and message.durable_refs > 0:
             message.durable_refs -= 1
@@ -390,6 +464,7 @@ class Broker:
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         """Apply a transaction's sends and acks atomically: one store transaction."""
         routed: list[tuple[Message, list[Queue], int]] = []
+        paged: dict[Address, list[tuple[Message, list[Queue]]]] = {}
         ops: list[StoreOp] = []
         for send in tx.sends:
             address = self.ensure_address(send.address, send.routing_type)
@@ -400,25 +475,38 @@ class Broker:
                 priority=send.priority, expiration=send.expiration,
             )
             queues = address.route(message, send.routing_type)
-            if not queues or not self.admit(address, message):
+            if not queues:
+                continue
+            decision = self.admit(address, message)
+            if decision is PAGE:
+                paged.setdefault(address, []).append((message, queues))
+                continue
+            if decision is DROP:
                 continue
             durable = [q.queue_id for q in queues if q.durable] if send.persistent else []
             if durable:
                 ops.append(StoreMessage(message, tuple(durable)))
             routed.append((message, queues, len(durable)))
+        futures = [self.pager(address).page(items) for address, items in paged.items()]
         for consumer, ref in tx.acks:
             message = ref.message
             queue = consumer.queue
+            if ref.page_pos is not None:
+                continue
             if message.persistent and queue.durable and message.durable_refs > 0:
                 message.durable_refs -= 1
                 ops.append(StoreAck(message.message_id, queue.queue_id, message.durable_refs == 0))
-        future = self.store.transaction(ops, sync=True) if ops else None
+        futures.append(self.store.transaction(ops, sync=True) if ops else None)
         for message, queues, durable in routed:
             self._deliver_new(message, queues, durable)
         touched: set[Queue] = set()
         for consumer, ref in tx.acks:
             queue = consumer.queue
             queue.counters.acknowledged += 1
+            if ref.page_pos is not None:
+                queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
+                touched.add(queue)
+                continue
             message = ref.message
             message.refs -= 1
             if message.refs == 0:
@@ -427,7 +515,7 @@ class Broker:
             touched.add(queue)
         for queue in touched:
             queue.dispatch()
-        return future
+        return all_of([f for f in futures if f is not None])
 
     def rollback(self, tx: Transaction) -> None:
         """Discard the sends; acknowledged deliveries go back to their queues, in order."""
@@ -444,7 +532,9 @@ class Broker:
         address = self.addresses.get(name)
         if address is None:
             raise NotFound(f"no address named {name!r}")
-        messages = sum(q.pending + q.delivering for q in address.queues.values())
+        pager = address.pager
+        paged = pager.messages_paged if pager is not None else 0  # type: ignore[attr-defined]
+        messages = sum(q.pending + q.delivering for q in address.queues.values()) + paged
         return {
             "name": address.name,
             "routing_type": address.routing_type,
@@ -452,9 +542,9 @@ class Broker:
             "paging": address.paging,
             "messages": messages,
             "messages_in_memory": address.messages_in_memory,
-            "messages_paged": 0,
+            "messages_paged": paged,
             "bytes_in_memory": address.bytes_in_memory,
-            "page_files": 0,
+            "page_files": pager.page_files() if pager is not None else 0,  # type: ignore[attr-defined]
             "dropped_messages": address.dropped_messages,
             "settings": address.settings.to_config_dict(),
         }
@@ -465,15 +555,16 @@ class Broker:
             raise NotFound(f"no queue named {name!r}")
         delivering = queue.delivering
         counters = queue.counters
+        paged = queue.cursor.unread if queue.cursor is not None else 0  # type: ignore[attr-defined]
         return {
             "name": queue.name,
             "address": queue.address.name,
             "routing_type": queue.routing_type,
             "filter": queue.filter_text,
             "durable": queue.durable,
-            "messages": queue.pending + delivering,
+            "messages": queue.pending + delivering + paged,
             "messages_in_memory": queue.pending + delivering,
-            "messages_paged": 0,
+            "messages_paged": paged,
             "messages_delivering": delivering,
             "consumers": len(queue.consumers),
             "messages_added": counters.added,
@@ -481,6 +572,19 @@ class Broker:
             "messages_expired": counters.expired,
             "messages_killed": counters.killed,
         }
+
+
+def all_of(futures: list[asyncio.Future[None]]) -> asyncio.Future[None] | None:
+    """One future for several durable writes (a commit touching the journal and page files)."""
+    if not futures:
+        return None
+    if len(futures) == 1:
+        return futures[0]
+    return asyncio.ensure_future(_gather(futures))
+
+
+async def _gather(futures: list[asyncio.Future[None]]) -> None:
+    await asyncio.gather(*futures)
 
 
 def compile_filter(text: str | None):

@@ -103,6 +103,14 @@ class Queue:
         if self.consumers:
             self.dispatch()
 
+    def add_depaged(self, ref: MessageRef) -> None:
+        """A ref read back from page files by this queue's cursor (already counted as added)."""
+        priority = ref.message.priority
+        self._levels[priority].append(ref)
+        self._pending += 1
+        if priority > self._top:
+            self._top = priority
+
     def add_recovered(self, ref: MessageRef) -> None:
         """A ref rebuilt from storage at start-up: counted as added, nothing dispatched yet."""
         priority = ref.message.priority

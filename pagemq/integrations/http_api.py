@@ -131,7 +131,9 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]]) -> web.Applica
     return app
 
 
-async def start_http(broker: Broker, stats: Callable[[], dict[str, int]], host: str, port: int) -> web.AppRunner:
+async def start_http(
+    broker: Broker, stats: Callable[[], dict[str, int]], host: str, port: int
+) -> web.AppRunner:
     runner = web.AppRunner(make_app(broker, stats), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)

@@ -17,10 +17,13 @@ import time
 from pagemq.core.address import ANYCAST
 from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
+from pagemq.core.selector.summary import PageSummary
+from pagemq.core.settings import AddressSettings
 from pagemq.integrations.http_api import start_http
 from pagemq.server.config import Config
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
 from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_store import PageStore
 
 log = logging.getLogger("pagemq")
 
@@ -36,14 +39,21 @@ class BrokerServer:
             file_size=broker_config.journal_file_size,
             sync=broker_config.journal_sync,
             archive_directory=(
-                broker_config.data_directory / "archive" if broker_config.archive_data_logs else None
+                broker_config.data_directory / "archive" / "journal"
+                if broker_config.archive_data_logs else None
             ),
+        )
+        self.archive_directory = (
+            broker_config.data_directory / "archive" if broker_config.archive_data_logs else None
         )
         self.broker = Broker(
             config.address_settings,
             store=self.store,
             memory=MemoryAccountant(broker_config.global_max_size, broker_config.global_max_messages),
+            page_stores=self._open_page_store,
         )
+        self.broker.paging_directory = broker_config.paging_directory
+        self._page_stores: list[PageStore] = []
         self._stomp: asyncio.Server | None = None
         self._connections: set[StompServerProtocol] = set()
         self._http = None
@@ -83,6 +93,22 @@ class BrokerServer:
             " ".join(listening), recovered, time.monotonic() - started,
         )
 
+    def _open_page_store(self, address: str, settings: AddressSettings) -> PageStore:
+        broker_config = self.config.broker
+        store = PageStore(
+            broker_config.paging_directory, address,
+            page_size_bytes=settings.page_size_bytes,
+            sync_timeout=broker_config.page_sync_timeout,
+            archive_directory=(
+                self.archive_directory / "paging" if self.archive_directory is not None else None
+            ),
+        )
+        store.set_summary_builder(PageSummary)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        self._page_stores.append(store)
+        return store
+
     def _configure_addresses(self) -> None:
         broker = self.broker
         for address_config in self.config.addresses:
@@ -116,6 +142,8 @@ class BrokerServer:
         if self._http is not None:
             await self._http.cleanup()
         await asyncio.sleep(0)
+        for page_store in self._page_stores:
+            await page_store.close()
         await self.store.close()
         log.info("stopped")
         self.stopped.set()

@@ -21,15 +21,14 @@ class Destination:
 
 
 def parse_destination(text: str) -> Destination:
-    for prefix, routing_type in _PREFIXES:
-        if text.startswith(prefix):
-            name = text[len(prefix):]
-            break
+    found = next(((p, r) for p, r in _PREFIXES if text.startswith(p)), None)
+    if found is not None:
+        name, routing_type = text[len(found[0]):], found[1]
+    elif text.startswith("/"):
+        raise InvalidDestination(
+            f"destination {text!r} is not understood: use /queue/NAME, /topic/NAME or NAME"
+        )
     else:
-        if text.startswith("/"):
-            raise InvalidDestination(
-                f"destination {text!r} is not understood: use /queue/NAME, /topic/NAME or NAME"
-            )
         name, routing_type = text, ANYCAST
     if not name.strip():
         raise InvalidDestination(f"destination {text!r} names no address")

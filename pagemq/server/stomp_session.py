@@ -300,10 +300,7 @@ class StompSession:
         assert consumer is not None
         if sub.ack_mode is AckMode.AUTO:
             raise UnknownDelivery("subscription uses ack mode auto: nothing to acknowledge")
-        if sub.ack_mode is AckMode.CLIENT:
-            refs = consumer.take_through(tag)
-        else:
-            refs = [consumer.take(tag)]
+        refs = consumer.take_through(tag) if sub.ack_mode is AckMode.CLIENT else [consumer.take(tag)]
         if self._msgid_acks:
             for ref in refs:
                 self._msgid_acks.pop(str(ref.message.message_id), None)
@@ -402,8 +399,7 @@ class StompSession:
         browse = sub.browse
         if browse is None or self.closing:
             return
-        sent = 0
-        for ref in browse:
+        for sent, ref in enumerate(browse, 1):
             message = ref.message
             headers = [
                 ("message-id", str(message.message_id)),
@@ -412,7 +408,6 @@ class StompSession:
             ]
             headers.extend(i for i in message.headers.items() if i[0] not in _OWN_HEADERS)
             self.write(self.protocol.message(headers, message.body))
-            sent += 1
             if not self._writable:
                 return  # set_writable(True) resumes this browse
             if sent >= BROWSE_BATCH:

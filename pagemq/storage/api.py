@@ -38,14 +38,33 @@ class RecoveredMessage:
     queue_ids: list[int]
 
 
+@dataclass(frozen=True, slots=True)
+class CursorAck:
+    """A queue acknowledged the record at (page, ordinal) of its address's page files."""
+
+    record_id: int
+    queue_id: int
+    page_no: int
+    ordinal: int
+
+
+@dataclass(frozen=True, slots=True)
+class CursorComplete:
+    """A queue has acknowledged every record of a page meant for it."""
+
+    record_id: int
+    queue_id: int
+    page_no: int
+
+
 @dataclass(slots=True)
 class Recovered:
     addresses: list[AddressRecord] = field(default_factory=list)
     queues: list[QueueRecord] = field(default_factory=list)
     messages: list[RecoveredMessage] = field(default_factory=list)
     max_id: int = 0
-    # Opaque records of other owners (page cursors), by record type.
-    extra: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    cursor_acks: list[CursorAck] = field(default_factory=list)
+    cursor_completes: list[CursorComplete] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +108,12 @@ class MessageStore(Protocol):
         self, ops: list[StoreOp], *, sync: bool
     ) -> asyncio.Future[None] | None: ...
 
+    def cursor_ack(self, record: CursorAck) -> None: ...
+
+    def cursor_complete(self, record: CursorComplete) -> None: ...
+
+    def delete_record(self, record_id: int) -> None: ...
+
     def flush(self) -> asyncio.Future[None]: ...
 
     def cleanup(self) -> dict[str, int]: ...
@@ -131,6 +156,15 @@ class MemoryStore:
         return None
 
     def transaction(self, ops: list[StoreOp], *, sync: bool) -> asyncio.Future[None] | None:
+        return None
+
+    def cursor_ack(self, record: CursorAck) -> None:
+        return None
+
+    def cursor_complete(self, record: CursorComplete) -> None:
+        return None
+
+    def delete_record(self, record_id: int) -> None:
         return None
 
     def flush(self) -> asyncio.Future[None]:

@@ -1,0 +1,326 @@
+"""Page mode for one address: what goes to page files and how each queue reads it back.
+
+An address in page mode appends every new message to its page store (one copy, listing the
+queues it was routed to). Each queue reads its share back through its own `PageCursor`,
+only as far as `max-read-page-*` / `prefetch-page-*` allow, so a backlog of millions costs
+memory for a few pages at most. Acknowledging a paged message writes a small cursor record
+to the journal; once a queue has acknowledged every message of a page meant for it, one
+"page complete" record replaces its acks, and when every queue is done with a page the page
+file goes (in the middle of the stream too). Start-up rebuilds all of this from the page
+store's per-page summaries and the cursor records: no page body is read.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pagemq.core.consumer import MessageRef
+from pagemq.core.selector.properties import message_view
+from pagemq.storage.api import CursorAck, CursorComplete
+from pagemq.storage.message_codec import decode_message, encode_message
+from pagemq.storage.paging.page_store import PagedRecord, PageInfo, PageStore
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from pagemq.core.address import Address
+    from pagemq.core.broker import Broker
+    from pagemq.core.message import Message
+    from pagemq.core.queue import Queue
+
+log = logging.getLogger("pagemq.paging")
+
+
+class CursorPage:
+    """One page as one queue sees it: how many of its records are for the queue, which are acked."""
+
+    __slots__ = ("ack_ids", "acked", "count")
+
+    def __init__(self, count: int = 0) -> None:
+        self.count = count
+        self.acked: set[int] = set()
+        self.ack_ids: list[int] = []
+
+
+class PageCursor:
+    def __init__(self, pager: AddressPager, queue: Queue) -> None:
+        self.pager = pager
+        self.queue = queue
+        self.pages: dict[int, CursorPage] = {}
+        self.unread = 0            # messages for this queue on disk, not read into memory
+        self.in_memory = 0         # read into memory and not yet acknowledged
+        self.bytes_in_memory = 0
+        self._read_page = -1       # page being read; -1 = before the first
+        self._read_ordinal = 0     # next ordinal to read in it
+        self._page_read_out = False
+        self._reader: Iterator[tuple[int, PagedRecord]] | None = None
+        self._waiting_for_write = False
+
+    # -- writing side ---------------------------------------------------------------------
+
+    def on_paged(self, page_no: int) -> None:
+        page = self.pages.get(page_no)
+        if page is None:
+            page = self.pages[page_no] = CursorPage()
+        page.count += 1
+        self.unread += 1
+
+    # -- reading side ---------------------------------------------------------------------
+
+    def fill(self, queue: Queue) -> None:
+        """Read paged refs into the queue while the depage limits allow."""
+        if self.unread <= 0 or self._waiting_for_write:
+            return
+        settings = self.pager.address.settings
+        max_bytes = settings.max_read_page_bytes
+        max_messages = settings.max_read_page_messages
+        prefetch_bytes = settings.prefetch_page_bytes
+        prefetch_messages = settings.prefetch_page_messages
+        while self.unread > 0:
+            if self.in_memory:
+                if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
+                    return
+                if max_messages >= 0 and self.in_memory >= max_messages:
+                    return
+                if prefetch_messages >= 0 and queue.pending >= prefetch_messages:
+                    return
+                average = self.bytes_in_memory // self.in_memory
+                if prefetch_bytes >= 0 and queue.pending * average >= prefetch_bytes:
+                    return
+            ref = self._next_ref()
+            if ref is None:
+                return
+            size = ref.message.memory_size
+            self.unread -= 1
+            self.in_memory += 1
+            self.bytes_in_memory += size
+            self.pager.charge(size)
+            queue.add_depaged(ref)
+        self.pager.maybe_leave_paging()
+
+    def _next_ref(self) -> MessageRef | None:
+        """The next unacknowledged record for this queue, from (page, ordinal) onwards."""
+        queue_id = self.queue.queue_id
+        store = self.pager.store
+        while True:
+            if self._reader is None:
+                if self._read_page not in self.pages or self._page_read_out:
+                    page_no = self._next_page()
+                    if page_no is None:
+                        return None
+                    self._read_page, self._read_ordinal = page_no, 0
+                    self._page_read_out = False
+                self._reader = store.read_page(self._read_page, self._read_ordinal)
+            page = self.pages.get(self._read_page)
+            for ordinal, record in self._reader:
+                self._read_ordinal = ordinal + 1
+                if page is None or queue_id not in record.queue_ids or ordinal in page.acked:
+                    continue
+                message = decode_message(record.message, self.pager.address.name)
+                return MessageRef(message, (self._read_page, ordinal))
+            self._reader = None
+            if self._read_page == store.live_page_no() and self._next_page() is None:
+                # The live page's newest records are appended but not written yet.
+                self._wait_for_write()
+                return None
+            self._page_read_out = True
+
+    def _next_page(self) -> int | None:
+        later = [p for p in self.pages if p > self._read_page]
+        return min(later) if later else None
+
+    def _wait_for_write(self) -> None:
+        self._waiting_for_write = True
+        self.pager.store.flush().add_done_callback(self._written)
+
+    def _written(self, _future: asyncio.Future[None]) -> None:
+        self._waiting_for_write = False
+        self.queue.dispatch()
+
+    # -- acknowledgements -----------------------------------------------------------------
+
+    def settle(self, ref: MessageRef, *, acked: bool) -> None:
+        """A depaged ref leaves memory: acknowledged (durably) or to be read again later."""
+        size = ref.message.memory_size
+        self.in_memory -= 1
+        self.bytes_in_memory -= size
+        self.pager.release(size)
+        if not acked:
+            return
+        assert ref.page_pos is not None
+        page_no, ordinal = ref.page_pos
+        page = self.pages.get(page_no)
+        if page is None or ordinal in page.acked:
+            return
+        record_id = self.pager.broker.new_id()
+        self.pager.broker.store.cursor_ack(
+            CursorAck(record_id, self.queue.queue_id, page_no, ordinal)
+        )
+        page.acked.add(ordinal)
+        page.ack_ids.append(record_id)
+        if len(page.acked) >= page.count:
+            self._complete(page_no)
+
+    def _complete(self, page_no: int) -> None:
+        page = self.pages.pop(page_no)
+        if self._read_page == page_no:
+            self._reader = None  # nothing left for us in it
+        self.pager.queue_done_with(self.queue.queue_id, page_no, page.ack_ids)
+
+    def drop(self) -> None:
+        """The queue is deleted: it holds no page any more."""
+        for page_no in list(self.pages):
+            page = self.pages.pop(page_no)
+            self.pager.queue_done_with(self.queue.queue_id, page_no, page.ack_ids)
+        self.unread = 0
+
+
+class AddressPager:
+    """Owns one address's page store, its queues' cursors and page completion."""
+
+    def __init__(self, broker: Broker, address: Address, store: PageStore) -> None:
+        self.broker = broker
+        self.address = address
+        self.store = store
+        self.cursors: dict[int, PageCursor] = {}
+        # page -> queue ids with records in it that have not completed it yet
+        self._open: dict[int, set[int]] = {}
+        # page -> "complete" record ids to delete with the page
+        self._complete_ids: dict[int, list[int]] = {}
+        self.bytes_in_memory = 0
+        self.records_on_disk = 0
+        self.bytes_on_disk = 0
+
+    def cursor(self, queue: Queue) -> PageCursor:
+        cursor = self.cursors.get(queue.queue_id)
+        if cursor is None:
+            cursor = self.cursors[queue.queue_id] = PageCursor(self, queue)
+            queue.cursor = cursor
+        return cursor
+
+    # -- writing --------------------------------------------------------------------------
+
+    def page(self, items: list[tuple[Message, list[Queue]]]) -> asyncio.Future[None] | None:
+        """Append messages (several = one atomic batch) and hand them to their queues' cursors."""
+        records = [
+            PagedRecord(m.message_id, tuple(q.queue_id for q in qs), m.persistent, encode_message(m))
+            for m, qs in items
+        ]
+        summaries = [dict(message_view(m)) for m, _ in items]
+        page_no, _first, future = self.store.append(records, summary_input=summaries)
+        self.records_on_disk += len(records)
+        self.bytes_on_disk += sum(len(r.message) for r in records)
+        holders = self._open.setdefault(page_no, set())
+        for _message, queues in items:
+            for queue in queues:
+                holders.add(queue.queue_id)
+                queue.counters.added += 1
+                self.cursor(queue).on_paged(page_no)
+        for queue in {q for _, qs in items for q in qs}:
+            if queue.consumers:
+                queue.dispatch()
+        return future
+
+    # -- memory ---------------------------------------------------------------------------
+
+    def charge(self, size: int) -> None:
+        self.bytes_in_memory += size
+        self.address.charge(size)
+        self.broker.memory.charge(size)
+
+    def release(self, size: int) -> None:
+        self.bytes_in_memory -= size
+        self.address.release(size)
+        self.broker.memory.release(size)
+
+    # -- completion -----------------------------------------------------------------------
+
+    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int]) -> None:
+        holders = self._open.get(page_no)
+        store = self.broker.store
+        if holders is not None:
+            holders.discard(queue_id)
+            if not holders:
+                self._delete_page(page_no, ack_ids)
+                return
+        record_id = self.broker.new_id()
+        store.cursor_complete(CursorComplete(record_id, queue_id, page_no))
+        self._complete_ids.setdefault(page_no, []).append(record_id)
+        for ack_id in ack_ids:
+            store.delete_record(ack_id)
+
+    def _delete_page(self, page_no: int, ack_ids: list[int]) -> None:
+        """Every queue is done with the page: the file and its cursor records go."""
+        store = self.broker.store
+        self._open.pop(page_no, None)
+        info = next((p for p in self.store.pages() if p.page_no == page_no), None)
+        if info is not None:
+            self.records_on_disk = max(0, self.records_on_disk - info.count)
+            self.bytes_on_disk = max(0, self.bytes_on_disk - info.size)
+        if page_no == self.store.live_page_no():
+            self.store.roll()
+        self.store.delete_page(page_no)
+        for record_id in ack_ids:
+            store.delete_record(record_id)
+        for record_id in self._complete_ids.pop(page_no, []):
+            store.delete_record(record_id)
+
+    def maybe_leave_paging(self) -> None:
+        """The backlog is read into memory: new messages can stay in memory again (FIFO holds)."""
+        if self.address.paging and all(c.unread == 0 for c in self.cursors.values()):
+            self.address.paging = False
+
+    @property
+    def messages_paged(self) -> int:
+        return sum(c.unread for c in self.cursors.values())
+
+    def page_files(self) -> int:
+        return len(self.store.pages())
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def recover(
+        self,
+        pages: list[PageInfo],
+        acks: list[CursorAck],
+        completes: list[CursorComplete],
+    ) -> None:
+        """Rebuild counts and cursors from page summaries and cursor records."""
+        queues = {q.queue_id: q for q in self.address.queues.values()}
+        done: set[tuple[int, int]] = set()
+        for record in completes:
+            done.add((record.queue_id, record.page_no))
+            self._complete_ids.setdefault(record.page_no, []).append(record.record_id)
+        acked: dict[tuple[int, int], list[CursorAck]] = {}
+        for ack in acks:
+            acked.setdefault((ack.queue_id, ack.page_no), []).append(ack)
+        for info in pages:
+            self.records_on_disk += info.persistent_count
+            self.bytes_on_disk += info.size
+            holders: set[int] = set()
+            for queue_id, count in info.queue_counts.items():
+                queue = queues.get(queue_id)
+                if queue is None or count == 0 or (queue_id, info.page_no) in done:
+                    continue
+                page_acks = acked.get((queue_id, info.page_no), [])
+                cursor = self.cursor(queue)
+                page = cursor.pages[info.page_no] = CursorPage(count)
+                page.acked = {a.ordinal for a in page_acks}
+                page.ack_ids = [a.record_id for a in page_acks]
+                remaining = count - len(page.acked)
+                if remaining <= 0:
+                    del cursor.pages[info.page_no]
+                    continue
+                cursor.unread += remaining
+                queue.counters.added += remaining
+                holders.add(queue_id)
+            if holders:
+                self._open[info.page_no] = holders
+            else:
+                self._delete_page(info.page_no, [a.record_id for k, v in acked.items()
+                                                 if k[1] == info.page_no for a in v])
+        self.address.paging = self.messages_paged > 0

@@ -1,0 +1,198 @@
+"""The broker's durable state as journal records (seed 004: the AMQ message store).
+
+Record types (the journal's `type` field; never reuse a number):
+
+| type | kind   | id           | payload                                              |
+|------|--------|--------------|------------------------------------------------------|
+| 1    | ADD    | address id   | JSON {"name", "routing_type"}                        |
+| 2    | ADD    | queue id     | JSON {"name", "address", "routing_type", "filter"}   |
+| 3    | ADD    | message id   | u16 queue count, u64 queue ids, encoded message      |
+| 4    | UPDATE | message id   | u64 queue id that acknowledged it (more queues left) |
+| 5    | ADD    | record id    | cursor ack: u64 queue id, u64 page, u32 ordinal      |
+| 6    | ADD    | record id    | cursor page complete: u64 queue id, u64 page         |
+
+The last queue's acknowledgement deletes the message record, so a spent data file holds
+no live record and the journal's cleanup can delete, archive or compact it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pagemq.storage.api import (
+    AddressRecord,
+    CursorAck,
+    CursorComplete,
+    QueueRecord,
+    Recovered,
+    RecoveredMessage,
+    StoreAck,
+    StoreMessage,
+    StoreOp,
+)
+from pagemq.storage.journal import Journal, OpKind
+from pagemq.storage.message_codec import decode_message, encode_message
+
+if TYPE_CHECKING:
+    from pagemq.core.message import Message
+
+_U16 = struct.Struct("<H")
+_U64 = struct.Struct("<Q")
+_CURSOR_ACK = struct.Struct("<QQI")
+_CURSOR_COMPLETE = struct.Struct("<QQ")
+
+
+class RecordType(enum.IntEnum):
+    ADDRESS = 1
+    QUEUE = 2
+    MESSAGE = 3
+    ACK = 4
+    CURSOR_ACK = 5
+    CURSOR_COMPLETE = 6
+
+
+def _message_payload(message: Message, queue_ids: tuple[int, ...]) -> bytes:
+    head = _U16.pack(len(queue_ids)) + b"".join(_U64.pack(q) for q in queue_ids)
+    address = message.address.encode()
+    return head + _U16.pack(len(address)) + address + encode_message(message)
+
+
+def _parse_message(payload: bytes) -> tuple[list[int], Message]:
+    (count,) = _U16.unpack_from(payload, 0)
+    offset = 2
+    queue_ids = [_U64.unpack_from(payload, offset + 8 * i)[0] for i in range(count)]
+    offset += 8 * count
+    (length,) = _U16.unpack_from(payload, offset)
+    offset += 2
+    address = payload[offset:offset + length].decode()
+    offset += length
+    return queue_ids, decode_message(memoryview(payload)[offset:], address)
+
+
+class JournalMessageStore:
+    """`MessageStore` over a `Journal`; see the record table in the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        file_size: int,
+        sync: bool = True,
+        archive_directory: Path | None = None,
+    ) -> None:
+        self.journal = Journal(
+            directory, file_size=file_size, sync=sync, archive_directory=archive_directory
+        )
+
+    def load(self) -> Recovered:
+        result = self.journal.load()
+        recovered = Recovered(max_id=result.max_id)
+        for record in result.records:
+            kind = record.type
+            if kind == RecordType.MESSAGE:
+                queue_ids, message = _parse_message(record.payload)
+                acked = {
+                    _U64.unpack(payload)[0]
+                    for update_type, payload in record.updates
+                    if update_type == RecordType.ACK
+                }
+                remaining = [q for q in queue_ids if q not in acked]
+                if remaining:
+                    recovered.messages.append(RecoveredMessage(message, remaining))
+            elif kind == RecordType.QUEUE:
+                data = json.loads(record.payload)
+                recovered.queues.append(
+                    QueueRecord(record.id, data["name"], data["address"], data["routing_type"],
+                                data.get("filter"))
+                )
+            elif kind == RecordType.ADDRESS:
+                data = json.loads(record.payload)
+                recovered.addresses.append(
+                    AddressRecord(record.id, data["name"], data["routing_type"])
+                )
+            elif kind == RecordType.CURSOR_ACK:
+                queue_id, page_no, ordinal = _CURSOR_ACK.unpack(record.payload)
+                recovered.cursor_acks.append(CursorAck(record.id, queue_id, page_no, ordinal))
+            elif kind == RecordType.CURSOR_COMPLETE:
+                queue_id, page_no = _CURSOR_COMPLETE.unpack(record.payload)
+                recovered.cursor_completes.append(CursorComplete(record.id, queue_id, page_no))
+        return recovered
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.journal.start(loop)
+
+    def add_address(self, record: AddressRecord) -> None:
+        payload = json.dumps({"name": record.name, "routing_type": record.routing_type})
+        self.journal.add(record.address_id, RecordType.ADDRESS, payload.encode(), sync=True)
+
+    def delete_address(self, address_id: int) -> None:
+        self.journal.delete(address_id, sync=True)
+
+    def add_queue(self, record: QueueRecord) -> None:
+        payload = json.dumps({
+            "name": record.name, "address": record.address,
+            "routing_type": record.routing_type, "filter": record.filter,
+        })
+        self.journal.add(record.queue_id, RecordType.QUEUE, payload.encode(), sync=True)
+
+    def delete_queue(self, queue_id: int) -> None:
+        self.journal.delete(queue_id, sync=True)
+
+    def store_message(
+        self, message: Message, queue_ids: tuple[int, ...], *, sync: bool
+    ) -> asyncio.Future[None] | None:
+        return self.journal.add(
+            message.message_id, RecordType.MESSAGE, _message_payload(message, queue_ids), sync=sync
+        )
+
+    def acknowledge(self, message_id: int, queue_id: int, *, last: bool) -> None:
+        if last:
+            self.journal.delete(message_id)
+        else:
+            self.journal.update(message_id, RecordType.ACK, _U64.pack(queue_id))
+
+    def transaction(self, ops: list[StoreOp], *, sync: bool) -> asyncio.Future[None] | None:
+        journal_ops = []
+        for op in ops:
+            if isinstance(op, StoreMessage):
+                journal_ops.append((
+                    OpKind.ADD, op.message.message_id, RecordType.MESSAGE,
+                    _message_payload(op.message, op.queue_ids),
+                ))
+            elif isinstance(op, StoreAck):
+                if op.last:
+                    journal_ops.append((OpKind.DELETE, op.message_id, 0, b""))
+                else:
+                    journal_ops.append(
+                        (OpKind.UPDATE, op.message_id, RecordType.ACK, _U64.pack(op.queue_id))
+                    )
+        return self.journal.transaction(journal_ops, sync=sync)
+
+    def cursor_ack(self, record: CursorAck) -> None:
+        payload = _CURSOR_ACK.pack(record.queue_id, record.page_no, record.ordinal)
+        self.journal.add(record.record_id, RecordType.CURSOR_ACK, payload)
+
+    def cursor_complete(self, record: CursorComplete) -> None:
+        payload = _CURSOR_COMPLETE.pack(record.queue_id, record.page_no)
+        self.journal.add(record.record_id, RecordType.CURSOR_COMPLETE, payload)
+
+    def delete_record(self, record_id: int) -> None:
+        self.journal.delete(record_id)
+
+    def flush(self) -> asyncio.Future[None]:
+        return self.journal.flush()
+
+    def cleanup(self) -> dict[str, int]:
+        report = self.journal.cleanup()
+        return dict(vars(report)) if hasattr(report, "__dict__") else dict(report)  # type: ignore[call-overload]
+
+    async def close(self) -> None:
+        await self.journal.close()
+
+    def stats(self) -> dict[str, int]:
+        return self.journal.stats()
