@@ -1,0 +1,150 @@
+"""Binary encoding of a `Message` for page files and the journal.
+
+Both stores keep the same bytes for a message, so a message moved between memory, journal
+and page files is never re-encoded differently. The address is not stored: it is implied by
+the page folder or the journal record that holds the message, and a message can be read
+back under another address name (e.g. after a move to a dead-letter address).
+
+Layout (format version 1, little-endian; see docs/formats/page.md, "Encoded message"):
+
+    offset  size  type  field            meaning
+    0       1     u8    version          codec format version, 1
+    1       1     u8    flags            bit 0: persistent; other bits 0
+    2       1     u8    priority         0..9
+    3       1     u8    reserved         0
+    4       8     u64   message_id       broker-wide message id
+    12      8     i64   expiration       ms since the epoch, 0 = never
+    20      8     i64   timestamp        ms since the epoch
+    28      2     u16   header_count     n
+    30      4     u32   header_bytes     length of the header text block
+    34      4     u32   body_length      length of the body
+    38      6n          lengths          n x (u16 key bytes, u32 value bytes)
+    38+6n   h           header text      key0 value0 key1 value1 ... (UTF-8)
+    ...     b           body             the message body
+
+Lengths come first, texts after, so decoding is one `struct` call for all lengths and one
+UTF-8 decode for all header text (sliced by character offsets when the text is ASCII, the
+common case) — this is what keeps decoding above 200k messages/s in CPython.
+"""
+
+from __future__ import annotations
+
+import struct
+from itertools import chain
+
+from pagemq.core.message import Message
+
+__all__ = ["CODEC_VERSION", "CodecError", "decode_message", "encode_message"]
+
+CODEC_VERSION = 1
+_PERSISTENT = 0x01
+
+_HEAD = struct.Struct("<BBBxQqqHII")
+assert _HEAD.size == 38
+
+_LENGTHS: dict[int, struct.Struct] = {}
+
+
+class CodecError(ValueError):
+    """The bytes are not an encoded message this codec can read (damaged or too new)."""
+
+
+def _lengths(count: int) -> struct.Struct:
+    """One cached Struct per header count: packing all lengths in one call is the fast path."""
+    layout = _LENGTHS.get(count)
+    if layout is None:
+        layout = _LENGTHS[count] = struct.Struct("<" + "HI" * count)
+    return layout
+
+
+def encode_message(msg: Message) -> bytes:
+    """The message's bytes; raises CodecError if a field cannot be represented."""
+    headers = msg.headers
+    text = "".join(chain.from_iterable(headers.items()))
+    if text.isascii():
+        lengths = [len(s) for s in chain.from_iterable(headers.items())]
+        blob = text.encode("ascii")
+    else:
+        parts = [s.encode("utf-8", "surrogatepass") for s in chain.from_iterable(headers.items())]
+        lengths = [len(part) for part in parts]
+        blob = b"".join(parts)
+    body = msg.body
+    try:
+        head = _HEAD.pack(
+            CODEC_VERSION,
+            _PERSISTENT if msg.persistent else 0,
+            msg.priority,
+            msg.message_id,
+            msg.expiration,
+            msg.timestamp,
+            len(headers),
+            len(blob),
+            len(body),
+        )
+        packed_lengths = _lengths(len(headers)).pack(*lengths)
+    except struct.error as exc:
+        raise CodecError(f"message {msg.message_id} cannot be encoded: {exc}") from exc
+    return b"".join((head, packed_lengths, blob, body))
+
+
+def decode_message(data: bytes | memoryview, address: str) -> Message:
+    """The message encoded in all of `data` (nothing may follow it), placed on `address`."""
+    if len(data) < _HEAD.size:
+        raise CodecError(f"encoded message too short: {len(data)} bytes")
+    version, flags, priority, message_id, expiration, timestamp, count, text_len, body_len = (
+        _HEAD.unpack_from(data, 0)
+    )
+    if version != CODEC_VERSION:
+        raise CodecError(f"unknown message codec version {version}")
+    layout = _lengths(count)
+    text_at = _HEAD.size + layout.size
+    body_at = text_at + text_len
+    if body_at + body_len != len(data):
+        raise CodecError(
+            f"encoded message {message_id}: fields describe {body_at + body_len} bytes, got {len(data)}"
+        )
+    lengths = layout.unpack_from(data, _HEAD.size)
+    if sum(lengths) != text_len:
+        raise CodecError(f"encoded message {message_id}: header lengths do not add up")
+    headers = _decode_headers(data[text_at:body_at], lengths)
+    body = bytes(data[body_at:])
+    return Message(
+        message_id,
+        address,
+        headers,
+        body,
+        persistent=bool(flags & _PERSISTENT),
+        priority=priority,
+        expiration=expiration,
+        timestamp=timestamp,
+    )
+
+
+def _decode_headers(raw: bytes | memoryview, lengths: tuple[int, ...]) -> dict[str, str]:
+    """Decode the text block once; byte lengths equal character lengths when it is ASCII."""
+    try:
+        text = str(raw, "utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise CodecError(f"header text is not UTF-8: {exc}") from exc
+    headers: dict[str, str] = {}
+    pos = 0
+    pairs = iter(lengths)
+    if len(text) == len(raw):
+        for key_len in pairs:
+            value_at = pos + key_len
+            end = value_at + next(pairs)
+            headers[text[pos:value_at]] = text[value_at:end]
+            pos = end
+        return headers
+    blob = bytes(raw)
+    for key_len in pairs:
+        value_at = pos + key_len
+        end = value_at + next(pairs)
+        try:
+            key = blob[pos:value_at].decode("utf-8", "surrogatepass")
+            value = blob[value_at:end].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            raise CodecError(f"header split inside a UTF-8 sequence: {exc}") from exc
+        headers[key] = value
+        pos = end
+    return headers
