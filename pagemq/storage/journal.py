@@ -1,0 +1,736 @@
+"""The append-only journal: rolling data files, a live-record index, recovery, cleanup.
+
+A generic record store in the manner of Artemis' `JournalImpl` and seed 004's AMQ message
+store: records are (id, type, payload); ADD, UPDATE and DELETE act on one id, TRANSACTION
+frames several ops so a crash keeps all or none. Byte layouts live in `records.py` and
+docs/formats/journal.md; batching and fsync in `group_commit.py`.
+
+Every op carries a journal-wide sequence number (seq). Replay merges all data files by
+seq, so the result does not depend on file order: that lets compaction write live records
+into a new, higher-numbered file next to the file still being appended to, and makes a
+replay that meets the same op twice (a compaction interrupted before its sources were
+removed) skip the copy.
+
+Which file may go (the index in `_DataFile`): a file is needed while it holds a live add
+or update, or a DELETE whose killed ADD still sits in another existing file (without the
+DELETE a replay would resurrect that record: `kills`). Compaction copies the live ops and
+those needed DELETEs out of sparse files, so one old unacknowledged message cannot pin
+every file after it (KahaDB's AMQ-3978).
+
+Threads: every public method except `close` is for the event loop thread only; the index
+is owned by that thread. The writer thread sees only bytes (`GroupCommitWriter`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pagemq.storage import records as rec
+from pagemq.storage.fileio import REAL_FILE_IO, FileIO
+from pagemq.storage.group_commit import GroupCommitWriter, JournalError
+from pagemq.storage.records import OpKind
+
+log = logging.getLogger("pagemq.journal")
+
+__all__ = [
+    "CleanupReport",
+    "DataFileInfo",
+    "DuplicateRecordError",
+    "Journal",
+    "JournalError",
+    "LiveRecord",
+    "LoadResult",
+    "Op",
+    "OpKind",
+    "UnknownRecordError",
+]
+
+Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
+# a compaction entry: (seq, kind, id, location of an add/update, file a DELETE shadows)
+_Entry = tuple[int, OpKind, int, "_Loc | None", int]
+_PAYLOAD_AT = rec.RECORD_HEADER.size
+_DENSE_READ = 64  # more payloads than this from one file: read the file whole
+
+
+class UnknownRecordError(LookupError):
+    """UPDATE or DELETE of an id that is not live: a caller bug, refused before any write."""
+
+
+class DuplicateRecordError(ValueError):
+    """ADD of an id that is already live."""
+
+
+@dataclass(slots=True)
+class LiveRecord:
+    id: int
+    type: int
+    payload: bytes
+    updates: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class LoadResult:
+    records: list[LiveRecord]
+    max_id: int
+    dropped: list[str]
+
+
+@dataclass
+class CleanupReport:
+    """Plain (not slotted) so callers can `vars()` it into a log line or JSON."""
+
+    deleted: int = 0
+    archived: int = 0
+    compacted_files: int = 0
+    compacted_records: int = 0
+    bytes_reclaimed: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DataFileInfo:
+    file_no: int
+    path: Path
+    size: int
+    ops: int
+    live: int
+    needed_deletes: int
+    first_seq: int
+    last_seq: int
+    compacted_from: tuple[int, ...] | None
+
+
+class _Loc:
+    """Where one add or update op sits; `payload` is kept only while loading."""
+
+    __slots__ = ("file_no", "length", "offset", "payload", "seq", "type")
+
+    def __init__(self, file_no: int, seq: int, type: int, offset: int, length: int,
+                 payload: bytes | None = None) -> None:
+        self.file_no, self.seq, self.type = file_no, seq, type
+        self.offset, self.length, self.payload = offset, length, payload
+
+
+class _Live:
+    __slots__ = ("add", "updates")
+
+    def __init__(self, add: _Loc) -> None:
+        self.add = add
+        self.updates: list[_Loc] = []
+
+
+class _DataFile:
+    """Per-file bookkeeping that decides when the file may be deleted or compacted."""
+
+    __slots__ = ("compacted_from", "file_no", "first_seq", "killed_seq", "killers", "kills",
+                 "last_seq", "live", "ops", "path", "size")
+
+    def __init__(self, file_no: int, path: Path, size: int, first_seq: int) -> None:
+        self.file_no, self.path, self.size = file_no, path, size
+        self.first_seq = first_seq
+        self.last_seq = first_seq - 1
+        self.ops = 0
+        self.live = 0  # live add and update ops
+        self.killed_seq = 0  # newest DELETE that killed an op here: it must be durable first
+        self.kills: dict[int, list[tuple[int, int]]] = {}  # file -> (seq, id) of needed DELETEs
+        self.killers: set[int] = set()  # files whose `kills` point here
+        self.compacted_from: tuple[int, ...] | None = None
+
+    def needed(self) -> int:
+        return self.live + sum(len(entries) for entries in self.kills.values())
+
+
+class Journal:
+    """Records in rolling data files; see the module docstring for the design."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        file_size: int = 32 * 1024 * 1024,
+        sync: bool = True,
+        archive_directory: Path | None = None,
+        fileio: FileIO = REAL_FILE_IO,
+        compact_min_live_ratio: float = 0.3,
+    ) -> None:
+        self.directory = Path(directory)
+        self.file_size = file_size
+        self.sync = sync
+        self.archive_directory = archive_directory
+        self.compact_min_live_ratio = compact_min_live_ratio
+        self._fileio = fileio
+        self._files: dict[int, _DataFile] = {}
+        self._records: dict[int, _Live] = {}
+        self._cur: _DataFile | None = None
+        self._next_seq = 1
+        self._next_file_no = 1
+        self._loaded = False
+        self._closed = False
+        self._stale: list[Path] = []
+        self._counters = {"records_written": 0, "compactions": 0, "files_deleted": 0,
+                          "files_archived": 0}
+        self._writer = self._new_writer(0)
+
+    def _new_writer(self, durable_seq: int) -> GroupCommitWriter:
+        return GroupCommitWriter(self._fileio, self.directory, self._path,
+                                 sync=self.sync, durable_seq=durable_seq)
+
+    def _path(self, file_no: int) -> Path:
+        return self.directory / rec.file_name(file_no)
+
+    # ----- recovery ---------------------------------------------------------------------
+    def load(self, *, repair: bool = True) -> LoadResult:
+        """Recovery by replay (seed 004; Artemis `JournalImpl.load`, ZODB `fsrecover`).
+
+        1. Remove temp files of unfinished compactions: their sources are still intact.
+        2. Open every data file: check its header, read its first record (a compaction
+           marker names the files that file replaced).
+        3. Finish compactions whose sources are still present: retire those sources.
+        4. Replay the ops of every remaining file, merged by seq, into the index.
+        5. Cut a torn tail off the newest appended file; report any other damage.
+        6. Number new files and seqs above everything seen.
+        `repair=False` (for `pagemq data print`) changes no byte: it skips steps 1, 3
+        (replaced sources are left out of the replay, as after step 3) and the cut in 5.
+        """
+        dropped: list[str] = []
+        if repair:
+            self._fileio.makedirs(self.directory)
+        self._remove_temp_files(repair)  # 1
+        opened, damaged = self._open_files(dropped)  # 2
+        opened = self._finish_compactions(opened, repair)  # 3
+        max_id, max_seq = self._replay(opened)  # 4
+        self._report_damage(opened, damaged, dropped, repair)  # 5
+        self._next_seq = max_seq + 1  # 6
+        self._loaded = True
+        self._writer = self._new_writer(max_seq)
+        records = sorted(self._records.items(), key=lambda item: item[1].add.seq)
+        result = LoadResult(
+            [LiveRecord(id, live.add.type, live.add.payload or b"",
+                        [(u.type, u.payload or b"") for u in live.updates]) for id, live in records],
+            max_id, dropped)
+        for _id, live in records:
+            for loc in (live.add, *live.updates):
+                loc.payload = None
+        return result
+
+    def _note_number(self, file_no: int) -> None:
+        self._next_file_no = max(self._next_file_no, file_no + 1)
+
+    def _remove_temp_files(self, repair: bool) -> None:
+        for path in self._fileio.list(self.directory, rec.TEMP_SUFFIX):
+            file_no = rec.parse_file_number(path.name)
+            if file_no is not None:
+                self._note_number(file_no)
+            if repair:
+                log.warning("journal: removing %s, left by a compaction that did not finish "
+                            "(its source files are intact)", path)
+                self._fileio.remove(path)
+
+    def _open_files(self, dropped: list[str]) -> tuple[list[_Opened], list[rec.FileScan]]:
+        opened: list[_Opened] = []
+        damaged: list[rec.FileScan] = []
+        for path in self._fileio.list(self.directory, rec.FILE_SUFFIX):
+            file_no = rec.parse_file_number(path.name)
+            if file_no is None:
+                log.warning("journal: ignoring %s: not a journal file name", path)
+                dropped.append(f"{path.name}: not a journal file name; ignored")
+                continue
+            self._note_number(file_no)
+            scan = rec.FileScan(path, self._fileio.size(path))
+            records = rec.scan_file(self._fileio, path, scan)
+            first = next(records, None)
+            if scan.header is not None and scan.header.file_no != file_no:
+                scan.error = rec.CorruptRecord(f"header says file {scan.header.file_no}", 0)
+                scan.header = None
+            if scan.header is None:
+                damaged.append(scan)
+                continue
+            for source in scan.sources or ():
+                self._note_number(source)
+            opened.append(_Opened(file_no, scan, first, records))
+        return opened, damaged
+
+    def _finish_compactions(self, opened: list[_Opened], repair: bool) -> list[_Opened]:
+        replaced = {source: o.file_no for o in opened for source in o.scan.sources or ()}
+        keep = []
+        for o in opened:
+            by = replaced.get(o.file_no)
+            if by is None or by == o.file_no:
+                keep.append(o)
+            elif repair:
+                log.warning("journal: finishing an interrupted compaction: %s was replaced by %s",
+                            o.scan.path.name, rec.file_name(by))
+                self._retire(o.scan.path, CleanupReport())
+        return keep
+
+    def _replay(self, opened: list[_Opened]) -> tuple[int, int]:
+        max_id = max_seq = 0
+        for o in opened:
+            assert o.scan.header is not None
+            file = _DataFile(o.file_no, o.scan.path, o.scan.size, o.scan.header.base_seq)
+            file.compacted_from = o.scan.sources
+            self._files[o.file_no] = file
+            max_seq = max(max_seq, o.scan.header.base_seq - 1)
+        previous = 0
+        for seq, file_no, op in heapq.merge(*(o.ops() for o in opened)):
+            if seq == previous:
+                log.warning("journal: op seq %d met twice (in %s); replaying it once",
+                            seq, rec.file_name(file_no))
+                continue
+            previous = seq
+            max_seq = max(max_seq, seq)
+            max_id = max(max_id, op.id)
+            self._replay_op(self._files[file_no], op)
+        for file in self._files.values():
+            self._note_number(file.file_no)
+        return max_id, max_seq
+
+    def _replay_op(self, file: _DataFile, op: rec.ScannedOp) -> None:
+        live = self._records.get(op.id)
+        if op.kind == OpKind.ADD:
+            if live is not None:
+                log.warning("journal: record %d added again at seq %d without a delete; "
+                            "the later add wins", op.id, op.seq)
+                self._kill(live, op.seq)
+            self._apply_add(file, op.seq, op.id, op.type, op.payload_offset, len(op.payload), op.payload)
+        elif live is None:
+            # an update or delete whose add was in a file cleanup already removed
+            file.ops += 1
+            file.last_seq = op.seq
+        else:
+            self._apply(file, op.seq, op.kind, op.id, op.type, op.payload_offset, len(op.payload),
+                        op.payload)
+
+    def _report_damage(self, opened: list[_Opened], damaged: list[rec.FileScan],
+                       dropped: list[str], repair: bool) -> None:
+        """Only the newest appended-to file can hold a torn tail; cut it. Report the rest."""
+        appended = [o.file_no for o in opened if o.scan.sources is None]
+        newest = max([*appended, *(rec.parse_file_number(s.path.name) or 0 for s in damaged)], default=0)
+        for o in opened:
+            scan = o.scan
+            if scan.error is None:
+                continue
+            lost = scan.size - scan.good_end
+            if o.file_no == newest and scan.torn:
+                message = (f"{scan.path.name}: torn tail at offset {scan.good_end}: "
+                           f"{lost} bytes dropped ({scan.error})")
+                if repair:
+                    self._fileio.truncate(scan.path, scan.good_end)
+                    self._files[o.file_no].size = scan.good_end
+            else:
+                message = (f"{scan.path.name}: damaged record at offset {scan.error.offset} "
+                           f"({scan.error}); the {lost} bytes from there on are skipped")
+            log.warning("journal: %s", message)
+            dropped.append(message)
+        for scan in damaged:
+            torn = rec.parse_file_number(scan.path.name) == newest and scan.size < rec.FILE_HEADER.size
+            if torn and repair:
+                self._fileio.remove(scan.path)
+            message = (f"{scan.path.name}: " + ("file created but its header never written; removed"
+                       if torn else f"unreadable file header ({scan.error}); whole file skipped"))
+            log.warning("journal: %s", message)
+            dropped.append(message)
+
+    # ----- appends (event loop thread) --------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the group-commit writer thread; appends are accepted from now on."""
+        if not self._loaded:
+            raise RuntimeError("Journal.load() must run before start()")
+        self._writer.start(loop)
+
+    def add(self, id: int, type: int, payload: bytes, *, sync: bool = False) -> asyncio.Future[None] | None:
+        if id in self._records:
+            raise DuplicateRecordError(f"journal record {id} is already live")
+        seq = self._next_seq
+        data = rec.AddRecord(seq, id, type, payload).encode()
+        file, offset = self._place(len(data))
+        self._apply_add(file, seq, id, type, offset + _PAYLOAD_AT, len(payload))
+        return self._append(file, data, seq, sync)
+
+    def update(
+        self, id: int, type: int, payload: bytes, *, sync: bool = False
+    ) -> asyncio.Future[None] | None:
+        if id not in self._records:
+            raise UnknownRecordError(f"journal record {id} is not live: cannot update it")
+        seq = self._next_seq
+        data = rec.UpdateRecord(seq, id, type, payload).encode()
+        file, offset = self._place(len(data))
+        self._apply_update(file, seq, id, type, offset + _PAYLOAD_AT, len(payload))
+        return self._append(file, data, seq, sync)
+
+    def delete(self, id: int, *, sync: bool = False) -> asyncio.Future[None] | None:
+        if id not in self._records:
+            raise UnknownRecordError(f"journal record {id} is not live: cannot delete it")
+        seq = self._next_seq
+        data = rec.DeleteRecord(seq, id).encode()
+        file, _offset = self._place(len(data))
+        self._apply_delete(file, seq, id)
+        return self._append(file, data, seq, sync)
+
+    def transaction(self, ops: Sequence[Op], *, sync: bool = False) -> asyncio.Future[None] | None:
+        """All ops in one framed record: after a crash, all of them or none."""
+        if not ops:
+            return self.flush() if sync else None
+        self._check_transaction(ops)
+        seq = self._next_seq
+        record = rec.TransactionRecord(seq, tuple(
+            rec.TxOp(OpKind(kind), id, type if kind != OpKind.DELETE else 0,
+                     payload if kind != OpKind.DELETE else b"")
+            for kind, id, type, payload in ops))
+        data = record.encode()
+        file, offset = self._place(len(data))
+        for i, (op, rel) in enumerate(zip(record.ops, record.payload_offsets(), strict=True)):
+            self._apply(file, seq + i, op.kind, op.id, op.type, offset + rel, len(op.payload))
+        return self._append(file, data, seq + len(ops) - 1, sync)
+
+    def _check_transaction(self, ops: Sequence[Op]) -> None:
+        """Refuse the whole transaction before writing anything if one op is invalid."""
+        added: set[int] = set()
+        deleted: set[int] = set()
+        for kind, id, _type, _payload in ops:
+            exists = id in added or (id in self._records and id not in deleted)
+            if kind == OpKind.ADD:
+                if exists:
+                    raise DuplicateRecordError(f"transaction adds record {id}, which is already live")
+                added.add(id)
+                deleted.discard(id)
+            elif not exists:
+                raise UnknownRecordError(f"transaction refers to record {id}, which is not live")
+            elif kind == OpKind.DELETE:
+                deleted.add(id)
+                added.discard(id)
+
+    def flush(self) -> asyncio.Future[None]:
+        """Resolves once everything appended so far is durable."""
+        return self._writer.flush_future()
+
+    def _place(self, length: int) -> tuple[_DataFile, int]:
+        """Pick the file and offset for a record, rolling to a new file when it would not fit.
+
+        A record larger than `file_size` gets a file of its own.
+        """
+        cur = self._cur
+        if cur is None or (cur.size + length > self.file_size and cur.size > rec.FILE_HEADER.size):
+            cur = self._roll()
+        offset = cur.size
+        cur.size += length
+        return cur, offset
+
+    def _roll(self) -> _DataFile:
+        file_no = self._next_file_no
+        self._next_file_no += 1
+        header = rec.FileHeader(file_no, self._next_seq).encode()
+        self._writer.append(file_no, header, self._next_seq - 1, sync=False)
+        self._cur = self._files[file_no] = _DataFile(file_no, self._path(file_no), len(header),
+                                                     self._next_seq)
+        return self._cur
+
+    def _append(self, file: _DataFile, data: bytes, last: int, sync: bool) -> asyncio.Future[None] | None:
+        self._next_seq = last + 1
+        self._counters["records_written"] += 1
+        return self._writer.append(file.file_no, data, last, sync=sync)
+
+    # ----- the index (shared by appends and replay) -------------------------------------
+    def _apply(self, file: _DataFile, seq: int, kind: OpKind, id: int, type: int, offset: int,
+               length: int, payload: bytes | None = None) -> None:
+        if kind == OpKind.ADD:
+            self._apply_add(file, seq, id, type, offset, length, payload)
+        elif kind == OpKind.UPDATE:
+            self._apply_update(file, seq, id, type, offset, length, payload)
+        else:
+            self._apply_delete(file, seq, id)
+
+    def _apply_add(self, file: _DataFile, seq: int, id: int, type: int, offset: int, length: int,
+                   payload: bytes | None = None) -> None:
+        self._records[id] = _Live(_Loc(file.file_no, seq, type, offset, length, payload))
+        file.ops += 1
+        file.live += 1
+        file.last_seq = seq
+
+    def _apply_update(self, file: _DataFile, seq: int, id: int, type: int, offset: int, length: int,
+                      payload: bytes | None = None) -> None:
+        self._records[id].updates.append(_Loc(file.file_no, seq, type, offset, length, payload))
+        file.ops += 1
+        file.live += 1
+        file.last_seq = seq
+
+    def _apply_delete(self, file: _DataFile, seq: int, id: int) -> None:
+        live = self._records.pop(id)
+        file.ops += 1
+        file.last_seq = seq
+        self._kill(live, seq)
+        add_file = live.add.file_no
+        if add_file != file.file_no:
+            file.kills.setdefault(add_file, []).append((seq, id))
+            self._files[add_file].killers.add(file.file_no)
+
+    def _kill(self, live: _Live, seq: int) -> None:
+        for loc in (live.add, *live.updates):
+            target = self._files[loc.file_no]
+            target.live -= 1
+            target.killed_seq = seq
+
+    # ----- cleanup (event loop thread) --------------------------------------------------
+    def cleanup(self) -> CleanupReport:
+        """Delete or archive spent files, compact sparse ones, then delete what that freed."""
+        report = CleanupReport()
+        self._retry_stale(report)
+        self._remove_spent(report)
+        if self._compact(report):
+            self._remove_spent(report)
+        return report
+
+    # ----- compaction -------------------------------------------------------------------
+    def _compact(self, report: CleanupReport) -> bool:
+        """Copy the live ops and needed DELETEs of sparse files into one new file.
+
+        Crash-safe by ordering: the new file is written under a temp name and fsynced, then
+        renamed into place, and only then are its sources retired. Its first record names
+        the sources, so a load after a crash between rename and retirement finishes the
+        job, and a temp file left by a crash before the rename is simply removed. Ops keep
+        their seqs, so replay order is right wherever the new file sits.
+        """
+        sources = self._pick_sparse()
+        if not sources:
+            return False
+        entries = self._gather(sources)
+        file_no = self._next_file_no
+        self._next_file_no += 1
+        base_seq = min(f.first_seq for f in sources)
+        try:
+            size, offsets = self._write_compacted(file_no, base_seq, sources, entries)
+        except OSError as exc:
+            log.error("journal compaction of %s failed: %s; those files stay as they are",
+                      ", ".join(f.path.name for f in sources), exc)
+            report.errors += 1
+            with contextlib.suppress(OSError):
+                self._fileio.remove(self.directory / rec.temp_name(file_no))
+            return False
+        self._install(file_no, size, base_seq, sources, entries, offsets)
+        for source in sources:
+            self._forget(source)
+            self._retire(source.path, report, size=source.size)
+        report.bytes_reclaimed -= size
+        report.compacted_files += len(sources)
+        report.compacted_records += len(entries)
+        self._counters["compactions"] += 1
+        self._sync_directories(report)
+        return True
+
+    def _pick_sparse(self) -> list[_DataFile]:
+        """Files whose needed ops are under the ratio, oldest first, about one file's worth."""
+        picked: list[_DataFile] = []
+        planned = 0
+        for file in sorted(self._files.values(), key=lambda f: f.file_no):
+            needed = file.needed()
+            if not needed or needed >= self.compact_min_live_ratio * file.ops or not self._settled(file):
+                continue
+            estimate = file.size * needed // file.ops
+            if picked and planned + estimate > self.file_size:
+                break
+            picked.append(file)
+            planned += estimate
+        return picked
+
+    def _gather(self, sources: list[_DataFile]) -> list[_Entry]:
+        """Live adds and updates in the sources, and DELETEs still shadowing other files."""
+        numbers = {f.file_no for f in sources}
+        entries: list[_Entry] = []
+        for id, live in self._records.items():
+            if live.add.file_no in numbers:
+                entries.append((live.add.seq, OpKind.ADD, id, live.add, 0))
+            entries.extend((u.seq, OpKind.UPDATE, id, u, 0) for u in live.updates if u.file_no in numbers)
+        for file in sources:
+            for target, kills in file.kills.items():
+                if target not in numbers:
+                    entries.extend((seq, OpKind.DELETE, id, None, target) for seq, id in kills)
+        entries.sort(key=lambda entry: entry[0])
+        return entries
+
+    def _read_payloads(self, entries: list[_Entry]) -> dict[tuple[int, int], bytes]:
+        by_file: dict[int, list[_Loc]] = {}
+        for _seq, _kind, _id, loc, _target in entries:
+            if loc is not None:
+                by_file.setdefault(loc.file_no, []).append(loc)
+        payloads: dict[tuple[int, int], bytes] = {}
+        for file_no, locs in by_file.items():
+            path = self._files[file_no].path
+            if len(locs) > _DENSE_READ:
+                data = self._fileio.read_bytes(path)
+                for loc in locs:
+                    payloads[file_no, loc.offset] = data[loc.offset:loc.offset + loc.length]
+            else:
+                for loc in locs:
+                    payloads[file_no, loc.offset] = self._fileio.read_range(path, loc.offset, loc.length)
+        return payloads
+
+    def _write_compacted(self, file_no: int, base_seq: int, sources: list[_DataFile],
+                         entries: list[_Entry]) -> tuple[int, list[int]]:
+        """Write, fsync and rename the compacted file; returns its size and payload offsets."""
+        payloads = self._read_payloads(entries)
+        chunks = [rec.FileHeader(file_no, base_seq).encode(),
+                  rec.CompactedRecord(tuple(sorted(f.file_no for f in sources))).encode()]
+        position = sum(len(chunk) for chunk in chunks)
+        offsets = []
+        for seq, kind, id, loc, _target in entries:
+            if loc is None:
+                data = rec.DeleteRecord(seq, id).encode()
+            else:
+                payload = payloads[loc.file_no, loc.offset]
+                codec = rec.AddRecord if kind == OpKind.ADD else rec.UpdateRecord
+                data = codec(seq, id, loc.type, payload).encode()
+            offsets.append(position + _PAYLOAD_AT)
+            chunks.append(data)
+            position += len(data)
+        temp = self.directory / rec.temp_name(file_no)
+        handle = self._fileio.open_append(temp)
+        try:
+            handle.write(b"".join(chunks))
+            handle.fsync()
+        finally:
+            handle.close()
+        self._fileio.rename(temp, self._path(file_no))
+        return position, offsets
+
+    def _install(self, file_no: int, size: int, base_seq: int, sources: list[_DataFile],
+                 entries: list[_Entry], offsets: list[int]) -> None:
+        """Point the index at the compacted copies."""
+        compacted = _DataFile(file_no, self._path(file_no), size, base_seq)
+        compacted.compacted_from = tuple(sorted(f.file_no for f in sources))
+        self._files[file_no] = compacted
+        for (seq, _kind, id, loc, target), offset in zip(entries, offsets, strict=True):
+            compacted.ops += 1
+            compacted.last_seq = seq
+            if loc is None:
+                compacted.kills.setdefault(target, []).append((seq, id))
+                self._files[target].killers.add(file_no)
+            else:
+                loc.file_no, loc.offset = file_no, offset
+                compacted.live += 1
+
+    def _settled(self, file: _DataFile) -> bool:
+        """Not being appended to, and every op in it or killing it is durable."""
+        durable = self._writer.durable_seq
+        return file is not self._cur and file.last_seq <= durable and file.killed_seq <= durable
+
+    def _remove_spent(self, report: CleanupReport) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for file in sorted(self._files.values(), key=lambda f: f.file_no):
+                if file.live == 0 and not file.kills and self._settled(file):
+                    self._forget(file)
+                    self._retire(file.path, report, size=file.size)
+                    changed = True
+        if report.deleted or report.archived:
+            self._sync_directories(report)
+
+    def _forget(self, file: _DataFile) -> None:
+        """Drop a file from the index; DELETEs elsewhere that only shadowed it stop mattering."""
+        del self._files[file.file_no]
+        for killer in file.killers:
+            holder = self._files.get(killer)
+            if holder is not None:
+                holder.kills.pop(file.file_no, None)
+        for target in file.kills:
+            held = self._files.get(target)
+            if held is not None:
+                held.killers.discard(file.file_no)
+
+    def _retire(self, path: Path, report: CleanupReport, *, size: int = 0) -> bool:
+        """Delete a data file, or move it into the archive directory (archive-data-logs)."""
+        try:
+            if self.archive_directory is not None:
+                self._fileio.makedirs(self.archive_directory)
+                self._fileio.rename(path, self.archive_directory / path.name)
+                report.archived += 1
+                self._counters["files_archived"] += 1
+            else:
+                self._fileio.remove(path)
+                report.deleted += 1
+                self._counters["files_deleted"] += 1
+        except OSError as exc:
+            log.error("journal cleanup: cannot %s %s: %s; will retry",
+                      "archive" if self.archive_directory else "delete", path, exc)
+            report.errors += 1
+            self._stale.append(path)
+            return False
+        report.bytes_reclaimed += size
+        return True
+
+    def _retry_stale(self, report: CleanupReport) -> None:
+        stale, self._stale = self._stale, []
+        for path in stale:
+            self._retire(path, report)
+
+    def _sync_directories(self, report: CleanupReport) -> None:
+        directories = [self.directory]
+        if self.archive_directory is not None and report.archived:
+            directories.append(self.archive_directory)
+        for directory in directories:
+            try:
+                self._fileio.fsync_directory(directory)
+            except OSError as exc:
+                log.error("journal cleanup: cannot fsync directory %s: %s", directory, exc)
+                report.errors += 1
+
+    # ----- shutdown and introspection ---------------------------------------------------
+    async def close(self) -> None:
+        """Flush, stop the writer thread, close files. A failed journal closes quietly:
+        its failure was logged and handed to every waiting future when it happened."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer.running:
+            with contextlib.suppress(JournalError):
+                await self._writer.flush_future()
+        await self._writer.stop()
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "files": len(self._files),
+            "bytes": sum(file.size for file in self._files.values()),
+            "records_written": self._counters["records_written"],
+            "flushes": self._writer.flushes,
+            "batches": self._writer.batches,
+            "pending_bytes": self._writer.pending_bytes,
+            "live_records": len(self._records),
+            "compactions": self._counters["compactions"],
+            "files_deleted": self._counters["files_deleted"],
+            "files_archived": self._counters["files_archived"],
+        }
+
+    def files(self) -> list[DataFileInfo]:
+        """Per-file index summary, for `pagemq data print` and tests."""
+        return [
+            DataFileInfo(f.file_no, f.path, f.size, f.ops, f.live,
+                         sum(len(e) for e in f.kills.values()), f.first_seq, f.last_seq,
+                         f.compacted_from)
+            for f in sorted(self._files.values(), key=lambda f: f.file_no)
+        ]
+
+
+
+class _Opened:
+    """A data file being replayed: its scan state and the rest of its records."""
+
+    __slots__ = ("file_no", "first", "records", "scan")
+
+    def __init__(self, file_no: int, scan: rec.FileScan, first: tuple[int, rec.Record] | None,
+                 records: Iterator[tuple[int, rec.Record]]) -> None:
+        self.file_no, self.scan, self.first, self.records = file_no, scan, first, records
+
+    def ops(self) -> Iterator[tuple[int, int, rec.ScannedOp]]:
+        """(seq, file_no, op): heapq.merge orders by seq; seqs never tie within a file."""
+        if self.first is not None:
+            for op in rec.record_ops(self.first[1], self.first[0]):
+                yield op.seq, self.file_no, op
+        for offset, record in self.records:
+            for op in rec.record_ops(record, offset):
+                yield op.seq, self.file_no, op

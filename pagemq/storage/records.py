@@ -1,0 +1,434 @@
+"""Journal byte layouts: the only module that packs or unpacks journal bytes.
+
+Every byte is described in docs/formats/journal.md; change both together (a golden test
+compares an encoded record with the hex printed there). The design follows Artemis'
+journal (`JournalImpl`, `dataformat/JournalAddRecord` etc.: one codec per record kind, a
+kind byte that is never reused) and ZODB's `FileStorage/format.py` (the layout is written
+down next to the code). Unlike Artemis, whose records end in a size check, each record
+here ends in a CRC32 over header and payload, so a torn or flipped byte is detected.
+
+`scan_file` reads a data file through a `FileIO` in bounded chunks and yields its records
+in order, stopping at the first damaged byte and saying where and why; recovery
+(`journal.py`) and `pagemq data print` (`journal_print.py`) both read files through it.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pagemq.storage.fileio import FileIO
+
+MAGIC = b"PGMQJRNL"
+FORMAT_VERSION = 1
+FILE_SUFFIX = ".jnl"
+TEMP_SUFFIX = ".jnl.cmp"
+_NAME_PREFIX = "pagemq-"
+_NAME_DIGITS = 10
+
+# magic, format version, flags (reserved, 0), file number, base seq, CRC32 of bytes 0..27
+FILE_HEADER = struct.Struct("<8sHHQQI")
+assert FILE_HEADER.size == 32
+# kind, payload length, seq, id, type — followed by the payload, then CRC32 (RECORD_CRC)
+RECORD_HEADER = struct.Struct("<BIQQH")
+assert RECORD_HEADER.size == 23
+RECORD_CRC = struct.Struct("<I")
+assert RECORD_CRC.size == 4
+RECORD_OVERHEAD = RECORD_HEADER.size + RECORD_CRC.size
+# one operation inside a TRANSACTION payload: kind, id, type, payload length
+OP_HEADER = struct.Struct("<BQHI")
+assert OP_HEADER.size == 15
+COUNT = struct.Struct("<I")
+assert COUNT.size == 4
+FILE_NUMBER = struct.Struct("<Q")
+assert FILE_NUMBER.size == 8
+
+MAX_TYPE = 0xFFFF
+MAX_ID = 0xFFFF_FFFF_FFFF_FFFF
+_SCAN_CHUNK = 4 * 1024 * 1024
+
+
+class RecordKind(enum.IntEnum):
+    """The first byte of every record. Never reuse a value; add new ones at the end."""
+
+    ADD = 1
+    UPDATE = 2
+    DELETE = 3
+    TRANSACTION = 4
+    COMPACTED = 5
+
+
+class OpKind(enum.IntEnum):
+    """What one operation does; the values equal the matching `RecordKind`."""
+
+    ADD = 1
+    UPDATE = 2
+    DELETE = 3
+
+
+class RecordError(ValueError):
+    """Bytes that are not a valid record; `offset` is where the bad record starts."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(f"{message} at offset {offset}")
+        self.offset = offset
+
+
+class TornRecord(RecordError):
+    """The data ends inside a record: what an interrupted append leaves behind."""
+
+
+class CorruptRecord(RecordError):
+    """A complete-looking record whose bytes are wrong (bad CRC, unknown kind, bad seq)."""
+
+
+def file_name(file_no: int) -> str:
+    return f"{_NAME_PREFIX}{file_no:0{_NAME_DIGITS}d}{FILE_SUFFIX}"
+
+
+def temp_name(file_no: int) -> str:
+    return f"{_NAME_PREFIX}{file_no:0{_NAME_DIGITS}d}{TEMP_SUFFIX}"
+
+
+def parse_file_number(name: str) -> int | None:
+    """Zero-padded numbers make name order equal number order; None for a foreign name."""
+    digits = name[len(_NAME_PREFIX):len(_NAME_PREFIX) + _NAME_DIGITS]
+    rest = name[len(_NAME_PREFIX) + _NAME_DIGITS:]
+    if not name.startswith(_NAME_PREFIX) or not digits.isdigit() or rest not in (FILE_SUFFIX, TEMP_SUFFIX):
+        return None
+    return int(digits)
+
+
+def _check_fields(id: int, type: int) -> None:
+    if not 0 <= id <= MAX_ID:
+        raise ValueError(f"record id {id} is outside 0..2**64-1")
+    if not 0 <= type <= MAX_TYPE:
+        raise ValueError(f"record type {type} is outside 0..65535")
+
+
+def _frame(kind: RecordKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
+    header = RECORD_HEADER.pack(kind, len(payload), seq, id, type)
+    crc = zlib.crc32(payload, zlib.crc32(header))
+    return b"".join((header, payload, RECORD_CRC.pack(crc)))
+
+
+@dataclass(frozen=True, slots=True)
+class FileHeader:
+    """Starts every data file; `base_seq` is at or below every seq the file holds."""
+
+    file_no: int
+    base_seq: int
+    version: int = FORMAT_VERSION
+
+    def encode(self) -> bytes:
+        head = FILE_HEADER.pack(MAGIC, self.version, 0, self.file_no, self.base_seq, 0)
+        body = head[:FILE_HEADER.size - RECORD_CRC.size]
+        return body + RECORD_CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def decode(cls, data: bytes) -> FileHeader:
+        if len(data) < FILE_HEADER.size:
+            raise TornRecord(f"file header needs {FILE_HEADER.size} bytes, file has {len(data)}", 0)
+        magic, version, _flags, file_no, base_seq, crc = FILE_HEADER.unpack_from(data, 0)
+        if magic != MAGIC:
+            raise CorruptRecord(f"bad file magic {magic!r}", 0)
+        if zlib.crc32(data[:FILE_HEADER.size - RECORD_CRC.size]) != crc:
+            raise CorruptRecord("bad file header CRC", 0)
+        if version != FORMAT_VERSION:
+            raise CorruptRecord(f"unsupported format version {version}", 0)
+        return cls(file_no, base_seq, version)
+
+
+@dataclass(frozen=True, slots=True)
+class AddRecord:
+    seq: int
+    id: int
+    type: int
+    payload: bytes
+
+    def encode(self) -> bytes:
+        _check_fields(self.id, self.type)
+        return _frame(RecordKind.ADD, self.seq, self.id, self.type, self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRecord:
+    seq: int
+    id: int
+    type: int
+    payload: bytes
+
+    def encode(self) -> bytes:
+        _check_fields(self.id, self.type)
+        return _frame(RecordKind.UPDATE, self.seq, self.id, self.type, self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecord:
+    seq: int
+    id: int
+
+    def encode(self) -> bytes:
+        _check_fields(self.id, 0)
+        return _frame(RecordKind.DELETE, self.seq, self.id, 0, b"")
+
+
+@dataclass(frozen=True, slots=True)
+class TxOp:
+    """One operation of a transaction; DELETE carries type 0 and an empty payload."""
+
+    kind: OpKind
+    id: int
+    type: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRecord:
+    """All-or-nothing: one CRC covers every op. Op i has seq `seq + i`."""
+
+    seq: int
+    ops: tuple[TxOp, ...]
+
+    def encode(self) -> bytes:
+        parts = [COUNT.pack(len(self.ops))]
+        for op in self.ops:
+            _check_fields(op.id, op.type)
+            parts.append(OP_HEADER.pack(op.kind, op.id, op.type, len(op.payload)))
+            parts.append(op.payload)
+        return _frame(RecordKind.TRANSACTION, self.seq, 0, 0, b"".join(parts))
+
+    def payload_offsets(self) -> list[int]:
+        """Where each op's payload starts, relative to the record's first byte."""
+        offsets = []
+        position = RECORD_HEADER.size + COUNT.size
+        for op in self.ops:
+            position += OP_HEADER.size
+            offsets.append(position)
+            position += len(op.payload)
+        return offsets
+
+    @staticmethod
+    def decode_ops(payload: bytes, offset: int) -> tuple[TxOp, ...]:
+        if len(payload) < COUNT.size:
+            raise CorruptRecord("transaction payload shorter than its op count", offset)
+        (count,) = COUNT.unpack_from(payload, 0)
+        position = COUNT.size
+        ops = []
+        for _ in range(count):
+            if position + OP_HEADER.size > len(payload):
+                raise CorruptRecord("transaction op header overruns the record", offset)
+            kind, id, type, length = OP_HEADER.unpack_from(payload, position)
+            position += OP_HEADER.size
+            if kind not in _OP_KINDS or position + length > len(payload):
+                raise CorruptRecord(f"bad transaction op (kind {kind}, length {length})", offset)
+            ops.append(TxOp(OpKind(kind), id, type, payload[position:position + length]))
+            position += length
+        if position != len(payload):
+            raise CorruptRecord("transaction payload has trailing bytes", offset)
+        return tuple(ops)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactedRecord:
+    """First record of a compacted file: the files it replaces (seq 0, id 0, type 0)."""
+
+    sources: tuple[int, ...]
+
+    def encode(self) -> bytes:
+        payload = COUNT.pack(len(self.sources)) + b"".join(FILE_NUMBER.pack(n) for n in self.sources)
+        return _frame(RecordKind.COMPACTED, 0, 0, 0, payload)
+
+    @staticmethod
+    def decode_sources(payload: bytes, offset: int) -> tuple[int, ...]:
+        if len(payload) < COUNT.size:
+            raise CorruptRecord("compaction marker shorter than its count", offset)
+        (count,) = COUNT.unpack_from(payload, 0)
+        if len(payload) != COUNT.size + count * FILE_NUMBER.size:
+            raise CorruptRecord("compaction marker length does not match its count", offset)
+        return tuple(FILE_NUMBER.unpack_from(payload, COUNT.size + i * FILE_NUMBER.size)[0]
+                     for i in range(count))
+
+
+Record = AddRecord | UpdateRecord | DeleteRecord | TransactionRecord | CompactedRecord
+_OP_KINDS = frozenset(int(k) for k in OpKind)
+_KINDS = frozenset(int(k) for k in RecordKind)
+_DATA_KINDS = _OP_KINDS | {int(RecordKind.TRANSACTION)}
+_SEQ_PROBE_WINDOW = 1 << 40
+
+
+def decode_record(data: bytes, offset: int) -> tuple[Record, int]:
+    """Decode the record at `offset`; returns it and the offset just past it."""
+    if offset + RECORD_HEADER.size > len(data):
+        raise TornRecord(f"record header cut short ({len(data) - offset} bytes)", offset)
+    kind, length, seq, id, type = RECORD_HEADER.unpack_from(data, offset)
+    if kind not in _KINDS:
+        raise CorruptRecord(f"unknown record kind {kind}", offset)
+    end = offset + RECORD_OVERHEAD + length
+    if end > len(data):
+        raise TornRecord(f"record of {RECORD_OVERHEAD + length} bytes cut short "
+                         f"({len(data) - offset} bytes)", offset)
+    body_end = end - RECORD_CRC.size
+    (crc,) = RECORD_CRC.unpack_from(data, body_end)
+    if zlib.crc32(memoryview(data)[offset:body_end]) != crc:
+        raise CorruptRecord("bad record CRC", offset)
+    payload = data[offset + RECORD_HEADER.size:body_end]
+    return _build(RecordKind(kind), seq, id, type, payload, offset), end
+
+
+def _build(kind: RecordKind, seq: int, id: int, type: int, payload: bytes, offset: int) -> Record:
+    if kind is RecordKind.ADD:
+        return AddRecord(seq, id, type, payload)
+    if kind is RecordKind.UPDATE:
+        return UpdateRecord(seq, id, type, payload)
+    if kind is RecordKind.DELETE:
+        return DeleteRecord(seq, id)
+    if kind is RecordKind.TRANSACTION:
+        return TransactionRecord(seq, TransactionRecord.decode_ops(payload, offset))
+    return CompactedRecord(CompactedRecord.decode_sources(payload, offset))
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedOp:
+    """One add/update/delete as replay sees it, whether framed alone or in a transaction."""
+
+    seq: int
+    kind: OpKind
+    id: int
+    type: int
+    payload: bytes
+    payload_offset: int  # in the file, so compaction can re-read the payload
+
+
+def record_ops(record: Record, offset: int) -> list[ScannedOp]:
+    """Flatten a record at file offset `offset` into the ops it carries (none for a marker)."""
+    if isinstance(record, AddRecord | UpdateRecord):
+        kind = OpKind.ADD if isinstance(record, AddRecord) else OpKind.UPDATE
+        return [ScannedOp(record.seq, kind, record.id, record.type, record.payload,
+                          offset + RECORD_HEADER.size)]
+    if isinstance(record, DeleteRecord):
+        return [ScannedOp(record.seq, OpKind.DELETE, record.id, 0, b"", offset + RECORD_HEADER.size)]
+    if isinstance(record, TransactionRecord):
+        return [ScannedOp(record.seq + i, op.kind, op.id, op.type, op.payload, offset + rel)
+                for i, (op, rel) in enumerate(zip(record.ops, record.payload_offsets(), strict=True))]
+    return []
+
+
+def last_seq(record: Record) -> int:
+    """The highest op seq a record uses; the next record must start above it."""
+    if isinstance(record, TransactionRecord):
+        return record.seq + max(len(record.ops), 1) - 1
+    if isinstance(record, CompactedRecord):
+        return 0
+    return record.seq
+
+
+@dataclass(slots=True)
+class FileScan:
+    """What `scan_file` found: the header, where good data ends, and why it stopped."""
+
+    path: Path
+    size: int
+    header: FileHeader | None = None
+    good_end: int = 0
+    error: RecordError | None = None
+    valid_record_after_error: bool = False
+    sources: tuple[int, ...] | None = None  # set when the file is a compaction result
+
+    @property
+    def torn(self) -> bool:
+        """True when nothing valid follows the damage: an interrupted append, not rot."""
+        return self.error is not None and not self.valid_record_after_error
+
+
+def scan_file(fileio: FileIO, path: Path, scan: FileScan) -> Iterator[tuple[int, Record]]:
+    """Yield (offset, record) in file order until the end or the first damage.
+
+    Steps: (1) read and check the file header; (2) read records in turn, each whole and
+    CRC-checked, its seq above the previous record's; (3) on damage set `scan.error` and
+    look ahead for any later valid record, so recovery can tell a torn tail (nothing valid
+    follows: safe to cut) from damage in the middle (valid data follows: keep the bytes).
+    """
+    reader = _ChunkReader(fileio, path, scan.size)
+    try:
+        scan.header = FileHeader.decode(reader.read(0, FILE_HEADER.size))
+    except RecordError as exc:
+        scan.error = exc
+        return
+    offset = scan.good_end = FILE_HEADER.size
+    floor = scan.header.base_seq - 1
+    while offset < scan.size:
+        try:
+            record, end = reader.record(offset)
+            floor = _check_order(record, offset, floor, scan)
+        except RecordError as exc:
+            scan.error = exc
+            scan.valid_record_after_error = reader.valid_record_after(offset, floor)
+            return
+        yield offset, record
+        offset = scan.good_end = end
+
+
+def _check_order(record: Record, offset: int, floor: int, scan: FileScan) -> int:
+    """Seqs rise strictly within a file; a compaction marker may only come first."""
+    if isinstance(record, CompactedRecord):
+        if offset != FILE_HEADER.size:
+            raise CorruptRecord("compaction marker after the first record", offset)
+        scan.sources = record.sources
+        return floor
+    if record.seq <= floor:
+        raise CorruptRecord(f"seq {record.seq} not above previous {floor}", offset)
+    return last_seq(record)
+
+
+class _ChunkReader:
+    """Reads a file through FileIO in chunks so a 32 MiB file never sits in memory twice."""
+
+    def __init__(self, fileio: FileIO, path: Path, size: int) -> None:
+        self._fileio = fileio
+        self._path = path
+        self._size = size
+        self._start = 0
+        self._buf = b""
+
+    def read(self, offset: int, length: int) -> bytes:
+        end = min(offset + length, self._size)
+        if offset < self._start or end > self._start + len(self._buf):
+            want = max(end - offset, _SCAN_CHUNK)
+            self._buf = self._fileio.read_range(self._path, offset, want)
+            self._start = offset
+        return self._buf[offset - self._start:end - self._start]
+
+    def record(self, offset: int) -> tuple[Record, int]:
+        head = self.read(offset, RECORD_HEADER.size)
+        if len(head) < RECORD_HEADER.size:
+            raise TornRecord(f"record header cut short ({len(head)} bytes)", offset)
+        length = RECORD_HEADER.unpack_from(head, 0)[1]
+        if offset + RECORD_OVERHEAD + length > self._size:
+            raise TornRecord(f"record of {RECORD_OVERHEAD + length} bytes cut short "
+                             f"({self._size - offset} bytes)", offset)
+        record, end = decode_record(self.read(offset, RECORD_OVERHEAD + length), 0)
+        return record, offset + end
+
+    def valid_record_after(self, offset: int, floor: int) -> bool:
+        """Probe later offsets for a record that decodes and continues the seq order.
+
+        A header must pass cheap checks (data kind, seq just above `floor`, length within
+        the file) before its CRC is computed, so probing garbage stays linear.
+        """
+        for candidate in range(offset + 1, self._size - RECORD_OVERHEAD + 1):
+            head = self.read(candidate, RECORD_HEADER.size)
+            kind, length, seq, _id, _type = RECORD_HEADER.unpack_from(head, 0)
+            if (kind not in _DATA_KINDS or not floor < seq <= floor + _SEQ_PROBE_WINDOW
+                    or candidate + RECORD_OVERHEAD + length > self._size):
+                continue
+            try:
+                self.record(candidate)
+            except RecordError:
+                continue
+            return True
+        return False
