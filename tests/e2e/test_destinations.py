@@ -1,0 +1,184 @@
+"""Destinations: /queue/, /topic/, bare names, auto-create, multicast, durable subscriptions."""
+
+from __future__ import annotations
+
+from brokerproc import bodies, unique
+
+
+def test_bare_name_is_the_same_queue_as_queue_prefix(broker, stomp_client, queue_name):
+    client = stomp_client(broker)
+    client.subscribe(f"/queue/{queue_name}")
+    client.send(queue_name, "bare", receipt=True)
+    client.send(f"/queue/{queue_name}", "prefixed", receipt=True)
+    assert sorted(bodies(client.wait_for(2))) == ["bare", "prefixed"]
+
+
+def test_consumer_on_bare_name_receives_from_queue_prefix(broker, stomp_client, queue_name):
+    client = stomp_client(broker)
+    client.subscribe(queue_name)
+    client.send(f"/queue/{queue_name}", "hello", receipt=True)
+    assert bodies(client.wait_for(1)) == ["hello"]
+
+
+def test_queue_and_address_are_created_on_first_send(broker, stomp_client, queue_name):
+    assert broker.http_get(f"/api/queues/{queue_name}")[0] == 404
+    stomp_client(broker).send(f"/queue/{queue_name}", "x", receipt=True)
+    queue = broker.queue(queue_name)
+    assert (queue["name"], queue["address"], queue["routing_type"]) == (queue_name, queue_name, "anycast")
+    address = broker.address(queue_name)
+    assert address["routing_type"] == "anycast"
+    assert address["queues"] == [queue_name]
+
+
+def test_queue_is_created_on_first_subscribe(broker, stomp_client, queue_name):
+    stomp_client(broker).subscribe(f"/queue/{queue_name}")
+    assert broker.queue(queue_name)["consumers"] == 1
+
+
+def test_topic_address_is_multicast(broker, stomp_client, queue_name):
+    stomp_client(broker).subscribe(f"/topic/{queue_name}")
+    assert broker.address(queue_name)["routing_type"] == "multicast"
+
+
+def test_every_topic_subscriber_gets_each_message(broker, stomp_client, queue_name):
+    first, second = stomp_client(broker), stomp_client(broker)
+    first.subscribe(f"/topic/{queue_name}")
+    second.subscribe(f"/topic/{queue_name}")
+    producer = stomp_client(broker)
+    for n in range(5):
+        producer.send(f"/topic/{queue_name}", f"m{n}", receipt=True)
+    expected = [f"m{n}" for n in range(5)]
+    assert bodies(first.wait_for(5)) == expected
+    assert bodies(second.wait_for(5)) == expected
+    assert first.messages[0].headers["destination"] == f"/topic/{queue_name}"
+
+
+def test_two_subscriptions_on_one_connection_each_get_topic_messages(broker, stomp_client, queue_name):
+    client = stomp_client(broker)
+    sub_a = client.subscribe(f"/topic/{queue_name}")
+    sub_b = client.subscribe(f"/topic/{queue_name}")
+    client.send(f"/topic/{queue_name}", "fan-out", receipt=True)
+    frames = client.wait_for(2)
+    assert sorted(f.headers["subscription"] for f in frames) == sorted([sub_a, sub_b])
+    client.listener.assert_no_more(2)
+
+
+def test_topic_message_without_subscribers_is_not_kept_for_later_ones(broker, stomp_client, queue_name):
+    producer = stomp_client(broker)
+    producer.send(f"/topic/{queue_name}", "nobody listens", receipt=True)
+    late = stomp_client(broker)
+    late.subscribe(f"/topic/{queue_name}")
+    producer.send(f"/topic/{queue_name}", "now someone does", receipt=True)
+    assert bodies(late.wait_for(1)) == ["now someone does"]
+    late.listener.assert_no_more(1)
+
+
+def test_two_consumers_on_a_queue_share_messages_round_robin(broker, stomp_client, queue_name):
+    first, second = stomp_client(broker), stomp_client(broker)
+    first.subscribe(f"/queue/{queue_name}")
+    second.subscribe(f"/queue/{queue_name}")
+    producer = stomp_client(broker)
+    for n in range(10):
+        producer.send(f"/queue/{queue_name}", str(n), receipt=(n == 9))
+    got_first = first.wait_for(5)
+    got_second = second.wait_for(5)
+    first.listener.assert_no_more(5, within=0.3)
+    second.listener.assert_no_more(5, within=0)
+    assert sorted(bodies(got_first) + bodies(got_second), key=int) == [str(n) for n in range(10)]
+    assert bodies(got_first) == sorted(bodies(got_first), key=int), "each consumer sees queue order"
+
+
+def test_queue_message_goes_to_one_consumer_only(broker, stomp_client, queue_name):
+    first, second = stomp_client(broker), stomp_client(broker)
+    first.subscribe(f"/queue/{queue_name}")
+    second.subscribe(f"/queue/{queue_name}")
+    stomp_client(broker).send(f"/queue/{queue_name}", "once", receipt=True)
+    first.listener.wait(lambda: len(first.messages) + len(second.messages) >= 1, 5, "one delivery")
+    first.listener.assert_no_more(len(first.messages), within=0.5)
+    assert len(first.messages) + len(second.messages) == 1
+
+
+# -- durable topic subscriptions ------------------------------------------------------------
+
+
+def _durable(broker, stomp_client, client_id, topic, name, header="durable-subscription-name"):
+    client = stomp_client(broker, client_id=client_id)
+    sub = client.subscribe(f"/topic/{topic}", ack="client-individual", headers={header: name})
+    return client, sub
+
+
+def test_durable_subscription_keeps_receiving_while_the_subscriber_is_away(broker, stomp_client, queue_name):
+    client_id, sub_name = unique("client"), "audit"
+    subscriber, _ = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    subscriber.disconnect()
+    producer = stomp_client(broker)
+    for n in range(3):
+        producer.send(f"/topic/{queue_name}", f"while away {n}", receipt=True)
+    queue = broker.queue(f"{client_id}.{sub_name}")
+    assert queue["messages"] == 3
+    assert queue["address"] == queue_name
+    assert queue["routing_type"] == "multicast"
+    assert queue["durable"] is True
+
+    back, _ = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    assert bodies(back.wait_for(3)) == [f"while away {n}" for n in range(3)]
+
+
+def test_activemq_subscription_name_header_makes_a_durable_subscription(broker, stomp_client, queue_name):
+    client_id, sub_name = unique("client"), "legacy"
+    header = "activemq.subscriptionName"
+    subscriber, _ = _durable(broker, stomp_client, client_id, queue_name, sub_name, header)
+    subscriber.disconnect()
+    stomp_client(broker).send(f"/topic/{queue_name}", "kept", receipt=True)
+    assert broker.queue(f"{client_id}.{sub_name}")["messages"] == 1
+    back, _ = _durable(broker, stomp_client, client_id, queue_name, sub_name, header)
+    assert bodies(back.wait_for(1)) == ["kept"]
+
+
+def test_non_durable_topic_subscription_is_gone_after_disconnect(broker, stomp_client, queue_name):
+    subscriber = stomp_client(broker)
+    subscriber.subscribe(f"/topic/{queue_name}")
+    assert len(broker.address(queue_name)["queues"]) == 1
+    subscriber.disconnect()
+    producer = stomp_client(broker)
+    producer.send(f"/topic/{queue_name}", "lost", receipt=True)
+    status, address = broker.http_get(f"/api/addresses/{queue_name}")
+    assert status == 404 or (address["queues"], address["messages"]) == ([], 0), address
+
+
+def test_unsubscribe_with_durable_headers_removes_the_subscription(broker, stomp_client, queue_name):
+    client_id, sub_name = unique("client"), "gone"
+    subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    subscriber.unsubscribe(sub, headers={"durable-subscription-name": sub_name})
+    status, body = broker.http_get(f"/api/queues/{client_id}.{sub_name}")
+    assert status == 404, body
+    subscriber.disconnect()
+    stomp_client(broker).send(f"/topic/{queue_name}", "after unsubscribe", receipt=True)
+    back, _ = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    back.listener.assert_no_more(0)
+
+
+def test_plain_unsubscribe_keeps_the_durable_subscription(broker, stomp_client, queue_name):
+    client_id, sub_name = unique("client"), "stays"
+    subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    subscriber.unsubscribe(sub)
+    stomp_client(broker).send(f"/topic/{queue_name}", "still kept", receipt=True)
+    assert broker.queue(f"{client_id}.{sub_name}")["messages"] == 1
+
+
+def test_durable_subscription_survives_restart_with_persistent_messages(start_broker, stomp_client):
+    proc = start_broker()
+    topic, client_id, sub_name = unique("topic"), unique("client"), "restart"
+    subscriber, _ = _durable(proc, stomp_client, client_id, topic, sub_name)
+    subscriber.disconnect()
+    producer = stomp_client(proc)
+    for n in range(3):
+        producer.send(f"/topic/{topic}", f"durable {n}", headers={"persistent": "true"}, receipt=True)
+    producer.disconnect()
+    proc.restart()
+    assert proc.queue(f"{client_id}.{sub_name}")["messages"] == 3
+    producer = stomp_client(proc)
+    producer.send(f"/topic/{topic}", "after restart", headers={"persistent": "true"}, receipt=True)
+    back, _ = _durable(proc, stomp_client, client_id, topic, sub_name)
+    assert bodies(back.wait_for(4)) == [f"durable {n}" for n in range(3)] + ["after restart"]
+    back.disconnect()
