@@ -811,6 +811,14 @@ def broker_still_serves(port: int, timeout: float = WAIT) -> None:
         client.disconnect()
 
 
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run `pagemq ARGS...` to completion (bounded); stdout and stderr captured as text."""
+    return subprocess.run(
+        [PAGEMQ, *args], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )
+
+
 def now_ms() -> int:
     """Milliseconds since the epoch (the unit of the STOMP `expires` header)."""
     return int(time.time() * 1000)

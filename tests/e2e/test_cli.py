@@ -1,0 +1,131 @@
+"""The `pagemq` command line: config errors (exit 2, one line naming the key), clean
+shutdown on SIGTERM/SIGINT, `pagemq data print`."""
+
+from __future__ import annotations
+
+import signal
+import socket
+
+import pytest
+from brokerproc import HOST, free_port, run_cli, to_toml
+
+
+def _serve_with_config(tmp_path, config_text: str, *extra: str):
+    config = tmp_path / "pagemq.toml"
+    config.write_text(config_text)
+    return run_cli(
+        "serve", "--config", str(config), "--data-dir", str(tmp_path / "data"),
+        "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}", *extra,
+        cwd=tmp_path, timeout=20,
+    )
+
+
+def _one_line_error(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one error line, got:\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"broker": {"global-max-sise": "1MiB"}}, "global-max-sise"),
+        ({"stomp": {"max-frame-sise": "1MiB"}}, "max-frame-sise"),
+        ({"address-settings": {"orders.#": {"max-sise-bytes": 10}}}, "max-sise-bytes"),
+        ({"bogus-section": {"a": 1}}, "bogus-section"),
+    ],
+    ids=["broker", "stomp", "address-settings", "section"],
+)
+def test_unknown_config_key_exits_2_with_one_line_naming_the_key(tmp_path, config, key):
+    result = _serve_with_config(tmp_path, to_toml(config))
+    assert result.returncode == 2, result.stderr
+    assert key in _one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"broker": {"global-max-size": "12 parsecs"}}, "global-max-size"),
+        ({"stomp": {"max-frame-size": "lots"}}, "max-frame-size"),
+        ({"address-settings": {"#": {"page-size-bytes": "1.5GiB"}}}, "page-size-bytes"),
+    ],
+    ids=["global-max-size", "max-frame-size", "page-size-bytes"],
+)
+def test_bad_size_exits_2_with_one_line_naming_the_key(tmp_path, config, key):
+    result = _serve_with_config(tmp_path, to_toml(config))
+    assert result.returncode == 2, result.stderr
+    assert key in _one_line_error(result)
+
+
+def test_bad_duration_exits_2_naming_the_key(tmp_path):
+    result = _serve_with_config(tmp_path, to_toml({"broker": {"disk-scan-period": "soon"}}))
+    assert result.returncode == 2, result.stderr
+    assert "disk-scan-period" in _one_line_error(result)
+
+
+def test_bad_policy_exits_2_naming_the_key(tmp_path):
+    config = {"address-settings": {"#": {"address-full-policy": "SHRUG"}}}
+    result = _serve_with_config(tmp_path, to_toml(config))
+    assert result.returncode == 2, result.stderr
+    assert "address-full-policy" in _one_line_error(result)
+
+
+def test_invalid_toml_exits_2(tmp_path):
+    result = _serve_with_config(tmp_path, "[broker\nglobal-max-size = \n")
+    assert result.returncode == 2, result.stderr
+    _one_line_error(result)
+
+
+def test_bad_stomp_flag_exits_2_naming_it(tmp_path):
+    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--stomp", "no-port-here",
+                     "--http", f"{HOST}:{free_port()}", cwd=tmp_path, timeout=20)
+    assert result.returncode == 2, result.stderr
+    assert "stomp" in _one_line_error(result)
+
+
+def test_missing_config_file_exits_2(tmp_path):
+    result = run_cli("serve", "--config", str(tmp_path / "nope.toml"), "--data-dir", str(tmp_path / "data"),
+                     "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}",
+                     cwd=tmp_path, timeout=20)
+    assert result.returncode == 2, result.stderr
+    assert "nope.toml" in _one_line_error(result)
+
+
+def test_listeners_accept_as_soon_as_ready_is_logged(start_broker):
+    proc = start_broker()
+    for port in (proc.stomp_port, proc.http_port):
+        socket.create_connection((HOST, port), timeout=2).close()
+    assert sum("ready" in line for line in proc.log_lines) == 1
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_shuts_down_with_exit_0_and_no_traceback(start_broker, stomp_client, queue_name, signum):
+    proc = start_broker()
+    busy = stomp_client(proc)
+    busy.subscribe(f"/queue/{queue_name}", ack="client-individual")
+    busy.send(f"/queue/{queue_name}", "in flight", headers={"persistent": "true"}, receipt=True)
+    busy.wait_for(1)
+    proc.proc.send_signal(signum)
+    proc.proc.wait(15)
+    assert proc.stop() == 0, proc.log_tail()
+    assert not proc.tracebacks(), proc.log_tail()
+
+
+def test_data_print_shows_journal_files_without_a_running_broker(start_broker, stomp_client, queue_name):
+    proc = start_broker()
+    producer = stomp_client(proc)
+    for n in range(5):
+        producer.send(f"/queue/{queue_name}", f"p{n}", headers={"persistent": "true"}, receipt=True)
+    producer.drop()
+    proc.kill()
+
+    result = run_cli("data", "print", "--data-dir", str(proc.data_dir))
+    assert result.returncode == 0, result.stderr
+    assert "journal" in result.stdout.lower()
+    journal_files = [p.name for p in (proc.data_dir / "journal").iterdir() if p.is_file()]
+    assert journal_files, "no journal file on disk after persistent sends"
+    assert any(name in result.stdout for name in journal_files), result.stdout
+
+    narrowed = run_cli("data", "print", "--data-dir", str(proc.data_dir), "--address", queue_name)
+    assert narrowed.returncode == 0, narrowed.stderr
