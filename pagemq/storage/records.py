@@ -75,6 +75,7 @@ class RecordError(ValueError):
 
     def __init__(self, message: str, offset: int) -> None:
         super().__init__(f"{message} at offset {offset}")
+        self.reason = message
         self.offset = offset
 
 
@@ -411,7 +412,10 @@ class _ChunkReader:
         if offset + RECORD_OVERHEAD + length > self._size:
             raise TornRecord(f"record of {RECORD_OVERHEAD + length} bytes cut short "
                              f"({self._size - offset} bytes)", offset)
-        record, end = decode_record(self.read(offset, RECORD_OVERHEAD + length), 0)
+        try:
+            record, end = decode_record(self.read(offset, RECORD_OVERHEAD + length), 0)
+        except RecordError as exc:  # re-anchor the offset from the chunk to the file
+            raise type(exc)(exc.reason, offset) from None
         return record, offset + end
 
     def valid_record_after(self, offset: int, floor: int) -> bool:

@@ -1,0 +1,156 @@
+"""Journal record codecs: the bytes match docs/formats/journal.md, and decode inverts encode."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from pathlib import Path
+
+import pytest
+
+from pagemq.storage import records as rec
+from pagemq.storage.fileio import REAL_FILE_IO
+from pagemq.storage.records import OpKind
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "formats" / "journal.md"
+
+
+def doc_example(title: str) -> bytes:
+    """The hex block that follows the line starting with `title` in the format document."""
+    text = DOC.read_text()
+    match = re.search(re.escape(title) + r".*?\n```\n(.*?)```", text, re.S)
+    assert match is not None, f"no example {title!r} in {DOC}"
+    return bytes.fromhex(match.group(1).replace("\n", " "))
+
+
+GOLDEN = [
+    ("Example, file 1, base seq 1", rec.FileHeader(1, 1)),
+    ("ADD seq 1, id 42", rec.AddRecord(1, 42, 3, b"hello")),
+    ("UPDATE seq 2, id 42", rec.UpdateRecord(2, 42, 4, b"\x07")),
+    ("DELETE seq 3, id 42", rec.DeleteRecord(3, 42)),
+    ("TRANSACTION seq 4", rec.TransactionRecord(4, (
+        rec.TxOp(OpKind.ADD, 43, 3, b"hi"), rec.TxOp(OpKind.DELETE, 42, 0, b"")))),
+    ("COMPACTED, replacing files 1 and 2", rec.CompactedRecord((1, 2))),
+]
+
+
+@pytest.mark.parametrize(("title", "record"), GOLDEN, ids=[title for title, _ in GOLDEN])
+def test_encoding_matches_the_hex_in_the_format_document(title: str, record: object) -> None:
+    assert record.encode() == doc_example(title)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("title", "record"), GOLDEN[1:], ids=[title for title, _ in GOLDEN[1:]])
+def test_decode_inverts_encode(title: str, record: rec.Record) -> None:
+    data = record.encode()
+    decoded, end = rec.decode_record(data, 0)
+    assert decoded == record
+    assert end == len(data)
+
+
+def test_file_header_round_trip_and_crc() -> None:
+    data = rec.FileHeader(7, 1234).encode()
+    assert rec.FileHeader.decode(data) == rec.FileHeader(7, 1234)
+    bad = bytearray(data)
+    bad[13] ^= 1
+    with pytest.raises(rec.CorruptRecord):
+        rec.FileHeader.decode(bytes(bad))
+    with pytest.raises(rec.TornRecord):
+        rec.FileHeader.decode(data[:10])
+
+
+def test_record_crc_covers_header_and_payload() -> None:
+    data = rec.AddRecord(1, 42, 3, b"hello").encode()
+    body = data[:-4]
+    assert int.from_bytes(data[-4:], "little") == zlib.crc32(body)
+    for i in range(len(data)):
+        flipped = bytearray(data)
+        flipped[i] ^= 0x40
+        with pytest.raises(rec.RecordError):
+            rec.decode_record(bytes(flipped), 0)
+
+
+def test_a_cut_record_is_torn_not_corrupt() -> None:
+    data = rec.AddRecord(1, 42, 3, b"hello").encode()
+    for cut in range(len(data)):
+        with pytest.raises(rec.TornRecord):
+            rec.decode_record(data[:cut], 0)
+
+
+def test_unknown_kind_is_corrupt() -> None:
+    data = bytearray(rec.DeleteRecord(1, 1).encode())
+    data[0] = 200
+    with pytest.raises(rec.CorruptRecord, match="unknown record kind 200"):
+        rec.decode_record(bytes(data), 0)
+
+
+def test_transaction_ops_get_consecutive_seqs_and_file_offsets() -> None:
+    record = rec.TransactionRecord(10, (
+        rec.TxOp(OpKind.ADD, 1, 5, b"aaa"), rec.TxOp(OpKind.UPDATE, 2, 6, b"bb"),
+        rec.TxOp(OpKind.DELETE, 3, 0, b"")))
+    data = record.encode()
+    ops = rec.record_ops(record, 100)
+    assert [(op.seq, op.kind, op.id) for op in ops] == [
+        (10, OpKind.ADD, 1), (11, OpKind.UPDATE, 2), (12, OpKind.DELETE, 3)]
+    for op in ops[:2]:
+        start = op.payload_offset - 100
+        assert data[start:start + len(op.payload)] == op.payload
+    assert rec.last_seq(record) == 12
+
+
+def test_fields_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match="type"):
+        rec.AddRecord(1, 1, 70000, b"").encode()
+    with pytest.raises(ValueError, match="id"):
+        rec.AddRecord(1, -1, 1, b"").encode()
+
+
+def test_record_kind_values_are_fixed() -> None:
+    """Kind bytes are on disk: renumbering one would misread every existing journal."""
+    assert {k.name: k.value for k in rec.RecordKind} == {
+        "ADD": 1, "UPDATE": 2, "DELETE": 3, "TRANSACTION": 4, "COMPACTED": 5}
+    assert {k.name: k.value for k in OpKind} == {"ADD": 1, "UPDATE": 2, "DELETE": 3}
+
+
+def test_file_names_sort_by_number() -> None:
+    names = [rec.file_name(n) for n in (10, 2, 1)]
+    assert sorted(names) == [rec.file_name(1), rec.file_name(2), rec.file_name(10)]
+    assert rec.parse_file_number(rec.file_name(12345)) == 12345
+    assert rec.parse_file_number(rec.temp_name(9)) == 9
+    assert rec.parse_file_number("pagemq-x.jnl") is None
+
+
+def _write(path: Path, *chunks: bytes) -> None:
+    path.write_bytes(b"".join(chunks))
+
+
+def test_scan_file_yields_records_and_stops_at_damage(tmp_path: Path) -> None:
+    path = tmp_path / rec.file_name(1)
+    good = [rec.AddRecord(1, 1, 1, b"a").encode(), rec.AddRecord(2, 2, 1, b"b").encode()]
+    _write(path, rec.FileHeader(1, 1).encode(), *good, b"\x01\x00garbage")
+    scan = rec.FileScan(path, path.stat().st_size)
+    found = list(rec.scan_file(REAL_FILE_IO, path, scan))
+    assert [r.id for _, r in found] == [1, 2]  # type: ignore[union-attr]
+    assert scan.good_end == 32 + len(good[0]) + len(good[1])
+    assert scan.error is not None
+    assert scan.torn
+
+
+def test_scan_file_tells_damage_with_valid_records_after_from_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / rec.file_name(1)
+    first, second = rec.AddRecord(1, 1, 1, b"aaaa").encode(), rec.AddRecord(2, 2, 1, b"bb").encode()
+    damaged = bytearray(first)
+    damaged[25] ^= 0xFF
+    _write(path, rec.FileHeader(1, 1).encode(), bytes(damaged), second)
+    scan = rec.FileScan(path, path.stat().st_size)
+    assert list(rec.scan_file(REAL_FILE_IO, path, scan)) == []
+    assert scan.error is not None and scan.error.offset == 32
+    assert not scan.torn
+
+
+def test_scan_file_refuses_falling_seqs(tmp_path: Path) -> None:
+    path = tmp_path / rec.file_name(1)
+    _write(path, rec.FileHeader(1, 1).encode(), rec.AddRecord(5, 1, 1, b"").encode(),
+           rec.AddRecord(5, 2, 1, b"").encode())
+    scan = rec.FileScan(path, path.stat().st_size)
+    assert len(list(rec.scan_file(REAL_FILE_IO, path, scan))) == 1
+    assert "seq 5 not above previous 5" in str(scan.error)
