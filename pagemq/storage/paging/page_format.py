@@ -1,0 +1,397 @@
+"""Bytes of page files and their summary sidecars; the only module that packs them.
+
+The byte tables live in docs/formats/page.md (a golden test keeps the two in step). In short:
+
+- a page file `000000001.page` is a 24-byte file header, then frames;
+- a frame is `u32 length, u32 crc32(body), body`; the body is one record: a MESSAGE entry, or
+  a BATCH of entries written as one frame so a crash keeps all of a transaction or none;
+- a summary `000000001.summary` is written when the page is closed: counts, ids, per-queue
+  counts, a sparse ordinal -> offset index and the caller's selector-summary blob, so opening
+  a store reads summaries only (Artemis rescans every page at start: ARTEMIS-4065).
+
+Unlike Artemis' `{ size body }` framing (PageReadWriter.java), every frame carries a CRC, so
+a torn or damaged tail is found, not decoded as a message.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "FILE_HEADER",
+    "FORMAT_VERSION",
+    "FRAME_HEADER",
+    "INDEX_EVERY_BYTES",
+    "PAGE_MAGIC",
+    "SUMMARY_MAGIC",
+    "FrameError",
+    "PageScan",
+    "PageSummaryRecord",
+    "PagedRecord",
+    "RecordType",
+    "decode_file_header",
+    "encode_file_header",
+    "encode_frame",
+    "folder_name",
+    "iter_frames",
+    "page_file_name",
+    "page_number",
+    "scan_page",
+    "summary_file_name",
+]
+
+PAGE_MAGIC = b"PMQP"
+SUMMARY_MAGIC = b"PMQS"
+FORMAT_VERSION = 1
+PAGE_SUFFIX = ".page"
+SUMMARY_SUFFIX = ".summary"
+# A frame longer than this is damage, not data: it stops a scan from trusting a wild length.
+MAX_FRAME = 1 << 31
+# The summary keeps one (ordinal, offset) pair per this many bytes of page, so a reader
+# resuming mid-page seeks instead of decoding everything before its position.
+INDEX_EVERY_BYTES = 256 * 1024
+PERSISTENT = 0x01
+
+FILE_HEADER = struct.Struct("<4sHHQII")      # magic, version, header size, page no, flags, crc
+FRAME_HEADER = struct.Struct("<II")          # body length, crc32 of body
+ENTRY_HEAD = struct.Struct("<BQHI")          # flags, message id, queue count, message length
+BATCH_COUNT = struct.Struct("<I")
+SUMMARY_HEAD = struct.Struct("<4sHHQQIIQQIIIII")
+QUEUE_ENTRY = struct.Struct("<QII")          # queue id, records, persistent records
+INDEX_ENTRY = struct.Struct("<IQ")           # ordinal, byte offset of the frame
+CRC = struct.Struct("<I")
+NO_SELECTOR_SUMMARY = 0xFFFFFFFF
+assert FILE_HEADER.size == 24
+assert FRAME_HEADER.size == 8
+assert ENTRY_HEAD.size == 15
+assert SUMMARY_HEAD.size == 68
+assert QUEUE_ENTRY.size == 16
+assert INDEX_ENTRY.size == 12
+
+_QUEUE_IDS: dict[int, struct.Struct] = {}
+
+
+class RecordType(enum.IntEnum):
+    """First byte of a frame body. Numbers are never reused."""
+
+    MESSAGE = 1
+    BATCH = 2
+
+
+class FrameError(ValueError):
+    """Bytes that are not a complete, intact frame (torn tail or damage)."""
+
+
+@dataclass(slots=True)
+class PagedRecord:
+    """One paged message: one copy per address, listing every queue it was routed to.
+
+    `message` is the `message_codec` encoding; the page store never looks inside it.
+    """
+
+    message_id: int
+    queue_ids: tuple[int, ...]
+    persistent: bool
+    message: bytes
+
+
+def _queue_ids(count: int) -> struct.Struct:
+    layout = _QUEUE_IDS.get(count)
+    if layout is None:
+        layout = _QUEUE_IDS[count] = struct.Struct(f"<{count}Q")
+    return layout
+
+
+# ----- names ---------------------------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_PAGE_NAME = re.compile(r"^(\d{9,})\.(page|summary)$")
+
+
+def folder_name(address: str) -> str:
+    """Readable and collision-free: sanitised name (capped) plus 12 hex digits of SHA-256.
+
+    Two addresses that sanitise alike ("a/b", "a:b") or differ only in case still get
+    different folders; `address.txt` inside holds the exact name.
+    """
+    readable = _UNSAFE.sub("_", address).strip("._")[:48] or "address"
+    digest = hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{readable}-{digest}"
+
+
+def page_file_name(page_no: int) -> str:
+    return f"{page_no:09d}{PAGE_SUFFIX}"
+
+
+def summary_file_name(page_no: int) -> str:
+    return f"{page_no:09d}{SUMMARY_SUFFIX}"
+
+
+def page_number(name: str) -> int | None:
+    """The page number in a page or summary file name, None for any other file."""
+    match = _PAGE_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+# ----- file header ---------------------------------------------------------------------------
+
+
+def encode_file_header(page_no: int) -> bytes:
+    head = FILE_HEADER.pack(PAGE_MAGIC, FORMAT_VERSION, FILE_HEADER.size, page_no, 0, 0)
+    crc = zlib.crc32(head[:-4])
+    return head[:-4] + CRC.pack(crc)
+
+
+def decode_file_header(data: bytes | memoryview) -> int:
+    """The page number; FrameError if the header is short, foreign or damaged."""
+    if len(data) < FILE_HEADER.size:
+        raise FrameError(f"file header torn: {len(data)} of {FILE_HEADER.size} bytes")
+    magic, version, size, page_no, _flags, crc = FILE_HEADER.unpack_from(data, 0)
+    if magic != PAGE_MAGIC:
+        raise FrameError(f"not a page file (magic {bytes(magic)!r})")
+    if zlib.crc32(data[: FILE_HEADER.size - 4]) != crc:
+        raise FrameError("file header CRC mismatch")
+    if version != FORMAT_VERSION or size != FILE_HEADER.size:
+        raise FrameError(f"unsupported page format version {version}")
+    return int(page_no)
+
+
+# ----- frames --------------------------------------------------------------------------------
+
+
+def _entry(record: PagedRecord) -> tuple[bytes, bytes]:
+    qids = record.queue_ids
+    head = ENTRY_HEAD.pack(
+        PERSISTENT if record.persistent else 0, record.message_id, len(qids), len(record.message)
+    )
+    return head + _queue_ids(len(qids)).pack(*qids), record.message
+
+
+def encode_frame(records: Sequence[PagedRecord]) -> bytes:
+    """One frame: a MESSAGE for a single record, a BATCH (all or nothing) for several."""
+    if len(records) == 1:
+        head, message = _entry(records[0])
+        parts = [bytes((RecordType.MESSAGE,)) + head, message]
+    else:
+        parts = [bytes((RecordType.BATCH,)) + BATCH_COUNT.pack(len(records))]
+        for record in records:
+            parts.extend(_entry(record))
+    crc = 0
+    length = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+        length += len(part)
+    if length >= MAX_FRAME:
+        raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
+    return b"".join((FRAME_HEADER.pack(length, crc), *parts))
+
+
+def _decode_entry(body: memoryview, pos: int) -> tuple[PagedRecord, int]:
+    flags, message_id, qcount, mlen = ENTRY_HEAD.unpack_from(body, pos)
+    pos += ENTRY_HEAD.size
+    layout = _queue_ids(qcount)
+    qids = layout.unpack_from(body, pos)
+    pos += layout.size
+    end = pos + mlen
+    if end > len(body):
+        raise FrameError("entry runs past its frame")
+    return PagedRecord(message_id, qids, bool(flags & PERSISTENT), bytes(body[pos:end])), end
+
+
+def decode_body(body: memoryview) -> list[PagedRecord]:
+    """The entries of one frame body whose CRC already matched."""
+    try:
+        kind = body[0]
+        if kind == RecordType.MESSAGE:
+            entry, end = _decode_entry(body, 1)
+            entries = [entry]
+        elif kind == RecordType.BATCH:
+            (count,) = BATCH_COUNT.unpack_from(body, 1)
+            end = 1 + BATCH_COUNT.size
+            entries = []
+            for _ in range(count):
+                entry, end = _decode_entry(body, end)
+                entries.append(entry)
+        else:
+            raise FrameError(f"unknown record type {kind}")
+    except (struct.error, IndexError) as exc:
+        raise FrameError(f"frame body malformed: {exc}") from exc
+    if end != len(body) or not entries:
+        raise FrameError("frame body length does not match its entries")
+    return entries
+
+
+def iter_frames(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, list[PagedRecord]]]:
+    """(offset, frame length, entries) for each intact frame in data[start:end].
+
+    Stops quietly at a frame that is not complete within `end` (the caller decides whether
+    that is a torn tail or a chunk boundary) and raises FrameError at a damaged one.
+    """
+    view = memoryview(data)
+    pos = start
+    while pos + FRAME_HEADER.size <= end:
+        length, crc = FRAME_HEADER.unpack_from(view, pos)
+        if length == 0 or length >= MAX_FRAME:
+            raise FrameError(f"frame length {length} at offset {pos}")
+        body_at = pos + FRAME_HEADER.size
+        if body_at + length > end:
+            return
+        body = view[body_at:body_at + length]
+        if zlib.crc32(body) != crc:
+            raise FrameError(f"frame CRC mismatch at offset {pos}")
+        yield pos, FRAME_HEADER.size + length, decode_body(body)
+        pos = body_at + length
+
+
+# ----- scan of a whole page ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PageScan:
+    """What a page holds, from its frames: the input of a summary when none can be trusted."""
+
+    count: int = 0
+    persistent_count: int = 0
+    first_id: int = 0
+    last_id: int = 0
+    queue_counts: dict[int, int] = field(default_factory=dict)
+    queue_persistent: dict[int, int] = field(default_factory=dict)
+    index: list[tuple[int, int]] = field(default_factory=list)
+    good_size: int = FILE_HEADER.size
+    problem: str | None = None
+
+    def add(self, entries: Sequence[PagedRecord], offset: int, frame_size: int) -> None:
+        """Fold one frame in; the index gains an entry at each INDEX_EVERY_BYTES boundary."""
+        if not self.index or offset // INDEX_EVERY_BYTES > self.index[-1][1] // INDEX_EVERY_BYTES:
+            self.index.append((self.count, offset))
+        for entry in entries:
+            if self.count == 0:
+                self.first_id = entry.message_id
+            self.last_id = entry.message_id
+            self.count += 1
+            counts = self.queue_counts
+            for qid in entry.queue_ids:
+                counts[qid] = counts.get(qid, 0) + 1
+            if entry.persistent:
+                self.persistent_count += 1
+                persistent = self.queue_persistent
+                for qid in entry.queue_ids:
+                    persistent[qid] = persistent.get(qid, 0) + 1
+        self.good_size = offset + frame_size
+
+
+def scan_page(data: bytes, expected_page_no: int) -> PageScan:
+    """Every intact frame of a page file's bytes; `problem` says why the scan stopped early."""
+    scan = PageScan(good_size=0)
+    try:
+        page_no = decode_file_header(data)
+    except FrameError as exc:
+        scan.problem = str(exc)
+        return scan
+    if page_no != expected_page_no:
+        scan.problem = f"header names page {page_no}"
+        return scan
+    scan.good_size = FILE_HEADER.size
+    try:
+        for offset, size, entries in iter_frames(data, FILE_HEADER.size, len(data)):
+            scan.add(entries, offset, size)
+    except FrameError as exc:
+        scan.problem = str(exc)
+        return scan
+    if scan.good_size != len(data):
+        scan.problem = f"incomplete frame at offset {scan.good_size}"
+    return scan
+
+
+# ----- summary sidecar -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PageSummaryRecord:
+    """The contents of a `.summary` file: enough to use a closed page without reading it."""
+
+    page_no: int
+    file_size: int
+    count: int
+    persistent_count: int
+    first_id: int
+    last_id: int
+    queue_counts: dict[int, int]
+    queue_persistent: dict[int, int]
+    index: list[tuple[int, int]]
+    selector_summary: bytes | None
+
+    @classmethod
+    def from_scan(
+        cls, page_no: int, scan: PageScan, selector_summary: bytes | None
+    ) -> PageSummaryRecord:
+        return cls(
+            page_no, scan.good_size, scan.count, scan.persistent_count, scan.first_id,
+            scan.last_id, dict(scan.queue_counts), dict(scan.queue_persistent), list(scan.index),
+            selector_summary,
+        )
+
+    def encode(self) -> bytes:
+        blob = self.selector_summary
+        head = SUMMARY_HEAD.pack(
+            SUMMARY_MAGIC, FORMAT_VERSION, 0, self.page_no, self.file_size, self.count,
+            self.persistent_count, self.first_id, self.last_id, 0, max(self.count - 1, 0),
+            len(self.queue_counts), len(self.index),
+            NO_SELECTOR_SUMMARY if blob is None else len(blob),
+        )
+        parts = [head]
+        for qid in sorted(self.queue_counts):
+            parts.append(QUEUE_ENTRY.pack(qid, self.queue_counts[qid], self.queue_persistent.get(qid, 0)))
+        parts.extend(INDEX_ENTRY.pack(ordinal, offset) for ordinal, offset in self.index)
+        if blob is not None:
+            parts.append(blob)
+        data = b"".join(parts)
+        return data + CRC.pack(zlib.crc32(data))
+
+    @classmethod
+    def decode(cls, data: bytes) -> PageSummaryRecord:
+        """FrameError unless the bytes are a complete summary with a matching CRC."""
+        if len(data) < SUMMARY_HEAD.size + CRC.size:
+            raise FrameError(f"summary too short: {len(data)} bytes")
+        (crc,) = CRC.unpack_from(data, len(data) - CRC.size)
+        if zlib.crc32(memoryview(data)[: len(data) - CRC.size]) != crc:
+            raise FrameError("summary CRC mismatch")
+        (magic, version, _r, page_no, file_size, count, persistent, first_id, last_id,
+         _first_ord, _last_ord, queues, index_len, blob_len) = SUMMARY_HEAD.unpack_from(data, 0)
+        if magic != SUMMARY_MAGIC or version != FORMAT_VERSION:
+            raise FrameError(f"not a summary of a known version ({bytes(magic)!r} v{version})")
+        try:
+            queue_counts, queue_persistent, index, blob, pos = _summary_sections(
+                data, queues, index_len, blob_len
+            )
+        except struct.error as exc:
+            raise FrameError(f"summary sections malformed: {exc}") from exc
+        if pos != len(data) - CRC.size or len(queue_counts) != queues:
+            raise FrameError("summary sections do not add up to its length")
+        return cls(page_no, file_size, count, persistent, first_id, last_id, queue_counts,
+                   queue_persistent, index, blob)
+
+
+def _summary_sections(
+    data: bytes, queues: int, index_len: int, blob_len: int
+) -> tuple[dict[int, int], dict[int, int], list[tuple[int, int]], bytes | None, int]:
+    pos = SUMMARY_HEAD.size
+    queue_counts: dict[int, int] = {}
+    queue_persistent: dict[int, int] = {}
+    end = pos + queues * QUEUE_ENTRY.size
+    for qid, total, durable in QUEUE_ENTRY.iter_unpack(data[pos:end]):
+        queue_counts[qid] = total
+        if durable:
+            queue_persistent[qid] = durable
+    pos, end = end, end + index_len * INDEX_ENTRY.size
+    index = [(ordinal, offset) for ordinal, offset in INDEX_ENTRY.iter_unpack(data[pos:end])]
+    pos = end
+    if blob_len == NO_SELECTOR_SUMMARY:
+        return queue_counts, queue_persistent, index, None, pos
+    return queue_counts, queue_persistent, index, data[pos:pos + blob_len], pos + blob_len

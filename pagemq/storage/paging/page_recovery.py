@@ -1,0 +1,200 @@
+"""Opening an address's page folder after a stop or a crash, reading summaries only.
+
+Artemis rebuilds its page counters at start by reading every page file (ARTEMIS-4065,
+PageCounterRebuildTest); here a closed page is known from its `.summary` sidecar, whose
+recorded file size must equal the page file's size, so the cost of opening grows with the
+number of pages, never with the number of messages. Only pages without a trustworthy summary
+(normally just the last one, live when the broker stopped) are scanned, and each is bounded
+by the page size.
+
+The procedure, in order (each step is logged when it changes anything):
+ 1. No folder: nothing paged.
+ 2. `address.txt` must name this address (a hash collision would otherwise mix queues).
+ 3. Leftover `*.tmp` files of an interrupted atomic write are removed.
+ 4. A `.summary` without its `.page` (a crash between the two removals of a delete) goes.
+ 5. Each page with a valid summary of the right size is taken from the summary.
+ 6. Any other page is scanned: a torn or damaged tail is truncated (warning: file, offset,
+    bytes dropped), its summary written; a page left with no record is removed; a page whose
+    file header is damaged is renamed `*.page.damaged` and never read.
+ 7. Page numbers continue after the highest ever used (`last-page` remembers deleted ones).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pagemq.storage.fileio import FileIO
+from pagemq.storage.paging.page_format import (
+    FILE_HEADER,
+    PAGE_SUFFIX,
+    SUMMARY_SUFFIX,
+    FrameError,
+    PageScan,
+    PageSummaryRecord,
+    page_file_name,
+    page_number,
+    scan_page,
+    summary_file_name,
+)
+from pagemq.storage.paging.page_writer import ADDRESS_FILE, HIGH_WATER_FILE
+
+__all__ = ["DAMAGED_SUFFIX", "PageFolderConflict", "RecoveredPage", "recover_folder", "scan_from_summary"]
+
+log = logging.getLogger("pagemq.paging")
+
+DAMAGED_SUFFIX = ".damaged"
+
+
+class PageFolderConflict(RuntimeError):
+    """The folder computed for an address holds another address's pages."""
+
+
+@dataclass(slots=True)
+class RecoveredPage:
+    page_no: int
+    stats: PageScan
+    selector_summary: bytes | None
+
+
+@dataclass(slots=True)
+class RecoveredFolder:
+    pages: list[RecoveredPage]
+    highest_page: int
+    summaries_read: int = 0
+    pages_scanned: int = 0
+
+
+def scan_from_summary(summary: PageSummaryRecord) -> PageScan:
+    """The running counters of a page, as a summary recorded them."""
+    return PageScan(
+        summary.count, summary.persistent_count, summary.first_id, summary.last_id,
+        dict(summary.queue_counts), dict(summary.queue_persistent), list(summary.index),
+        summary.file_size,
+    )
+
+
+def recover_folder(folder: Path, address: str, fileio: FileIO) -> RecoveredFolder:
+    """Steps 1-7 of the module docstring; returns the pages in page order."""
+    if not folder.is_dir():                                            # 1
+        return RecoveredFolder([], 0)
+    _check_address(folder, address, fileio)                            # 2
+    changed = False
+    for leftover in fileio.list(folder, ".tmp"):                       # 3
+        log.info("paging %r: removing %s left by an interrupted write", address, leftover)
+        fileio.remove(leftover)
+        changed = True
+    pages = _numbered(fileio.list(folder, PAGE_SUFFIX))
+    summaries = _numbered(fileio.list(folder, SUMMARY_SUFFIX))
+    for page_no in sorted(set(summaries) - set(pages)):                # 4
+        log.info("paging %r: removing %s, its page is gone", address, summaries[page_no].name)
+        fileio.remove(summaries[page_no])
+        changed = True
+    result = RecoveredFolder([], _highest_used(folder, fileio))
+    last = max(pages, default=0)
+    for page_no in sorted(pages):
+        result.highest_page = max(result.highest_page, page_no)
+        summary = _valid_summary(folder, page_no, address, fileio, pages[page_no], summaries)
+        if summary is not None:                                        # 5
+            result.summaries_read += 1
+            result.pages.append(
+                RecoveredPage(page_no, scan_from_summary(summary), summary.selector_summary)
+            )
+            continue
+        result.pages_scanned += 1                                      # 6
+        changed = True
+        recovered = _rescan(folder, page_no, address, fileio, was_live=page_no == last)
+        if recovered is not None:
+            result.pages.append(recovered)
+    if changed:
+        fileio.fsync_directory(folder)
+    return result
+
+
+def _check_address(folder: Path, address: str, fileio: FileIO) -> None:
+    try:
+        recorded = fileio.read_bytes(folder / ADDRESS_FILE).decode("utf-8", "surrogatepass")
+    except FileNotFoundError:
+        log.warning("paging %r: %s has no %s; writing it", address, folder, ADDRESS_FILE)
+        fileio.write_atomic(folder / ADDRESS_FILE, address.encode("utf-8", "surrogatepass"))
+        return
+    if recorded != address:
+        raise PageFolderConflict(f"{folder} holds pages of address {recorded!r}, not {address!r}")
+
+
+def _numbered(paths: list[Path]) -> dict[int, Path]:
+    numbered: dict[int, Path] = {}
+    for path in paths:
+        page_no = page_number(path.name)
+        if page_no is not None:
+            numbered[page_no] = path
+    return numbered
+
+
+def _highest_used(folder: Path, fileio: FileIO) -> int:
+    """The highest page number ever deleted or set aside as damaged in this folder."""
+    highest = 0
+    try:
+        highest = int(fileio.read_bytes(folder / HIGH_WATER_FILE).decode().strip() or 0)
+    except FileNotFoundError:
+        pass
+    except ValueError:
+        log.warning("paging: %s is unreadable; page numbers continue after the files present",
+                    folder / HIGH_WATER_FILE)
+    for damaged in fileio.list(folder, DAMAGED_SUFFIX):
+        page_no = page_number(damaged.name.removesuffix(DAMAGED_SUFFIX))
+        highest = max(highest, page_no or 0)
+    return highest
+
+
+def _valid_summary(
+    folder: Path, page_no: int, address: str, fileio: FileIO, page: Path, summaries: dict[int, Path]
+) -> PageSummaryRecord | None:
+    path = summaries.get(page_no)
+    if path is None:
+        return None
+    try:
+        summary = PageSummaryRecord.decode(fileio.read_bytes(path))
+    except FrameError as exc:
+        log.warning("paging %r: summary %s is unusable (%s); rescanning its page", address, path, exc)
+        return None
+    size = fileio.size(page)
+    if summary.page_no != page_no or summary.file_size != size:
+        log.warning(
+            "paging %r: summary %s describes page %d of %d bytes, the file is page %d of %d bytes; "
+            "rescanning", address, path, summary.page_no, summary.file_size, page_no, size,
+        )
+        return None
+    return summary
+
+
+def _rescan(
+    folder: Path, page_no: int, address: str, fileio: FileIO, *, was_live: bool
+) -> RecoveredPage | None:
+    path = folder / page_file_name(page_no)
+    data = fileio.read_bytes(path)
+    if was_live:
+        log.info("paging %r: scanning %s (%d bytes), live when the broker stopped", address, path, len(data))
+    else:
+        log.warning("paging %r: closed page %s has no usable summary; rescanning it", address, path)
+    scan = scan_page(data, page_no)
+    if scan.good_size == 0 and len(data) >= FILE_HEADER.size:
+        damaged = path.with_name(path.name + DAMAGED_SUFFIX)
+        log.warning("paging %r: %s has a damaged file header (%s); moved to %s, not read",
+                    address, path, scan.problem, damaged.name)
+        fileio.rename(path, damaged)
+        return None
+    if scan.good_size < len(data):
+        log.warning(
+            "paging %r: %s: %s; truncating at offset %d, dropping %d bytes",
+            address, path, scan.problem, scan.good_size, len(data) - scan.good_size,
+        )
+        fileio.truncate(path, scan.good_size)
+    if scan.count == 0:
+        log.info("paging %r: %s holds no record; removed", address, path)
+        fileio.remove(path)
+        return None
+    summary = PageSummaryRecord.from_scan(page_no, scan, None)
+    fileio.write_atomic(folder / summary_file_name(page_no), summary.encode())
+    return RecoveredPage(page_no, scan, None)

@@ -1,0 +1,380 @@
+"""One address's page files: append, read back by (page, ordinal), summaries, deletion.
+
+The store knows nothing of queues' delivery: it keeps one copy of each paged message with the
+ids of the queues it was routed to, tells the caller where it went (page number, ordinal
+within the page), and reads records back for any cursor. Acknowledgements, cursors and page
+completion belong to the broker core (`pagemq.core.paging`).
+
+Guarantees the core relies on (docs/formats/page.md has the bytes):
+- `append` of several records writes one BATCH frame: after a crash all are there or none.
+- The future `append` returns resolves once the records are written *and* fsynced (one fsync
+  per sync batch, batches at most every `sync_timeout`); it carries the OSError if they were
+  not stored. No future is returned when no record is persistent: such records are written in
+  order but not synced on their own.
+- `read_page` yields only records whose batch has completed (written, and fsynced if the
+  batch held a persistent record), so a record is never read back before its future resolved
+  and a reader never sees a record that a failed batch later takes back.
+- Non-persistent records do not outlive the broker run that wrote them. Every page that
+  exists when the store is opened belongs to an earlier run (`open` closes the page that was
+  live, and appends always go to a new page): for those pages `read_page` skips records not
+  flagged persistent (their ordinals stay unused), and `PageInfo.persistent_count` and
+  `PageInfo.queue_counts` count persistent records only; `PageInfo.count` stays the number
+  of records (ordinals) in the file.
+- Page numbers are never reused, even after every page was deleted (`last-page` file).
+
+Threads: everything except `read_page` is for the event loop's thread. `read_page` may run
+in a worker thread; it reads files and the writer's published sizes only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pagemq.storage.fileio import REAL_FILE_IO, FileIO
+from pagemq.storage.paging.page_format import (
+    FILE_HEADER,
+    FRAME_HEADER,
+    FrameError,
+    PagedRecord,
+    PageScan,
+    PageSummaryRecord,
+    encode_frame,
+    folder_name,
+    iter_frames,
+    page_file_name,
+)
+from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
+from pagemq.storage.paging.page_writer import ADDRESS_FILE, PageWriter
+
+__all__ = ["PageInfo", "PageStore", "PagedRecord", "SummaryBuilder"]
+
+log = logging.getLogger("pagemq.paging")
+
+READ_CHUNK = 256 * 1024
+
+
+class SummaryBuilder(Protocol):
+    """Folds each paged message's properties into an opaque per-page selector summary."""
+
+    def add(self, properties: Mapping[str, object]) -> None: ...
+
+    def to_bytes(self) -> bytes: ...
+
+
+@dataclass(slots=True)
+class PageInfo:
+    """A page as the core sees it; see the module docstring for counts after a restart."""
+
+    page_no: int
+    count: int
+    persistent_count: int
+    first_id: int
+    last_id: int
+    queue_counts: dict[int, int]
+    size: int
+    selector_summary: bytes | None
+    closed: bool
+
+
+@dataclass(slots=True)
+class _Page:
+    page_no: int
+    stats: PageScan
+    selector_summary: bytes | None = None
+    closed: bool = False
+    previous_run: bool = False
+    builder: SummaryBuilder | None = None
+
+    def info(self) -> PageInfo:
+        stats = self.stats
+        queue_counts = stats.queue_persistent if self.previous_run else stats.queue_counts
+        return PageInfo(
+            self.page_no, stats.count, stats.persistent_count, stats.first_id, stats.last_id,
+            dict(queue_counts), stats.good_size, self.selector_summary, self.closed,
+        )
+
+
+class PageStore:
+    """The page files of one address; one instance per address."""
+
+    def __init__(
+        self,
+        paging_directory: Path,
+        address: str,
+        *,
+        page_size_bytes: int,
+        sync_timeout: float = 0.003,
+        fileio: FileIO = REAL_FILE_IO,
+        archive_directory: Path | None = None,
+    ) -> None:
+        if page_size_bytes <= FILE_HEADER.size:
+            raise ValueError(f"page_size_bytes must exceed the {FILE_HEADER.size}-byte file header")
+        self.address = address
+        self.page_size_bytes = page_size_bytes
+        self.fileio = fileio
+        self.folder = paging_directory / folder_name(address)
+        self.archive_folder = (
+            archive_directory / self.folder.name if archive_directory is not None else None
+        )
+        self._sync_timeout = sync_timeout
+        self._pages: dict[int, _Page] = {}
+        self._live = _Page(1, PageScan())
+        self._builder_factory: Callable[[], SummaryBuilder] | None = None
+        self._writer: PageWriter | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.summaries_read = 0
+        self.pages_scanned = 0
+
+    # ----- discovery and recovery -------------------------------------------------------
+
+    @staticmethod
+    def discover(paging_directory: Path) -> dict[str, Path]:
+        """Address name -> folder, for every folder holding an `address.txt`."""
+        found: dict[str, Path] = {}
+        if not paging_directory.is_dir():
+            return found
+        for folder in sorted(paging_directory.iterdir()):
+            marker = folder / ADDRESS_FILE
+            if folder.is_dir() and marker.is_file():
+                found[marker.read_bytes().decode("utf-8", "surrogatepass")] = folder
+        return found
+
+    def open(self) -> list[PageInfo]:
+        """Recover the folder (page_recovery's numbered procedure); summaries only for closed pages."""
+        if self._writer is not None:
+            raise RuntimeError(f"page store for {self.address!r} is already open")
+        recovered = recover_folder(self.folder, self.address, self.fileio)
+        self.summaries_read = recovered.summaries_read
+        self.pages_scanned = recovered.pages_scanned
+        for page in recovered.pages:
+            self._pages[page.page_no] = _Page(
+                page.page_no, page.stats, page.selector_summary, closed=True, previous_run=True
+            )
+        self._live = self._new_page(recovered.highest_page + 1)
+        self._writer = PageWriter(
+            self.folder, self.address, self.fileio,
+            sync_timeout=self._sync_timeout, archive_folder=self.archive_folder,
+            existing_pages=set(self._pages),
+        )
+        self._writer.on_failure = self._on_write_failure
+        self._writer.on_resummarised = self._on_resummarised
+        return self.pages()
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the timed writer thread; completions are delivered on `loop`."""
+        if self._writer is None:
+            self.open()
+        assert self._writer is not None
+        self._loop = loop
+        self._writer.start(loop)
+
+    def set_summary_builder(self, factory: Callable[[], SummaryBuilder]) -> None:
+        """Pages started from now on carry the blob `factory().to_bytes()` in their summary."""
+        self._builder_factory = factory
+        if self._live.stats.count == 0:
+            self._live.builder = factory()
+
+    # ----- writing ----------------------------------------------------------------------
+
+    def append(
+        self,
+        records: Sequence[PagedRecord],
+        *,
+        summary_input: Sequence[Mapping[str, object]] | None = None,
+    ) -> tuple[int, int, asyncio.Future[None] | None]:
+        """(page_no, first ordinal, future); several records are one atomic batch.
+
+        A page without `summary_input` for every record gets no selector summary (None means
+        "unknown: any selector may match"), since a partial one would hide matches.
+        """
+        writer = self._require_writer()
+        if not records:
+            raise ValueError("append needs at least one record")
+        if summary_input is not None and len(summary_input) != len(records):
+            raise ValueError("summary_input needs one properties mapping per record")
+        frame = encode_frame(records)
+        page = self._page_for(len(frame))
+        persistent = sum(1 for record in records if record.persistent)
+        future = writer.write(page.page_no, frame, len(records), persistent)
+        first = page.stats.count
+        page.stats.add(records, page.stats.good_size, len(frame))
+        self._pages[page.page_no] = page
+        builder = page.builder
+        if builder is not None:
+            if summary_input is None:
+                page.builder = None
+            else:
+                for properties in summary_input:
+                    builder.add(properties)
+        return page.page_no, first, future
+
+    def _page_for(self, frame_size: int) -> _Page:
+        """The live page, rolled first if this frame would take it past page_size_bytes."""
+        live = self._live
+        if live.stats.count and live.stats.good_size + frame_size > self.page_size_bytes:
+            self.roll()
+        return self._live
+
+    def roll(self) -> None:
+        """Close the live page now (its summary is written after its data is synced)."""
+        live = self._live
+        if live.stats.count == 0:
+            return
+        live.closed = True
+        live.selector_summary = live.builder.to_bytes() if live.builder is not None else None
+        live.builder = None
+        summary = PageSummaryRecord.from_scan(live.page_no, live.stats, live.selector_summary)
+        self._require_writer().close_page(summary)
+        self._live = self._new_page(live.page_no + 1)
+
+    def _new_page(self, page_no: int) -> _Page:
+        builder = self._builder_factory() if self._builder_factory is not None else None
+        return _Page(page_no, PageScan(), builder=builder)
+
+    def flush(self) -> asyncio.Future[None]:
+        """Resolves when everything asked so far (appends, closes, deletes) is done.
+
+        Done means written, and fsynced where a persistent record or a page close needs it;
+        a caller may delete journal records that refer to a deleted page once this resolves.
+        """
+        future = self._writer.flush() if self._writer is not None else None
+        if future is not None:
+            return future
+        done: asyncio.Future[None] = (self._loop or asyncio.get_running_loop()).create_future()
+        done.set_result(None)
+        return done
+
+    def delete_page(self, page_no: int) -> None:
+        """Remove (or archive) a page and its summary; the live page is rolled first."""
+        if page_no == self._live.page_no:
+            self.roll()
+        if self._pages.pop(page_no, None) is None:
+            log.debug("paging %r: delete of unknown page %d ignored", self.address, page_no)
+            return
+        self._require_writer().delete_page(page_no)
+
+    async def close(self) -> None:
+        """Close the live page (so the next open reads its summary) and drain the writer."""
+        writer = self._writer
+        if writer is None or not writer.started:
+            return
+        self.roll()
+        await writer.stop()
+
+    def _require_writer(self) -> PageWriter:
+        if self._writer is None:
+            raise RuntimeError(f"page store for {self.address!r} is not open")
+        return self._writer
+
+    # ----- writer reports (event loop) --------------------------------------------------
+
+    def _on_write_failure(self, pages: set[int], error: OSError) -> None:
+        """A batch was not stored: move off its pages; the writer re-summarises them from disk."""
+        if self._live.page_no in pages:
+            self.roll()
+
+    def _on_resummarised(self, summary: PageSummaryRecord) -> None:
+        page = self._pages.get(summary.page_no)
+        if page is None:
+            return
+        if summary.count == 0:
+            del self._pages[summary.page_no]
+            return
+        page.stats = scan_from_summary(summary)
+
+    # ----- reading ----------------------------------------------------------------------
+
+    def pages(self) -> list[PageInfo]:
+        return [page.info() for page in sorted(self._pages.values(), key=lambda p: p.page_no)]
+
+    def live_page_no(self) -> int:
+        return self._live.page_no
+
+    def read_page(self, page_no: int, start_ordinal: int = 0) -> Iterator[tuple[int, PagedRecord]]:
+        """(ordinal, record) from `start_ordinal` on, of records readable now (see module doc).
+
+        What is readable is fixed when this is called; a page deleted meanwhile ends the
+        iteration. A damaged frame ends it too, with a warning naming file and offset.
+        """
+        page = self._pages.get(page_no)
+        if page is None:
+            return iter(())
+        limit = page.stats.good_size
+        if not page.previous_run:
+            visible = self._writer.visible_size(page_no) if self._writer is not None else None
+            limit = visible if visible is not None else FILE_HEADER.size
+        ordinal, offset = _seek(list(page.stats.index), start_ordinal, limit)
+        return _read_records(
+            self.fileio, self.folder / page_file_name(page_no), offset, limit, ordinal,
+            start_ordinal, skip_non_persistent=page.previous_run,
+        )
+
+    def stats(self) -> dict[str, int]:
+        writer = self._writer
+        return {
+            "pages": len(self._pages),
+            "bytes": sum(p.stats.good_size for p in self._pages.values()),
+            "records_written": writer.records_written if writer else 0,
+            "fsyncs": writer.fsyncs if writer else 0,
+            "batches": writer.batches if writer else 0,
+            "pending_bytes": writer.pending_bytes if writer else 0,
+            "write_errors": writer.write_errors if writer else 0,
+            "summaries_read": self.summaries_read,
+            "pages_scanned": self.pages_scanned,
+        }
+
+
+def _seek(index: list[tuple[int, int]], start_ordinal: int, limit: int) -> tuple[int, int]:
+    """(ordinal, offset) of the last indexed frame at or before `start_ordinal` within `limit`."""
+    at = bisect.bisect_right(index, (start_ordinal, limit)) - 1
+    while at >= 0 and index[at][1] >= limit:
+        at -= 1
+    return index[at] if at >= 0 else (0, FILE_HEADER.size)
+
+
+def _read_records(
+    fileio: FileIO,
+    path: Path,
+    offset: int,
+    limit: int,
+    ordinal: int,
+    start_ordinal: int,
+    *,
+    skip_non_persistent: bool,
+) -> Iterator[tuple[int, PagedRecord]]:
+    """Frames from `offset` to `limit`, read in chunks so one reader holds ~READ_CHUNK bytes."""
+    want = READ_CHUNK
+    while offset < limit:
+        try:
+            data = fileio.read_range(path, offset, min(want, limit - offset))
+        except FileNotFoundError:
+            return
+        consumed = 0
+        try:
+            for at, size, records in iter_frames(data, 0, len(data)):
+                for record in records:
+                    if ordinal >= start_ordinal and (record.persistent or not skip_non_persistent):
+                        yield ordinal, record
+                    ordinal += 1
+                consumed = at + size
+        except FrameError as exc:
+            log.warning("paging: %s: %s; records after offset %d are not readable",
+                        path, exc, offset + consumed)
+            return
+        if consumed:
+            offset += consumed
+            want = READ_CHUNK
+            continue
+        if len(data) < FRAME_HEADER.size:
+            return
+        (length, _crc) = FRAME_HEADER.unpack_from(data, 0)
+        want = FRAME_HEADER.size + length
+        if offset + want > limit:
+            log.warning("paging: %s: frame at offset %d runs past the readable end", path, offset)
+            return

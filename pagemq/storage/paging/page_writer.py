@@ -1,0 +1,472 @@
+"""The timed page writer: one thread per page store, one fsync per sync batch.
+
+The event loop only appends encoded frames to the pending batch (a bytearray per page, under
+a lock held for microseconds). The writer thread swaps the batch out at most once per
+`sync_timeout`, writes it with one `write` per page touched, fsyncs once, then resolves the
+batch's single future on the loop. This is Artemis 2.40's PageTimedWriter idea
+(artemis-server .../paging/impl/PageTimedWriter.java): producers' completions wait for the
+covering sync; while one batch syncs, the next fills.
+
+A batch is all or nothing: if a write or the fsync fails, every page the batch wrote to is
+truncated back to its size before the batch, the batch's future carries the OSError, and
+those pages accept no more writes (the store rolls to a new page and re-summarises the
+failed one from what is really on disk). Later batches that still hold writes for a failed
+page fail the same way, so nothing is lost without an error and a log line.
+
+Ownership: fields under `_cond` are shared; `_handles`, `_sizes`, `_failed`, `_dir_dirty`
+and the counters belong to the writer thread alone (or to the caller when not started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pagemq.storage.fileio import AppendFile, FileIO
+from pagemq.storage.paging.page_format import (
+    PageSummaryRecord,
+    encode_file_header,
+    page_file_name,
+    scan_page,
+    summary_file_name,
+)
+
+__all__ = ["ADDRESS_FILE", "HIGH_WATER_FILE", "PageWriter"]
+
+log = logging.getLogger("pagemq.paging")
+
+ADDRESS_FILE = "address.txt"
+# Highest page number ever deleted, kept so page numbers are never reused: a cursor record
+# in the journal naming (page, ordinal) of a deleted page must never match a new page.
+HIGH_WATER_FILE = "last-page"
+_URGENT_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class WriteOp:
+    page_no: int
+    data: bytearray
+    records: int
+    non_persistent: int
+
+
+@dataclass(slots=True)
+class CloseOp:
+    page_no: int
+    summary: PageSummaryRecord
+
+
+@dataclass(slots=True)
+class DeleteOp:
+    page_no: int
+
+
+Op = WriteOp | CloseOp | DeleteOp
+
+
+@dataclass(slots=True)
+class _Batch:
+    ops: list[Op] = field(default_factory=list)
+    future: asyncio.Future[None] | None = None
+    needs_sync: bool = False
+    urgent: bool = False
+    bytes: int = 0
+
+
+class BatchFailed(OSError):
+    """A batch was not stored; `pages` are the pages it touched (now closed to writes)."""
+
+    def __init__(self, cause: OSError, pages: set[int], detail: str) -> None:
+        super().__init__(cause.errno or errno.EIO, f"{detail}: {cause.strerror or cause}")
+        self.pages = pages
+        self.__cause__ = cause
+
+
+class PageWriter:
+    """Writes, closes and deletes one address's page files, in the order they were asked."""
+
+    def __init__(
+        self,
+        folder: Path,
+        address: str,
+        fileio: FileIO,
+        *,
+        sync_timeout: float,
+        archive_folder: Path | None,
+        existing_pages: set[int],
+    ) -> None:
+        self.folder = folder
+        self.address = address
+        self.fileio = fileio
+        self.sync_timeout = sync_timeout
+        self.archive_folder = archive_folder
+        self._cond = threading.Condition(threading.Lock())
+        self._pending = _Batch()
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._visible: dict[int, int] = {}
+        self._existing = set(existing_pages)
+        self._handles: dict[int, AppendFile] = {}
+        self._sizes: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._failed: set[int] = set()
+        self._dir_dirty = False
+        self._last_start = 0.0
+        self.on_failure: Callable[[set[int], OSError], None] = lambda _pages, _exc: None
+        self.on_resummarised: Callable[[PageSummaryRecord], None] = lambda _summary: None
+        self.records_written = 0
+        self.fsyncs = 0
+        self.batches = 0
+        self.write_errors = 0
+
+    # ----- loop side --------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread = threading.Thread(
+            target=self._run, name=f"page-writer[{self.folder.name}]", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending.bytes
+
+    def write(self, page_no: int, frame: bytes, records: int, persistent: int) -> asyncio.Future[None] | None:
+        """Queue a frame; the future (shared by the batch) if any record needs the fsync."""
+        if self._loop is None or self._stopping:
+            raise RuntimeError("page writer is not running: call PageStore.start() first")
+        with self._cond:
+            batch = self._pending
+            was_empty = not batch.ops
+            last = batch.ops[-1] if batch.ops else None
+            if isinstance(last, WriteOp) and last.page_no == page_no:
+                last.data += frame
+                last.records += records
+                last.non_persistent += records - persistent
+            else:
+                batch.ops.append(WriteOp(page_no, bytearray(frame), records, records - persistent))
+            batch.bytes += len(frame)
+            wake = was_empty or (not batch.urgent and batch.bytes >= _URGENT_BYTES)
+            batch.urgent = batch.urgent or batch.bytes >= _URGENT_BYTES
+            if not persistent:
+                future = None
+            else:
+                batch.needs_sync = True
+                if batch.future is None:
+                    batch.future = self._loop.create_future()
+                future = batch.future
+            if wake:
+                self._cond.notify()
+        return future
+
+    def close_page(self, summary: PageSummaryRecord) -> None:
+        self._submit(CloseOp(summary.page_no, summary), urgent=True)
+
+    def delete_page(self, page_no: int) -> None:
+        self._submit(DeleteOp(page_no), urgent=False)
+
+    def flush(self) -> asyncio.Future[None] | None:
+        """A future for everything queued so far (None when nothing is queued or in flight)."""
+        if self._loop is None:
+            return None
+        with self._cond:
+            if not self._pending.ops and not self._busy:
+                return None
+            if self._pending.future is None:
+                self._pending.future = self._loop.create_future()
+            self._cond.notify()
+            return self._pending.future
+
+    def _submit(self, op: Op, *, urgent: bool) -> None:
+        if self._thread is None:
+            self._process(_Batch(ops=[op]))
+            return
+        with self._cond:
+            self._pending.ops.append(op)
+            self._pending.urgent = self._pending.urgent or urgent
+            self._cond.notify()
+
+    async def stop(self) -> None:
+        """Drain what is queued, then end the thread."""
+        thread = self._thread
+        if thread is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._pending.urgent = True
+            self._cond.notify()
+        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        self._thread = None
+        with self._cond:
+            leftover, self._pending = self._pending, _Batch()
+        if leftover.ops or leftover.future is not None:
+            self._process(leftover)
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def visible_size(self, page_no: int) -> int | None:
+        """Bytes of the page a reader may use (written, and synced when it had to be)."""
+        with self._cond:
+            return self._visible.get(page_no)
+
+    # ----- writer thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._has_work() and not self._stopping:
+                    self._cond.wait()
+                if self._stopping and not self._has_work():
+                    return
+                due = self._last_start + self.sync_timeout
+                while not self._pending.urgent and (delay := due - time.monotonic()) > 0:
+                    self._cond.wait(delay)
+                batch, self._pending = self._pending, _Batch()
+                self._busy = True
+            self._last_start = time.monotonic()
+            try:
+                self._process(batch)
+            finally:
+                with self._cond:
+                    self._busy = False
+
+    def _has_work(self) -> bool:
+        return bool(self._pending.ops) or self._pending.future is not None
+
+    def _process(self, batch: _Batch) -> None:
+        """1. write every frame, 2. one fsync per page written, 3. closes and deletes."""
+        self.batches += 1
+        before: dict[int, int] = {}
+        error: BatchFailed | None = None
+        try:
+            self._write_all(batch, before)
+            if batch.needs_sync:
+                self._sync(before)
+        except BatchFailed as exc:
+            error = exc
+            self._roll_back(before, exc)
+        if error is None:
+            with self._cond:
+                for page_no in before:
+                    self._visible[page_no] = self._sizes[page_no]
+        for op in batch.ops:
+            if isinstance(op, CloseOp):
+                self._guarded("close", op.page_no, lambda op=op: self._close(op))
+            elif isinstance(op, DeleteOp):
+                self._guarded("delete", op.page_no, lambda op=op: self._delete(op))
+        if self._dir_dirty:
+            self._guarded("directory sync", None, self._sync_folders)
+        self._settle(batch.future, error)
+
+    def _write_all(self, batch: _Batch, before: dict[int, int]) -> None:
+        for op in batch.ops:
+            if not isinstance(op, WriteOp):
+                continue
+            if op.page_no in self._failed:
+                raise BatchFailed(
+                    OSError(errno.EIO, "page closed after an earlier write failure"),
+                    set(before) | {op.page_no},
+                    f"{self._name(op.page_no)}: {op.records} records dropped",
+                )
+            try:
+                handle = self._handle(op.page_no, before)
+                handle.write(op.data)
+            except OSError as exc:
+                raise BatchFailed(
+                    exc, set(before) | {op.page_no},
+                    f"write of {len(op.data)} bytes ({op.records} records) to "
+                    f"{self._name(op.page_no)} at offset {self._sizes.get(op.page_no, 0)} failed",
+                ) from exc
+            self._sizes[op.page_no] = handle.size
+            self._dirty.add(op.page_no)
+            self.records_written += op.records
+
+    def _handle(self, page_no: int, before: dict[int, int]) -> AppendFile:
+        handle = self._handles.get(page_no)
+        if handle is None:
+            if not self._existing and not (self.folder / ADDRESS_FILE).exists():
+                self._create_folder(self.folder)
+            handle = self.fileio.open_append(self.folder / page_file_name(page_no))
+            self._handles[page_no] = handle
+            self._existing.add(page_no)
+            before.setdefault(page_no, handle.size)
+            if handle.size == 0:
+                self._dir_dirty = True
+                handle.write(encode_file_header(page_no))
+            self._sizes[page_no] = handle.size
+        before.setdefault(page_no, self._sizes[page_no])
+        return handle
+
+    def _create_folder(self, folder: Path) -> None:
+        """address.txt first, durably, so a folder holding pages always says whose they are."""
+        self.fileio.makedirs(folder)
+        self.fileio.write_atomic(folder / ADDRESS_FILE, self.address.encode("utf-8", "surrogatepass"))
+        self.fileio.fsync_directory(folder.parent)
+
+    def _sync(self, before: dict[int, int]) -> None:
+        for page_no in sorted(before):
+            if page_no in self._dirty:
+                try:
+                    self._handles[page_no].fsync()
+                except OSError as exc:
+                    raise BatchFailed(exc, set(before), f"fsync of {self._name(page_no)} failed") from exc
+                self._dirty.discard(page_no)
+                self.fsyncs += 1
+        if self._dir_dirty:
+            try:
+                self.fileio.fsync_directory(self.folder)
+            except OSError as exc:
+                raise BatchFailed(exc, set(before), f"fsync of folder {self.folder} failed") from exc
+            self._dir_dirty = False
+
+    def _roll_back(self, before: dict[int, int], error: BatchFailed) -> None:
+        """Cut every page this batch wrote back to its size before it: the batch is not stored."""
+        self.write_errors += 1
+        log.error("paging %r: %s; batch not stored, its producers get the error", self.address, error)
+        for page_no, size in sorted(before.items()):
+            self._failed.add(page_no)
+            handle = self._handles.pop(page_no, None)
+            if handle is not None:
+                handle.close()
+            path = self.folder / page_file_name(page_no)
+            try:
+                if self.fileio.size(path) > size:
+                    self.fileio.truncate(path, size)
+            except OSError as exc:
+                log.error("paging %r: cannot truncate %s back to %d bytes: %s (the torn tail "
+                          "will be cut at the next start)", self.address, path, size, exc)
+            self._sizes[page_no] = size
+            self._dirty.discard(page_no)
+            with self._cond:
+                self._visible[page_no] = size
+        for page_no in error.pages - set(before):
+            self._failed.add(page_no)
+        self._notify(self.on_failure, set(error.pages), error)
+
+    def _close(self, op: CloseOp) -> None:
+        """Page data durable first, then its summary (re-made from disk if writes failed)."""
+        page_no = op.page_no
+        handle = self._handles.pop(page_no, None)
+        if handle is not None:
+            if page_no in self._dirty:
+                handle.fsync()
+                self.fsyncs += 1
+                self._dirty.discard(page_no)
+            handle.close()
+        path = self.folder / page_file_name(page_no)
+        summary = op.summary
+        if page_no in self._failed:
+            scan = scan_page(self.fileio.read_bytes(path), page_no)
+            summary = PageSummaryRecord.from_scan(page_no, scan, op.summary.selector_summary)
+            self._notify(self.on_resummarised, summary)
+        if summary.count == 0:
+            self._remove(path)
+            self._existing.discard(page_no)
+            return
+        self.fileio.write_atomic(self.folder / summary_file_name(page_no), summary.encode())
+
+    def _delete(self, op: DeleteOp) -> None:
+        page_no = op.page_no
+        handle = self._handles.pop(page_no, None)
+        if handle is not None:
+            handle.close()
+        if self._existing and page_no >= max(self._existing):
+            self.fileio.write_atomic(self.folder / HIGH_WATER_FILE, f"{page_no}\n".encode())
+        self._existing.discard(page_no)
+        page = self.folder / page_file_name(page_no)
+        summary = self.folder / summary_file_name(page_no)
+        if self.archive_folder is None:
+            self._remove(page)
+            self._remove(summary)
+        else:
+            self._archive(page)
+            self._archive(summary)
+        with self._cond:
+            self._visible.pop(page_no, None)
+
+    def _archive(self, path: Path) -> None:
+        assert self.archive_folder is not None
+        if not path.exists():
+            return
+        target = self.archive_folder / path.name
+        if not (self.archive_folder / ADDRESS_FILE).exists():
+            self._create_folder(self.archive_folder)
+        try:
+            self.fileio.rename(path, target)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            self.fileio.write_atomic(target, self.fileio.read_bytes(path))
+            self.fileio.remove(path)
+        self._dir_dirty = True
+
+    def _remove(self, path: Path) -> None:
+        try:
+            self.fileio.remove(path)
+        except FileNotFoundError:
+            return
+        self._dir_dirty = True
+
+    def _sync_folders(self) -> None:
+        self.fileio.fsync_directory(self.folder)
+        if self.archive_folder is not None and self.archive_folder.is_dir():
+            self.fileio.fsync_directory(self.archive_folder)
+        self._dir_dirty = False
+
+    def _guarded(self, what: str, page_no: int | None, step: Callable[[], None]) -> None:
+        """Close/delete failures are logged, never raised: the pages they concern stay on disk."""
+        try:
+            step()
+        except OSError as exc:
+            self.write_errors += 1
+            where = self._name(page_no) if page_no is not None else str(self.folder)
+            log.error("paging %r: %s of %s failed: %s (the file stays; the next start "
+                      "re-checks it)", self.address, what, where, exc)
+
+    def _name(self, page_no: int) -> str:
+        return str(self.folder / page_file_name(page_no))
+
+    # ----- back to the loop -------------------------------------------------------------
+
+    def _settle(self, future: asyncio.Future[None] | None, error: OSError | None) -> None:
+        if future is None:
+            return
+        if self._loop is None:
+            _resolve(future, error)
+            return
+        try:
+            self._loop.call_soon_threadsafe(_resolve, future, error)
+        except RuntimeError:
+            log.debug("paging %r: event loop closed before a batch completed", self.address)
+
+    def _notify(self, callback: Callable[..., None], *args: object) -> None:
+        if self._loop is None or self._thread is None:
+            callback(*args)
+            return
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            log.debug("paging %r: event loop closed before a failure report", self.address)
+
+
+def _resolve(future: asyncio.Future[None], error: OSError | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
