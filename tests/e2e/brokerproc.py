@@ -367,6 +367,11 @@ class FrameCollector(stomp.ConnectionListener):
                     f"{[(e.headers, e.body) for e in self.errors]!r}, receipts {self.receipts[-10:]!r}"
                 )
 
+    def wait_quietly(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait for `predicate` (checked under the listener's lock); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(predicate, timeout)
+
     def wait_for(self, n: int, timeout: float = WAIT) -> list[Any]:
         """The first `n` MESSAGE frames received on this connection (waits for them)."""
         self.wait(lambda: len(self.messages) >= n, timeout, f"{n} messages")

@@ -1,0 +1,131 @@
+"""The HTTP management API and /metrics against a live broker."""
+
+from __future__ import annotations
+
+import re
+
+QUEUE_FIELDS = {
+    "name", "address", "routing_type", "filter", "durable", "messages", "messages_in_memory",
+    "messages_paged", "messages_delivering", "consumers", "messages_added", "messages_acknowledged",
+    "messages_expired", "messages_killed",
+}
+ADDRESS_FIELDS = {
+    "name", "routing_type", "queues", "paging", "messages", "messages_in_memory", "messages_paged",
+    "bytes_in_memory", "page_files", "dropped_messages", "settings",
+}
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (-?[0-9.eE+-]+|NaN|[+-]Inf)$")
+
+
+def test_queue_has_every_contract_field(broker, stomp_client, queue_name):
+    stomp_client(broker).send(f"/queue/{queue_name}", "x", receipt=True)
+    queue = broker.queue(queue_name)
+    assert set(queue) >= QUEUE_FIELDS, f"missing {QUEUE_FIELDS - set(queue)}"
+    assert (queue["name"], queue["address"], queue["routing_type"]) == (queue_name, queue_name, "anycast")
+    assert queue["filter"] in (None, "")
+    assert isinstance(queue["durable"], bool)
+
+
+def test_queue_counts_follow_sends_deliveries_and_acks(broker, stomp_client, queue_name):
+    producer = stomp_client(broker)
+    for n in range(3):
+        producer.send(f"/queue/{queue_name}", f"m{n}", headers={"persistent": "true"}, receipt=True)
+    queue = broker.queue(queue_name)
+    assert (queue["messages"], queue["messages_added"], queue["consumers"]) == (3, 3, 0)
+    assert (queue["messages_delivering"], queue["messages_acknowledged"]) == (0, 0)
+    assert queue["messages_in_memory"] + queue["messages_paged"] == 3
+
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{queue_name}", ack="client-individual")
+    frames = consumer.wait_for(3)
+    broker.wait_queue(queue_name, consumers=1, messages=3, messages_delivering=3)
+
+    consumer.ack(frames[0])
+    consumer.ack(frames[2], receipt=True)
+    queue = broker.wait_queue(queue_name, messages=1, messages_acknowledged=2, messages_delivering=1)
+    assert (queue["messages_added"], queue["messages_expired"], queue["messages_killed"]) == (3, 0, 0)
+
+    consumer.disconnect()
+    broker.wait_queue(queue_name, consumers=0, messages=1, messages_delivering=0)
+
+
+def test_address_has_every_contract_field(broker, stomp_client, queue_name):
+    stomp_client(broker).send(f"/queue/{queue_name}", "x", receipt=True)
+    address = broker.address(queue_name)
+    assert set(address) >= ADDRESS_FIELDS, f"missing {ADDRESS_FIELDS - set(address)}"
+    assert (address["name"], address["routing_type"]) == (queue_name, "anycast")
+    assert address["queues"] == [queue_name]
+    assert address["paging"] is False
+    assert (address["messages"], address["messages_in_memory"], address["messages_paged"]) == (1, 1, 0)
+    assert address["bytes_in_memory"] > 0
+    assert (address["page_files"], address["dropped_messages"]) == (0, 0)
+
+
+def test_address_settings_are_the_effective_kebab_case_settings(broker, stomp_client, queue_name):
+    stomp_client(broker).send(f"/queue/{queue_name}", "x", receipt=True)
+    settings = broker.address(queue_name)["settings"]
+    assert settings["address-full-policy"] == "PAGE"
+    assert settings["max-delivery-attempts"] == 10
+    assert settings["dead-letter-address"] == "DLQ"
+    assert settings["expiry-address"] == "ExpiryQueue"
+    assert "max-size-bytes" in settings
+    assert "page-size-bytes" in settings
+
+
+def test_topic_address_counts_one_message_per_subscription_copy(broker, stomp_client, queue_name):
+    subscribers = [stomp_client(broker) for _ in range(2)]
+    for subscriber in subscribers:
+        subscriber.subscribe(f"/topic/{queue_name}", ack="client-individual")
+    stomp_client(broker).send(f"/topic/{queue_name}", "copied", receipt=True)
+    for subscriber in subscribers:
+        subscriber.wait_for(1)
+    address = broker.address(queue_name)
+    assert address["routing_type"] == "multicast"
+    assert len(address["queues"]) == 2
+    assert address["messages"] == 2
+    for name in address["queues"]:
+        queue = broker.queue(name)
+        assert (queue["address"], queue["routing_type"], queue["messages"]) == (queue_name, "multicast", 1)
+
+
+def test_address_list_contains_created_addresses(broker, stomp_client, queue_name):
+    client = stomp_client(broker)
+    client.send(f"/queue/{queue_name}", "x", receipt=True)
+    client.subscribe(f"/topic/{queue_name}-t")
+    status, body = broker.http_get("/api/addresses")
+    assert status == 200
+    by_name = {address["name"]: address for address in body["addresses"]}
+    assert by_name[queue_name]["routing_type"] == "anycast"
+    assert by_name[f"{queue_name}-t"]["routing_type"] == "multicast"
+    assert set(by_name[queue_name]) >= ADDRESS_FIELDS
+
+
+def test_unknown_queue_is_404_with_error(broker):
+    status, body = broker.http_get("/api/queues/no-such-queue-here")
+    assert status == 404
+    assert isinstance(body.get("error"), str) and body["error"]
+
+
+def test_unknown_address_is_404_with_error(broker):
+    status, body = broker.http_get("/api/addresses/no-such-address-here")
+    assert status == 404
+    assert isinstance(body.get("error"), str) and body["error"]
+
+
+def test_metrics_is_prometheus_text_with_per_queue_figures(broker, stomp_client, queue_name):
+    producer = stomp_client(broker)
+    for n in range(3):
+        producer.send(f"/queue/{queue_name}", f"m{n}", receipt=True)
+    status, content_type, text = broker.http_get_text("/metrics")
+    assert status == 200
+    assert content_type.startswith("text/plain")
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not a Prometheus sample line: {line!r}"
+        samples.append((match.group(1), match.group(3) or "", float(match.group(4))))
+    mine = [(name, value) for name, labels, value in samples if f'"{queue_name}"' in labels]
+    assert any("messages" in name and value == 3 for name, value in mine), mine
+    assert any("acknowledged" in name and value == 0 for name, value in mine), mine
+    assert any("added" in name and value == 3 for name, value in mine), mine
