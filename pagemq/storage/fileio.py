@@ -101,15 +101,21 @@ class _RealAppendFile:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
 
+    def _fileno(self) -> int:
+        if self._fd < 0:
+            raise OSError(errno.EBADF, f"{self.path} is closed")
+        return self._fd
+
     def write(self, data: bytes | memoryview) -> None:
+        fd = self._fileno()
         view = memoryview(data)
         while view:
-            written = os.write(self._fd, view)
+            written = os.write(fd, view)
             self.size += written
             view = view[written:]
 
     def fsync(self) -> None:
-        _fdatasync(self._fd)
+        _fdatasync(self._fileno())
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -186,16 +192,17 @@ class _FaultyAppendFile:
         self._owner = owner
         self._inner = inner
         self.path = inner.path
+        self.lost = False  # set by crash(): the process that owned this handle is gone
 
     @property
     def size(self) -> int:
         return self._inner.size
 
     def write(self, data: bytes | memoryview) -> None:
-        self._owner._before_write(self._inner, data)
+        self._owner._before_write(self._inner, data, self.lost)
 
     def fsync(self) -> None:
-        self._owner._fsync(self._inner)
+        self._owner._fsync(self._inner, self)
 
     def close(self) -> None:
         self._owner._closed(self)
@@ -259,6 +266,7 @@ class FaultyFileIO(FileIO):
         """Model power loss: only fsynced bytes survive; the process's handles are gone."""
         with self._lock:
             for handle in list(self._open):
+                handle.lost = True
                 handle._inner.close()
             self._open.clear()
             for path, durable in self._durable.items():
@@ -285,7 +293,9 @@ class FaultyFileIO(FileIO):
         with self._lock:
             self._durable.setdefault(path, size)
 
-    def _before_write(self, handle: AppendFile, data: bytes | memoryview) -> None:
+    def _before_write(self, handle: AppendFile, data: bytes | memoryview, lost: bool) -> None:
+        if lost:
+            raise SimulatedCrash(f"write to {handle.path.name} through a handle lost in the crash")
         self._step(f"write to {handle.path.name}")
         with self._lock:
             self.writes += 1
@@ -299,10 +309,12 @@ class FaultyFileIO(FileIO):
             return
         handle.write(data)
 
-    def _fsync(self, handle: AppendFile) -> None:
+    def _fsync(self, handle: AppendFile, outer: _FaultyAppendFile) -> None:
         self.fsync_waiting.set()
         self._fsync_gate.wait()
         self.fsync_waiting.clear()
+        if outer.lost:
+            raise SimulatedCrash(f"fsync of {handle.path.name} through a handle lost in the crash")
         self._step(f"fsync of {handle.path.name}")
         handle.fsync()
         with self._lock:

@@ -1,0 +1,209 @@
+"""Recovery by replay: torn tails, damage, no-op recovery (ZODB testRecover), never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pagemq.storage import records as rec
+from pagemq.storage.journal import Journal, LiveRecord, OpKind
+
+
+def build(directory: Path, write: Callable[[Journal], None], **options: object) -> None:
+    """Run `write` against a started journal, then flush and close it."""
+
+    async def body() -> None:
+        journal = Journal(directory, **options)  # type: ignore[arg-type]
+        journal.load()
+        journal.start(asyncio.get_running_loop())
+        write(journal)
+        await journal.flush()
+        await journal.close()
+
+    asyncio.run(body())
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def test_a_torn_last_record_is_cut_at_every_offset_and_nothing_before_it_is_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Truncate the tail record at each byte; the earlier records always come back."""
+    origin = tmp_path / "origin"
+    build(origin, lambda j: [j.add(i, 1, bytes([i]) * 10) for i in range(3)])
+    path = origin / rec.file_name(1)
+    before = path.stat().st_size
+    # after a restart the tail record, a transaction, starts a file of its own
+    build(origin, lambda j: j.transaction([(OpKind.ADD, 7, 2, b"tx"), (OpKind.DELETE, 0, 0, b"")]))
+    last = origin / rec.file_name(2)
+    whole = last.read_bytes()
+    record_start = rec.FILE_HEADER.size
+    assert path.stat().st_size == before
+    for cut in range(record_start, len(whole)):
+        work = tmp_path / f"cut{cut}"
+        shutil.copytree(origin, work)
+        (work / last.name).write_bytes(whole[:cut])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pagemq.journal"):
+            result = Journal(work).load()
+        assert [r.id for r in result.records] == [0, 1, 2], cut
+        if cut > record_start:
+            assert result.dropped == [
+                f"{last.name}: torn tail at offset {record_start}: {cut - record_start} bytes dropped "
+                f"({result.dropped[0].split('(', 1)[1]}"]
+            assert f"torn tail at offset {record_start}" in caplog.text
+        assert (work / last.name).stat().st_size == record_start
+        assert snapshot(work)[path.name] == path.read_bytes()
+
+
+def test_recovering_an_undamaged_journal_leaves_every_file_byte_identical(tmp_path: Path) -> None:
+    def write(journal: Journal) -> None:
+        for i in range(200):
+            journal.add(i, i % 3, b"p" * (i % 50))
+            if i % 4 == 0:
+                journal.update(i, 9, b"u")
+            if i % 3 == 0:
+                journal.delete(i)
+        journal.transaction([(OpKind.ADD, 1000, 1, b"t"), (OpKind.DELETE, 1, 0, b"")])
+
+    build(tmp_path, write, file_size=2048)
+    build(tmp_path, lambda j: j.cleanup(), file_size=2048)  # includes a compacted file
+    before = snapshot(tmp_path)
+    first = Journal(tmp_path, file_size=2048).load()
+    second = Journal(tmp_path, file_size=2048).load()
+    assert snapshot(tmp_path) == before
+    assert first == second
+    assert first.dropped == []
+
+
+def test_damage_in_an_older_file_is_reported_and_the_rest_of_that_file_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    build(tmp_path, lambda j: [j.add(i, 1, b"x" * 100) for i in range(30)], file_size=1024)
+    first = tmp_path / rec.file_name(1)
+    data = bytearray(first.read_bytes())
+    record_len = rec.RECORD_OVERHEAD + 100
+    bad_offset = rec.FILE_HEADER.size + 2 * record_len
+    data[bad_offset + 40] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="pagemq.journal"):
+        result = Journal(tmp_path).load()
+    per_file = (1024 - rec.FILE_HEADER.size) // record_len
+    lost = set(range(2, per_file))
+    assert [r.id for r in result.records] == [i for i in range(30) if i not in lost]
+    assert result.dropped == [
+        f"{first.name}: damaged record at offset {bad_offset} (bad record CRC at offset {bad_offset}); "
+        f"the {len(data) - bad_offset} bytes from there on are skipped"]
+    assert f"damaged record at offset {bad_offset}" in caplog.text
+    assert first.read_bytes() == bytes(data)  # kept for inspection, not truncated
+
+
+def test_damage_in_the_middle_of_the_newest_file_is_not_cut_away(tmp_path: Path) -> None:
+    build(tmp_path, lambda j: [j.add(i, 1, b"y" * 20) for i in range(10)])
+    path = tmp_path / rec.file_name(1)
+    data = bytearray(path.read_bytes())
+    data[rec.FILE_HEADER.size + 30] ^= 0x01
+    path.write_bytes(bytes(data))
+    result = Journal(tmp_path).load()
+    assert result.records == []
+    assert "damaged record at offset 32" in result.dropped[0]
+    assert path.read_bytes() == bytes(data)
+
+
+def test_a_newest_file_without_a_complete_header_is_removed(tmp_path: Path) -> None:
+    build(tmp_path, lambda j: j.add(1, 1, b"a"))
+    (tmp_path / rec.file_name(2)).write_bytes(rec.FileHeader(2, 2).encode()[:10])
+    result = Journal(tmp_path).load()
+    assert [r.id for r in result.records] == [1]
+    assert not (tmp_path / rec.file_name(2)).exists()
+    assert "header never written" in result.dropped[0]
+
+
+def test_a_file_with_a_bad_header_is_skipped_reported_and_its_number_not_reused(tmp_path: Path) -> None:
+    build(tmp_path, lambda j: j.add(1, 1, b"a"))
+    build(tmp_path, lambda j: j.add(2, 1, b"b"))
+    first = tmp_path / rec.file_name(1)
+    first.write_bytes(b"XXXX" + first.read_bytes()[4:])
+    journal = Journal(tmp_path)
+    result = journal.load()
+    assert [r.id for r in result.records] == [2]
+    assert "unreadable file header" in result.dropped[0]
+    assert first.exists()
+    build(tmp_path, lambda j: j.add(3, 1, b"c"))
+    assert (tmp_path / rec.file_name(3)).exists()
+
+
+def test_a_leftover_compaction_temp_file_is_removed(tmp_path: Path) -> None:
+    build(tmp_path, lambda j: j.add(1, 1, b"a"))
+    (tmp_path / rec.temp_name(5)).write_bytes(b"half a compacted file")
+    result = Journal(tmp_path).load()
+    assert [r.id for r in result.records] == [1]
+    assert not (tmp_path / rec.temp_name(5)).exists()
+
+
+def test_a_read_only_load_changes_nothing_even_on_damage(tmp_path: Path) -> None:
+    build(tmp_path, lambda j: [j.add(i, 1, b"z" * 10) for i in range(3)])
+    path = tmp_path / rec.file_name(1)
+    path.write_bytes(path.read_bytes()[:-5])
+    (tmp_path / rec.temp_name(9)).write_bytes(b"tmp")
+    before = snapshot(tmp_path)
+    result = Journal(tmp_path).load(repair=False)
+    assert [r.id for r in result.records] == [0, 1]
+    assert snapshot(tmp_path) == before
+
+
+def test_seq_order_not_file_order_decides_replay(tmp_path: Path) -> None:
+    """A later-numbered file may hold older ops (compaction); replay still applies by seq."""
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / rec.file_name(1)).write_bytes(
+        rec.FileHeader(1, 5).encode() + rec.DeleteRecord(6, 1).encode()
+        + rec.AddRecord(7, 2, 1, b"b").encode())
+    (tmp_path / rec.file_name(2)).write_bytes(
+        rec.FileHeader(2, 1).encode() + rec.CompactedRecord(()).encode()
+        + rec.AddRecord(1, 1, 1, b"a").encode() + rec.UpdateRecord(8, 2, 3, b"u").encode())
+    result = Journal(tmp_path).load()
+    assert result.records == [LiveRecord(2, 1, b"b", [(3, b"u")])]
+    assert result.dropped == []
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_damage_never_crashes_load_and_never_invents_records(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    origin = tmp_path / "origin"
+    payloads = {i: rng.randbytes(rng.randrange(0, 300)) for i in range(60)}
+
+    def write(journal: Journal) -> None:
+        for i, payload in payloads.items():
+            journal.add(i, 1, payload)
+            if rng.random() < 0.3:
+                journal.update(i, 2, payload[:5])
+
+    build(origin, write, file_size=4096)
+    files = sorted(origin.glob("*.jnl"))
+    for _ in range(rng.randrange(1, 6)):
+        victim = rng.choice(files)
+        data = bytearray(victim.read_bytes())
+        action = rng.choice(["flip", "truncate", "garbage", "zero"])
+        at = rng.randrange(len(data))
+        if action == "flip":
+            data[at] ^= 1 << rng.randrange(8)
+        elif action == "truncate":
+            del data[at:]
+        elif action == "garbage":
+            data[at:at] = rng.randbytes(rng.randrange(1, 64))
+        else:
+            data[at:at + 64] = bytes(len(data[at:at + 64]))
+        victim.write_bytes(bytes(data))
+    result = Journal(origin, file_size=4096).load()
+    for record in result.records:
+        assert record.payload == payloads[record.id]
+        assert all(update == (2, payloads[record.id][:5]) for update in record.updates)
+    Journal(origin, file_size=4096).load()  # and a second recovery is calm
