@@ -1,0 +1,236 @@
+"""Per-page property summaries, so a selective consumer can skip page files it cannot match.
+
+For every property name seen in a page: how many messages carry it, its distinct values while
+there are at most `MAX_DISTINCT`, and the range of its numeric values. `Selector.may_match`
+reads these (see `prune`). A summary is folded message by message as the page is written and
+stored beside the page file in the versioned byte layout below, documented with a byte table in
+docs/selectors.md.
+
+Soundness rules kept here: a value list is dropped (set to None, "too many") rather than
+made lossy, which happens when it would exceed `MAX_DISTINCT`, when a string is longer than
+`MAX_VALUE_CHARS`, when a value is not of a JMS type, or when two values are equal in Python
+but of different types (`1`, `1.0`, `True`), which a selector can tell apart. Numeric bounds
+round outward to floats, and a NaN widens them to infinity.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from pagemq.core.selector.runtime import read_number
+
+MAX_DISTINCT: Final = 16
+MAX_VALUE_CHARS: Final = 256   # longer strings are not listed: they would bloat the summary
+
+MAGIC: Final = b"PMQS"
+VERSION: Final = 1
+_HEADER = struct.Struct("<4sBII")        # magic, version, message count, property count
+_PROPERTY = struct.Struct("<IIB")        # name length, present, flags (then the name)
+_RANGE = struct.Struct("<dd")            # min_number, max_number
+_COUNT = struct.Struct("<B")             # number of listed values
+_TAG = struct.Struct("<B")
+_LENGTH = struct.Struct("<I")
+_FLOAT = struct.Struct("<d")
+_CRC = struct.Struct("<I")
+assert (_HEADER.size, _PROPERTY.size, _RANGE.size, _CRC.size) == (13, 9, 16, 4)
+
+_HAS_VALUES: Final = 1
+_HAS_RANGE: Final = 2
+_TAG_STR, _TAG_INT, _TAG_FLOAT, _TAG_BOOL = 0, 1, 2, 3
+
+
+class SummaryFormatError(ValueError):
+    """Bytes that are not a page summary this version can read (torn, corrupt, or newer)."""
+
+
+@dataclass(slots=True)
+class PropertyStats:
+    present: int                       # messages in the page carrying this property
+    values: set[object] | None         # distinct values if at most MAX_DISTINCT, else None
+    min_number: float | None           # over values that are numbers or numeric-looking strings
+    max_number: float | None
+
+
+class PageSummary:
+    """What the messages of one page carry, as far as selectors care."""
+
+    __slots__ = ("_stats", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._stats: dict[str, PropertyStats] = {}
+
+    def add(self, properties: Mapping[str, object]) -> None:
+        """Fold in one message's properties (str for STOMP headers, or int/float/bool)."""
+        self.count += 1
+        for name, value in properties.items():
+            if value is None:
+                continue
+            stats = self._stats.get(name)
+            if stats is None:
+                stats = self._stats[name] = PropertyStats(0, set(), None, None)
+            stats.present += 1
+            _fold_value(stats, value)
+            _fold_number(stats, value)
+
+    def stats(self, name: str) -> PropertyStats | None:
+        """None means no message in the page has the property."""
+        return self._stats.get(name)
+
+    def names(self) -> Iterator[str]:
+        return iter(self._stats)
+
+    def to_bytes(self) -> bytes:
+        out = bytearray(_HEADER.pack(MAGIC, VERSION, self.count, len(self._stats)))
+        for name, stats in self._stats.items():
+            encoded = name.encode("utf-8", "surrogatepass")
+            has_range = stats.min_number is not None and stats.max_number is not None
+            flags = (_HAS_VALUES if stats.values is not None else 0) | (_HAS_RANGE if has_range else 0)
+            out += _PROPERTY.pack(len(encoded), stats.present, flags) + encoded
+            if has_range:
+                out += _RANGE.pack(stats.min_number, stats.max_number)
+            if stats.values is not None:
+                out += _COUNT.pack(len(stats.values))
+                for value in stats.values:
+                    out += _encode_value(value)
+        out += _CRC.pack(zlib.crc32(out))
+        return bytes(out)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PageSummary:
+        if len(data) < _HEADER.size + _CRC.size:
+            raise SummaryFormatError(f"page summary too short ({len(data)} bytes)")
+        (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
+        body = memoryview(data)[: len(data) - _CRC.size]
+        if zlib.crc32(body) != crc:
+            raise SummaryFormatError("page summary CRC mismatch")
+        magic, version, count, properties = _HEADER.unpack_from(body, 0)
+        if magic != MAGIC or version != VERSION:
+            raise SummaryFormatError(f"not a version {VERSION} page summary ({magic!r}, v{version})")
+        summary = cls()
+        summary.count = count
+        reader = _Reader(body, _HEADER.size)
+        try:
+            for _ in range(properties):
+                name, stats = reader.property()
+                summary._stats[name] = stats
+        except (struct.error, UnicodeDecodeError, IndexError) as exc:
+            raise SummaryFormatError(f"malformed page summary: {exc}") from exc
+        if reader.offset != len(body):
+            raise SummaryFormatError("trailing bytes after the page summary")
+        return summary
+
+    def __repr__(self) -> str:
+        return f"PageSummary(count={self.count}, properties={sorted(self._stats)})"
+
+
+def _fold_value(stats: PropertyStats, value: object) -> None:
+    values = stats.values
+    if values is None:
+        return
+    kind = value.__class__
+    if kind is str:
+        if len(value) > MAX_VALUE_CHARS:  # type: ignore[arg-type]
+            stats.values = None
+            return
+    elif kind not in (int, float, bool):
+        stats.values = None
+        return
+    elif value in values and not any(v.__class__ is kind and v == value for v in values):
+        stats.values = None   # equal to a listed value of another type (1 vs 1.0 vs True)
+        return
+    values.add(value)
+    if len(values) > MAX_DISTINCT:
+        stats.values = None
+
+
+def _fold_number(stats: PropertyStats, value: object) -> None:
+    kind = value.__class__
+    if kind is str:
+        number = read_number(value)  # type: ignore[arg-type]
+        if number is None:
+            return
+    elif kind is int or kind is float:
+        number = value  # type: ignore[assignment]
+    else:
+        return
+    low, high = _float_bounds(number)
+    stats.min_number = low if stats.min_number is None else min(stats.min_number, low)
+    stats.max_number = high if stats.max_number is None else max(stats.max_number, high)
+
+
+def _float_bounds(number: int | float) -> tuple[float, float]:
+    """Floats enclosing `number`: an int may not be exactly a float, and NaN is anywhere."""
+    if isinstance(number, float):
+        if math.isnan(number):
+            return -math.inf, math.inf
+        return number, number
+    try:
+        approx = float(number)
+    except OverflowError:
+        approx = math.inf if number > 0 else -math.inf
+    low = approx if approx <= number else math.nextafter(approx, -math.inf)
+    high = approx if approx >= number else math.nextafter(approx, math.inf)
+    return low, high
+
+
+def _encode_value(value: object) -> bytes:
+    if isinstance(value, bool):
+        return _TAG.pack(_TAG_BOOL) + _COUNT.pack(int(value))
+    if isinstance(value, int):
+        raw = value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True)
+        return _TAG.pack(_TAG_INT) + _LENGTH.pack(len(raw)) + raw
+    if isinstance(value, float):
+        return _TAG.pack(_TAG_FLOAT) + _FLOAT.pack(value)
+    assert isinstance(value, str)
+    raw = value.encode("utf-8", "surrogatepass")
+    return _TAG.pack(_TAG_STR) + _LENGTH.pack(len(raw)) + raw
+
+
+class _Reader:
+    def __init__(self, data: memoryview, offset: int) -> None:
+        self.data = data
+        self.offset = offset
+
+    def unpack(self, layout: struct.Struct) -> tuple[object, ...]:
+        fields = layout.unpack_from(self.data, self.offset)
+        self.offset += layout.size
+        return fields
+
+    def take(self, size: int) -> bytes:
+        if self.offset + size > len(self.data):
+            raise IndexError("field runs past the end")
+        raw = bytes(self.data[self.offset : self.offset + size])
+        self.offset += size
+        return raw
+
+    def property(self) -> tuple[str, PropertyStats]:
+        name_length, present, flags = self.unpack(_PROPERTY)
+        name = self.take(name_length).decode("utf-8", "surrogatepass")  # type: ignore[arg-type]
+        low = high = None
+        if flags & _HAS_RANGE:  # type: ignore[operator]
+            low, high = self.unpack(_RANGE)
+        values: set[object] | None = None
+        if flags & _HAS_VALUES:  # type: ignore[operator]
+            (count,) = self.unpack(_COUNT)
+            values = {self.value() for _ in range(count)}  # type: ignore[call-overload]
+        return name, PropertyStats(present, values, low, high)  # type: ignore[arg-type]
+
+    def value(self) -> object:
+        (tag,) = self.unpack(_TAG)
+        if tag == _TAG_BOOL:
+            return bool(self.unpack(_COUNT)[0])
+        if tag == _TAG_FLOAT:
+            return self.unpack(_FLOAT)[0]
+        (length,) = self.unpack(_LENGTH)
+        raw = self.take(length)  # type: ignore[arg-type]
+        if tag == _TAG_INT:
+            return int.from_bytes(raw, "big", signed=True)
+        if tag == _TAG_STR:
+            return raw.decode("utf-8", "surrogatepass")
+        raise IndexError(f"unknown value tag {tag}")
