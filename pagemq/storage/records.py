@@ -131,7 +131,7 @@ class FileHeader:
         return body + RECORD_CRC.pack(zlib.crc32(body))
 
     @classmethod
-    def decode(cls, data: bytes) -> FileHeader:
+    def decode(cls, data: bytes | memoryview) -> FileHeader:
         if len(data) < FILE_HEADER.size:
             raise TornRecord(f"file header needs {FILE_HEADER.size} bytes, file has {len(data)}", 0)
         magic, version, _flags, file_no, base_seq, crc = FILE_HEADER.unpack_from(data, 0)
@@ -262,7 +262,7 @@ _DATA_KINDS = _OP_KINDS | {int(RecordKind.TRANSACTION)}
 _SEQ_PROBE_WINDOW = 1 << 40
 
 
-def decode_record(data: bytes, offset: int) -> tuple[Record, int]:
+def decode_record(data: bytes | memoryview, offset: int) -> tuple[Record, int]:
     """Decode the record at `offset`; returns it and the offset just past it."""
     if offset + RECORD_HEADER.size > len(data):
         raise TornRecord(f"record header cut short ({len(data) - offset} bytes)", offset)
@@ -277,7 +277,7 @@ def decode_record(data: bytes, offset: int) -> tuple[Record, int]:
     (crc,) = RECORD_CRC.unpack_from(data, body_end)
     if zlib.crc32(memoryview(data)[offset:body_end]) != crc:
         raise CorruptRecord("bad record CRC", offset)
-    payload = data[offset + RECORD_HEADER.size:body_end]
+    payload = bytes(data[offset + RECORD_HEADER.size:body_end])
     return _build(RecordKind(kind), seq, id, type, payload, offset), end
 
 
@@ -395,14 +395,17 @@ class _ChunkReader:
         self._size = size
         self._start = 0
         self._buf = b""
+        self._view = memoryview(self._buf)
 
-    def read(self, offset: int, length: int) -> bytes:
+    def read(self, offset: int, length: int) -> memoryview:
+        """A view into the current chunk (no copy); re-reads when the range is outside it."""
         end = min(offset + length, self._size)
         if offset < self._start or end > self._start + len(self._buf):
             want = max(end - offset, _SCAN_CHUNK)
             self._buf = self._fileio.read_range(self._path, offset, want)
+            self._view = memoryview(self._buf)
             self._start = offset
-        return self._buf[offset - self._start:end - self._start]
+        return self._view[offset - self._start:end - self._start]
 
     def record(self, offset: int) -> tuple[Record, int]:
         head = self.read(offset, RECORD_HEADER.size)
