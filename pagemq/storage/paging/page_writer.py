@@ -280,7 +280,8 @@ class PageWriter:
                 raise BatchFailed(
                     OSError(errno.EIO, "page closed after an earlier write failure"),
                     set(before) | {op.page_no},
-                    f"{self._name(op.page_no)}: {op.records} records dropped",
+                    f"{self._name(op.page_no)}: {op.records} records ({op.non_persistent} of them "
+                    "non-persistent) dropped",
                 )
             try:
                 handle = self._handle(op.page_no, before)
@@ -288,7 +289,8 @@ class PageWriter:
             except OSError as exc:
                 raise BatchFailed(
                     exc, set(before) | {op.page_no},
-                    f"write of {len(op.data)} bytes ({op.records} records) to "
+                    f"write of {len(op.data)} bytes ({op.records} records, {op.non_persistent} of "
+                    f"them non-persistent) to "
                     f"{self._name(op.page_no)} at offset {self._sizes.get(op.page_no, 0)} failed",
                 ) from exc
             self._sizes[op.page_no] = handle.size

@@ -1,0 +1,252 @@
+"""Opening a page folder after crashes and damage; each test names the fault it injects."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pagemq.storage.fileio import FaultyFileIO, FileIO
+from pagemq.storage.paging.page_format import FILE_HEADER, encode_frame
+from pagemq.storage.paging.page_store import PagedRecord, PageStore
+
+
+def rec(message_id: int, *, persistent: bool = True, size: int = 100) -> PagedRecord:
+    return PagedRecord(message_id, (1,), persistent, bytes([message_id % 251]) * size)
+
+
+def reopen(directory: Path, fileio: FileIO | None = None, page_size: int = 4096) -> PageStore:
+    store = (
+        PageStore(directory, "orders", page_size_bytes=page_size, fileio=fileio)
+        if fileio is not None else PageStore(directory, "orders", page_size_bytes=page_size)
+    )
+    store.open()
+    return store
+
+
+def all_ids(store: PageStore) -> list[int]:
+    return [r.message_id for info in store.pages() for _, r in store.read_page(info.page_no)]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def write_pages(directory: Path, records: list[list[PagedRecord]], page_size: int = 4096,
+                *, close: bool = True) -> Path:
+    """Append each batch, wait for it; close cleanly or leave as a kill -9 would."""
+
+    async def body() -> Path:
+        store = PageStore(directory, "orders", page_size_bytes=page_size)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        for batch in records:
+            store.append(batch)
+        await store.flush()
+        if close:
+            await store.close()
+        else:
+            await store._writer.stop()  # type: ignore[union-attr]  # no roll: like a kill
+        return store.folder
+
+    return asyncio.run(body())
+
+
+async def kill(store: PageStore, fileio: FaultyFileIO) -> None:
+    """Power cut: every further step fails, then unsynced bytes vanish."""
+    fileio.crash_after(1)
+    await store.close()
+    fileio.crash()
+
+
+def test_recovering_an_undamaged_folder_changes_nothing(tmp_path: Path) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(50)], page_size=1000)
+    before = snapshot(folder)
+    store = reopen(tmp_path, page_size=1000)
+    assert snapshot(folder) == before
+    assert all_ids(store) == list(range(50))
+
+
+def test_second_open_after_a_kill_is_a_no_op(tmp_path: Path) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(50)], page_size=1000, close=False)
+    reopen(tmp_path, page_size=1000)
+    after_first = snapshot(folder)
+    store = reopen(tmp_path, page_size=1000)
+    assert snapshot(folder) == after_first
+    assert store.stats()["pages_scanned"] == 0
+    assert all_ids(store) == list(range(50))
+
+
+def test_torn_tail_is_truncated_at_every_byte_offset_of_the_last_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = write_pages(tmp_path / "orig", [[rec(0)], [rec(1)], [rec(2), rec(3)]], close=False)
+    page = folder / "000000001.page"
+    data = page.read_bytes()
+    last = len(encode_frame([rec(2), rec(3)]))
+    whole = len(data) - last
+    for cut in range(last):
+        work = tmp_path / f"cut{cut}"
+        shutil.copytree(tmp_path / "orig", work)
+        torn = work / folder.name / page.name
+        torn.write_bytes(data[: whole + cut])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pagemq.paging"):
+            store = reopen(work)
+        assert all_ids(store) == [0, 1], cut
+        assert torn.stat().st_size == whole
+        if cut:
+            (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert str(torn) in warning and f"offset {whole}" in warning
+            assert f"dropping {cut} bytes" in warning
+        shutil.rmtree(work)
+
+
+@pytest.mark.parametrize("tear_at", [1, 7, 8, 60, 200, -1])
+def test_batch_is_all_or_nothing_when_its_write_is_torn_by_a_crash(tmp_path: Path, tear_at: int) -> None:
+    batch = [rec(2), rec(3, persistent=False), rec(4)]
+
+    async def body() -> None:
+        fileio = FaultyFileIO()
+        store = PageStore(tmp_path, "orders", page_size_bytes=4096, fileio=fileio)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        await store.append([rec(1)])[2]  # type: ignore[misc]
+        fileio.tear_write(1, tear_at % len(encode_frame(batch)))
+        with pytest.raises(OSError, match="simulated crash"):
+            await store.append(batch)[2]  # type: ignore[misc]
+        await kill(store, fileio)
+
+    asyncio.run(body())
+    assert all_ids(reopen(tmp_path)) == [1]
+
+
+@pytest.mark.parametrize("step", range(1, 40))
+def test_a_crash_at_any_step_keeps_every_acknowledged_batch_whole(tmp_path: Path, step: int) -> None:
+    async def body() -> list[int]:
+        fileio = FaultyFileIO()
+        store = PageStore(tmp_path, "orders", page_size_bytes=700, fileio=fileio)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        fileio.crash_after(step)
+        acked: list[int] = []
+        for i in range(0, 16, 2):
+            try:
+                await store.append([rec(i), rec(i + 1)])[2]  # type: ignore[misc]
+            except OSError:
+                break
+            acked += [i, i + 1]
+        await store.close()
+        fileio.crash()
+        return acked
+
+    acked = asyncio.run(body())
+    recovered = all_ids(reopen(tmp_path, page_size=700))
+    assert recovered[: len(acked)] == acked
+    assert recovered == list(range(len(recovered))) and len(recovered) % 2 == 0
+
+
+def test_unsynced_non_persistent_records_vanish_with_a_crash(tmp_path: Path) -> None:
+    async def body() -> None:
+        fileio = FaultyFileIO()
+        store = PageStore(tmp_path, "orders", page_size_bytes=4096, fileio=fileio)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        await store.append([rec(1)])[2]  # type: ignore[misc]
+        assert store.append([rec(2, persistent=False)])[2] is None
+        await store.flush()
+        await kill(store, fileio)
+
+    asyncio.run(body())
+    assert all_ids(reopen(tmp_path)) == [1]
+
+
+def test_missing_summary_of_a_closed_page_is_rebuilt_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(30)], page_size=1000)
+    (folder / "000000002.summary").unlink()
+    with caplog.at_level(logging.WARNING, logger="pagemq.paging"):
+        store = reopen(tmp_path, page_size=1000)
+    assert any("000000002.page" in r.getMessage() and "rescanning" in r.getMessage() for r in caplog.records)
+    assert (folder / "000000002.summary").exists()
+    assert store.stats()["pages_scanned"] == 1
+    assert all_ids(store) == list(range(30))
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "stale"])
+def test_unusable_summary_is_replaced_from_the_page(tmp_path: Path, damage: str) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(30)], page_size=1000)
+    last_of_first = reopen(tmp_path, page_size=1000).pages()[0].last_id
+    summary = folder / "000000001.summary"
+    if damage == "corrupt":
+        summary.write_bytes(summary.read_bytes()[:-3] + b"xyz")
+    else:
+        page = folder / "000000001.page"
+        page.write_bytes(page.read_bytes()[:-5])  # the page lost its tail behind the summary's back
+    store = reopen(tmp_path, page_size=1000)
+    assert store.stats()["pages_scanned"] == 1
+    lost = set() if damage == "corrupt" else {last_of_first}
+    assert all_ids(store) == [i for i in range(30) if i not in lost]
+
+
+def test_orphan_summary_and_temporary_files_are_removed(tmp_path: Path) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(30)], page_size=1000)
+    (folder / "000000001.page").unlink()  # a crash between the two removals of a delete
+    (folder / "000000002.summary.tmp").write_bytes(b"half")
+    store = reopen(tmp_path, page_size=1000)
+    assert not (folder / "000000001.summary").exists()
+    assert not (folder / "000000002.summary.tmp").exists()
+    assert store.pages()[0].page_no == 2
+
+
+def test_torn_file_header_page_is_removed_and_damaged_header_set_aside(tmp_path: Path) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(30)], page_size=1000, close=False)
+    pages = sorted(folder.glob("*.page"))
+    last = pages[-1]
+    last.write_bytes(last.read_bytes()[: FILE_HEADER.size - 3])
+    middle = pages[1]
+    (middle.with_name(middle.name.replace(".page", ".summary"))).unlink()
+    middle.write_bytes(b"JUNK" + middle.read_bytes()[4:])
+    store = reopen(tmp_path, page_size=1000)
+    assert not last.exists()
+    assert (folder / (middle.name + ".damaged")).exists()
+    assert 2 not in {i.page_no for i in store.pages()}
+    assert store.live_page_no() == len(pages) + 1  # no number seen on disk is reused
+
+
+def test_damage_inside_a_summarised_page_stops_reading_there_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(5)])
+    page = folder / "000000001.page"
+    data = bytearray(page.read_bytes())
+    third = FILE_HEADER.size + 2 * len(encode_frame([rec(0)]))
+    data[third + 20] ^= 0xFF
+    page.write_bytes(bytes(data))
+    store = reopen(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="pagemq.paging"):
+        assert all_ids(store) == [0, 1]
+    assert any(f"offset {third}" in r.getMessage() for r in caplog.records)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4))
+def test_random_damage_to_the_live_page_recovers_a_prefix(
+    tmp_path: Path, flips: list[tuple[int, int]]
+) -> None:
+    work = tmp_path / "random"
+    shutil.rmtree(work, ignore_errors=True)
+    folder = write_pages(work, [[rec(i)] if i % 3 else [rec(i, size=40)] for i in range(25)], close=False)
+    page = folder / "000000001.page"
+    data = bytearray(page.read_bytes())
+    for offset, xor in flips:
+        data[FILE_HEADER.size + offset % (len(data) - FILE_HEADER.size)] ^= xor
+    page.write_bytes(bytes(data))
+    ids = all_ids(reopen(work))
+    assert ids == list(range(len(ids)))
