@@ -192,14 +192,14 @@ class _FaultyAppendFile:
         self._owner = owner
         self._inner = inner
         self.path = inner.path
+        self.size = inner.size
         self.lost = False  # set by crash(): the process that owned this handle is gone
 
-    @property
-    def size(self) -> int:
-        return self._inner.size
-
     def write(self, data: bytes | memoryview) -> None:
-        self._owner._before_write(self._inner, data, self.lost)
+        try:
+            self._owner._before_write(self._inner, data, self.lost)
+        finally:
+            self.size = self._inner.size
 
     def fsync(self) -> None:
         self._owner._fsync(self._inner, self)
