@@ -7,7 +7,7 @@ While that fsync runs, new appends pile up into the next batch, so the batch gro
 the load and throughput approaches fsyncs/s times batch size (Artemis' TimedBuffer does the
 same with a timer; here the fsync itself is the timer, which adds no latency when idle).
 
-Ownership (see docs/concurrency.md): `append`, `flush_future`, `start` and `stop` run on
+Ownership: `append`, `flush_future`, `start` and `stop` run on
 the event loop thread; `_run` and everything it calls run on the writer thread, which alone
 touches the open file handle. `_cond` guards the shared fields listed in `__init__`.
 """

@@ -207,3 +207,29 @@ def test_cleanup_never_touches_the_file_being_appended_to(tmp_path: Path) -> Non
 
     run(body)
     assert [r.id for r in Journal(tmp_path).load().records] == [2]
+
+
+def test_compaction_carries_deletes_that_still_shadow_an_older_file(tmp_path: Path) -> None:
+    """File 1 stays (mostly live); file 2 is sparse but holds DELETEs of file 1's records."""
+
+    async def body() -> None:
+        journal = await started(tmp_path)
+        for i in range(1, 17):
+            journal.add(i, 1, PAYLOAD)  # 1..15 fill file 1; 16 starts file 2
+        journal.delete(1)
+        journal.delete(2)
+        journal.add(500, 1, b"live in file 2")
+        for i in range(600, 640):
+            journal.add(i, 1, PAYLOAD)
+            journal.delete(i)
+        await journal.flush()
+        report = journal.cleanup()
+        assert report.compacted_files >= 1
+        assert rec.file_name(1) in data_files(tmp_path)
+        assert rec.file_name(2) not in data_files(tmp_path)
+        compacted = [info for info in journal.files() if info.compacted_from]
+        assert compacted and compacted[0].needed_deletes == 2
+        await journal.close()
+
+    run(body)
+    assert [r.id for r in Journal(tmp_path).load().records] == [*range(3, 17), 500]
