@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from brokerproc import bodies, unique
 
+BROKER_CONFIG = {
+    "addresses": [
+        {"name": "cfg-orders", "routing-type": "anycast"},
+        {"name": "cfg-events", "routing-type": "multicast", "queues": [
+            {"name": "cfg-eu-events", "filter": "region = 'eu'"},
+            {"name": "cfg-all-events"},
+        ]},
+    ],
+}
+
 
 def test_bare_name_is_the_same_queue_as_queue_prefix(broker, stomp_client, queue_name):
     client = stomp_client(broker)
@@ -182,3 +192,26 @@ def test_durable_subscription_survives_restart_with_persistent_messages(start_br
     back, _ = _durable(proc, stomp_client, client_id, topic, sub_name)
     assert bodies(back.wait_for(4)) == [f"durable {n}" for n in range(3)] + ["after restart"]
     back.disconnect()
+
+
+# -- addresses from the configuration file --------------------------------------------------
+
+
+def test_configured_anycast_address_and_queue_exist_at_start(broker):
+    queue = broker.queue("cfg-orders")
+    assert (queue["address"], queue["routing_type"], queue["messages"]) == ("cfg-orders", "anycast", 0)
+    assert broker.address("cfg-orders")["routing_type"] == "anycast"
+
+
+def test_configured_multicast_queues_receive_topic_messages_through_their_filter(broker, stomp_client):
+    address = broker.address("cfg-events")
+    assert address["routing_type"] == "multicast"
+    assert sorted(address["queues"]) == ["cfg-all-events", "cfg-eu-events"]
+    eu = broker.queue("cfg-eu-events")
+    assert (eu["filter"], eu["durable"], eu["routing_type"]) == ("region = 'eu'", True, "multicast")
+
+    producer = stomp_client(broker)
+    for region in ("eu", "us", "eu"):
+        producer.send("/topic/cfg-events", region, headers={"region": region}, receipt=True)
+    assert broker.queue("cfg-eu-events")["messages_added"] == 2
+    assert broker.queue("cfg-all-events")["messages_added"] == 3

@@ -93,6 +93,13 @@ def test_client_that_stops_heartbeating_is_disconnected(broker, raw_stomp):
 # -- receipts -------------------------------------------------------------------------------
 
 
+def _message_with_receipt(raw, receipt_id):
+    """Read the RECEIPT `receipt_id` and a MESSAGE, in whichever order they come."""
+    frames = raw.read_until_receipt(receipt_id)
+    message = next((f for f in frames if f.command == "MESSAGE"), None)
+    return message or raw.read_until(lambda f: f.command == "MESSAGE")[-1]
+
+
 def test_subscribe_send_ack_nack_unsubscribe_each_get_their_receipt(broker, raw_stomp, queue_name):
     raw = raw_stomp(broker)
     raw.connect("1.2")
@@ -101,14 +108,10 @@ def test_subscribe_send_ack_nack_unsubscribe_each_get_their_receipt(broker, raw_
                                  "receipt": "r-sub"})
     raw.read_until_receipt("r-sub")
     raw.send_frame("SEND", {"destination": dest, "receipt": "r-send"}, "one")
-    frames = raw.read_until_receipt("r-send")
-    frames += raw.read_until(lambda f: f.command == "MESSAGE") if "MESSAGE" not in [
-        f.command for f in frames] else []
-    message = next(f for f in frames if f.command == "MESSAGE")
+    message = _message_with_receipt(raw, "r-send")
     raw.send_frame("NACK", {"id": message.headers["ack"], "receipt": "r-nack"})
-    frames = raw.read_until_receipt("r-nack")
-    redelivered = next((f for f in frames if f.command == "MESSAGE"), None) or raw.read_until(
-        lambda f: f.command == "MESSAGE")[-1]
+    redelivered = _message_with_receipt(raw, "r-nack")
+    assert redelivered.headers.get("redelivered") == "true"
     raw.send_frame("ACK", {"id": redelivered.headers["ack"], "receipt": "r-ack"})
     raw.read_until_receipt("r-ack")
     raw.send_frame("UNSUBSCRIBE", {"id": "s1", "receipt": "r-unsub"})
