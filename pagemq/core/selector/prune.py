@@ -5,11 +5,12 @@ for some message. They are over-approximations (True when unsure), combined as t
 logic requires: `a AND b` can be TRUE only if both can, can be FALSE if either can; NOT swaps
 the flags. The page may be skipped when the whole selector cannot be TRUE.
 
-A leaf condition ("atom": a comparison, BETWEEN, IN, LIKE, IS NULL or a bare property) that
-reads one property is decided exactly when the summary lists that property's values: the
-atom's own compiled header-mode function runs on each distinct value (and on NULL if some
-message lacks the property). Without a value list, numeric comparisons with a literal use the
-page's numeric range and IS [NOT] NULL the presence count; anything else is "unsure".
+A condition that reads one property (a leaf such as `a > 1`, or a whole `NOT a = 1 AND
+NOT a = 2`) is decided exactly when the summary lists that property's values: its own
+compiled header-mode function runs on each distinct value (and on NULL if some message lacks
+the property). Without a value list, leaves comparing the property with numeric literals use
+the page's numeric range, IS [NOT] NULL the presence count; anything else is "unsure", and
+so are leaves reading two properties (the page does not say which values go together).
 Header-mode semantics throughout, as the broker evaluates selectors on STOMP headers.
 """
 
@@ -26,32 +27,36 @@ Bounds = tuple[bool, bool]   # (can be TRUE, can be FALSE)
 _UNSURE: Final = (True, True)
 
 
-class _Atom:
-    __slots__ = ("evaluate", "names", "node")
+class _Part:
+    """A condition of the selector, with the properties it reads; compiled when first needed."""
+
+    __slots__ = ("_evaluate", "names", "node")
 
     def __init__(self, node: ast.Node) -> None:
         self.node = node
         self.names = sorted(ast.identifiers(node))
-        self.evaluate: Callable[[Mapping[str, object]], bool | None] = compile_reference(
-            node, headers=True
-        )
+        self._evaluate: Callable[[Mapping[str, object]], bool | None] | None = None
+
+    def evaluate(self, properties: Mapping[str, object]) -> bool | None:
+        if self._evaluate is None:
+            self._evaluate = compile_reference(self.node, headers=True)
+        return self._evaluate(properties)
 
 
 class Pruner:
-    """Built once per selector, on its first `may_match` (the atoms are compiled then)."""
+    """Built once per selector, on its first `may_match`."""
 
-    __slots__ = ("_atoms", "_tree")
+    __slots__ = ("_parts", "_tree")
 
     def __init__(self, tree: ast.Node) -> None:
         self._tree = tree
-        self._atoms: dict[int, _Atom] = {}
+        self._parts: dict[int, _Part] = {}
         stack = [tree]
-        while stack:   # through the logic nodes only: what is below an atom is the atom's
+        while stack:   # the logic skeleton and its leaves; what is below a leaf is the leaf's
             node = stack.pop()
+            self._parts[id(node)] = _Part(node)
             if isinstance(node, ast.And | ast.Or | ast.Not):
                 stack.extend(ast.children(node))
-            else:
-                self._atoms[id(node)] = _Atom(node)
 
     def may_match(self, summary: PageSummary) -> bool:
         if summary.count == 0:
@@ -59,6 +64,13 @@ class Pruner:
         return self._bounds(self._tree, summary)[0]
 
     def _bounds(self, node: ast.Node, summary: PageSummary) -> Bounds:
+        part = self._parts[id(node)]
+        if len(part.names) <= 1:
+            # A condition on one property (NOT a = 1 AND NOT a = 2, too) is decided exactly
+            # when the property's values are listed: run it on each of them.
+            exact = _exact_bounds(part, summary)
+            if exact is not None:
+                return exact
         if isinstance(node, ast.Not):
             can_true, can_false = self._bounds(node.operand, summary)
             return can_false, can_true
@@ -69,16 +81,19 @@ class Pruner:
             if isinstance(node, ast.And):
                 return all(trues), any(falses)
             return any(trues), all(falses)
-        return _atom_bounds(self._atoms[id(node)], summary)
-
-
-def _atom_bounds(atom: _Atom, summary: PageSummary) -> Bounds:
-    if not atom.names:
-        result = atom.evaluate({})
-        return result is True, result is False
-    if len(atom.names) > 1:
+        if len(part.names) == 1:
+            stats = summary.stats(part.names[0])
+            assert stats is not None   # else _exact_bounds would have answered
+            return _range_bounds(node, stats, summary.count)
         return _UNSURE
-    name = atom.names[0]
+
+
+def _exact_bounds(part: _Part, summary: PageSummary) -> Bounds | None:
+    """Bounds from running `part` on every value the page has, or None if they are unlisted."""
+    if not part.names:
+        result = part.evaluate({})
+        return result is True, result is False
+    name = part.names[0]
     stats = summary.stats(name)
     if stats is None:
         candidates: list[object] = [None]
@@ -87,8 +102,8 @@ def _atom_bounds(atom: _Atom, summary: PageSummary) -> Bounds:
         if stats.present < summary.count:
             candidates.append(None)
     else:
-        return _range_bounds(atom.node, stats, summary.count)
-    results = {atom.evaluate({} if value is None else {name: value}) for value in candidates}
+        return None
+    results = {part.evaluate({} if value is None else {name: value}) for value in candidates}
     return True in results, False in results
 
 

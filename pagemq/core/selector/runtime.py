@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Final
 
 NUMBER_TYPES: Final = frozenset({int, float})
+JMS_TYPES: Final = frozenset({str, bool, int, float})
 # A number as a STOMP header may carry it: decimal int or float literal syntax with an optional
 # sign; no hex, octal, suffixes, blanks, `_`, "inf" or "nan" (all of which float() accepts).
 _NUMBER_RE: Final = re.compile(r"[+-]?(?:\d+(\.\d*)?|(\.)\d+)([eE][+-]?\d+)?", re.ASCII)
@@ -110,13 +111,26 @@ def as_condition(value: object) -> bool | None:
 def eq(left: object, right: object) -> bool | None:
     if left is None or right is None:
         return None
-    if left.__class__ is right.__class__ or (is_number(left) and is_number(right)):
+    if _comparable(left, right):
         return left == right
     return False
 
 
 def ne(left: object, right: object) -> bool | None:
-    return not3(eq(left, right))
+    """Not `not3(eq)`: values of different types are FALSE for `<>` too (§3.8.1.2), where
+    ActiveMQ, building `<>` as NOT `=`, would say TRUE."""
+    if left is None or right is None:
+        return None
+    if _comparable(left, right):
+        return left != right
+    return False
+
+
+def _comparable(left: object, right: object) -> bool:
+    kind = left.__class__
+    if kind is right.__class__:
+        return kind in JMS_TYPES
+    return kind in NUMBER_TYPES and right.__class__ in NUMBER_TYPES
 
 
 def _ordering(compare: Callable[[object, object], bool]) -> Callable[[object, object], bool | None]:
@@ -136,15 +150,19 @@ ge = _ordering(lambda a, b: a >= b)  # type: ignore[operator]
 
 def heq(left: object, right: object) -> bool | None:
     """Header mode `=` between two properties: a string meets a number or boolean half-way."""
+    return eq(*_meet(left, right))
+
+
+def hne(left: object, right: object) -> bool | None:
+    return ne(*_meet(left, right))
+
+
+def _meet(left: object, right: object) -> tuple[object, object]:
     if left.__class__ is str and right.__class__ is not str:
         left = hbool(left) if right.__class__ is bool else hnum(left)
     elif right.__class__ is str and left.__class__ is not str:
         right = hbool(right) if left.__class__ is bool else hnum(right)
-    return eq(left, right)
-
-
-def hne(left: object, right: object) -> bool | None:
-    return not3(heq(left, right))
+    return left, right
 
 
 def in_list(value: object, values: frozenset[str], negated: bool) -> bool | None:

@@ -1,0 +1,219 @@
+"""Page summaries: what they record, their byte form, and the pages may_match lets us skip."""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+
+import pytest
+
+from pagemq.core.selector.summary import (
+    MAGIC,
+    MAX_DISTINCT,
+    MAX_VALUE_CHARS,
+    PageSummary,
+    PropertyStats,
+    SummaryFormatError,
+)
+from pagemq.selector import compile
+
+
+def summarise(*messages: dict[str, object]) -> PageSummary:
+    summary = PageSummary()
+    for message in messages:
+        summary.add(message)
+    return summary
+
+
+# -- folding --------------------------------------------------------------------------------
+
+
+def test_summary_counts_messages_and_presence() -> None:
+    summary = summarise({"a": "1"}, {"a": "2", "b": "x"}, {})
+    assert summary.count == 3
+    assert summary.stats("a") == PropertyStats(2, {"1", "2"}, 1.0, 2.0)
+    assert summary.stats("b") == PropertyStats(1, {"x"}, None, None)
+    assert summary.stats("c") is None
+    assert sorted(summary.names()) == ["a", "b"]
+
+
+def test_null_values_count_as_absent() -> None:
+    summary = summarise({"a": None}, {"a": "x"})
+    stats = summary.stats("a")
+    assert stats is not None and stats.present == 1
+
+
+def test_value_list_stops_past_max_distinct() -> None:
+    summary = summarise(*({"n": str(i)} for i in range(MAX_DISTINCT)))
+    stats = summary.stats("n")
+    assert stats is not None and stats.values is not None and len(stats.values) == MAX_DISTINCT
+    summary.add({"n": "another"})
+    stats = summary.stats("n")
+    assert stats is not None and stats.values is None
+    assert (stats.min_number, stats.max_number) == (0.0, MAX_DISTINCT - 1.0)
+    summary.add({"n": "0"})
+    assert stats.values is None and stats.present == MAX_DISTINCT + 2
+
+
+def test_long_strings_are_not_listed() -> None:
+    stats = summarise({"s": "x" * (MAX_VALUE_CHARS + 1)}).stats("s")
+    assert stats is not None and stats.values is None and stats.present == 1
+
+
+@pytest.mark.parametrize(("first", "second"), [(1, True), (1, 1.0), (0, False), (2.0, 2)])
+def test_equal_values_of_different_types_are_not_listed(first: object, second: object) -> None:
+    stats = summarise({"v": first}, {"v": second}).stats("v")
+    assert stats is not None and stats.values is None
+    # ... because a selector tells them apart:
+    selector = compile("v = 1") if first in (1, True) else compile("v + 0 = v")
+    assert {selector.matches({"v": first}), selector.matches({"v": second})} != {None}
+
+
+def test_values_of_no_jms_type_are_not_listed() -> None:
+    stats = summarise({"v": b"raw"}).stats("v")
+    assert stats is not None and stats.values is None and stats.present == 1
+
+
+def test_numeric_range_covers_numbers_and_numeric_strings_only() -> None:
+    stats = summarise({"w": "2.5"}, {"w": 7}, {"w": "-1e1"}, {"w": "heavy"}, {"w": True}).stats("w")
+    assert stats is not None and (stats.min_number, stats.max_number) == (-10.0, 7.0)
+
+
+def test_numeric_range_rounds_huge_integers_outward() -> None:
+    big = 2**53 + 1
+    stats = summarise({"n": big}).stats("n")
+    assert stats is not None and stats.min_number is not None and stats.max_number is not None
+    assert stats.min_number <= big <= stats.max_number
+    huge = summarise({"n": 10**400}).stats("n")
+    assert huge is not None and huge.max_number == math.inf
+
+
+def test_nan_widens_the_range_to_everything() -> None:
+    stats = summarise({"n": math.nan}).stats("n")
+    assert stats is not None and (stats.min_number, stats.max_number) == (-math.inf, math.inf)
+
+
+# -- bytes ----------------------------------------------------------------------------------
+
+
+def test_summary_round_trips_through_bytes() -> None:
+    summary = summarise(
+        {"s": "red", "i": 12, "big": -(10**30), "f": 2.5, "b": False, "u": "żółw\udcff"},
+        {"s": "x" * 300, "i": -3, "n": math.nan},
+    )
+    restored = PageSummary.from_bytes(summary.to_bytes())
+    assert restored.count == 2
+    for name in ["s", "i", "big", "f", "b", "u"]:
+        assert restored.stats(name) == summary.stats(name), name
+    nan_stats = restored.stats("n")
+    assert nan_stats is not None and nan_stats.values is not None and math.isnan(next(iter(nan_stats.values)))
+
+
+def test_empty_summary_is_small_and_round_trips() -> None:
+    data = PageSummary().to_bytes()
+    assert data[:4] == MAGIC and len(data) == 17
+    assert PageSummary.from_bytes(data).count == 0
+
+
+def test_summary_bytes_start_with_magic_and_version() -> None:
+    data = summarise({"a": "1"}).to_bytes()
+    magic, version, count, properties = struct.unpack_from("<4sBII", data)
+    assert (magic, version, count, properties) == (MAGIC, 1, 1, 1)
+
+
+def test_corrupt_summary_bytes_are_refused() -> None:
+    data = summarise({"a": "1", "b": 2}).to_bytes()
+    with pytest.raises(SummaryFormatError, match="CRC"):
+        PageSummary.from_bytes(data[:-5] + bytes([data[-5] ^ 1]) + data[-4:])
+    with pytest.raises(SummaryFormatError):
+        PageSummary.from_bytes(data[:10])
+    for cut in range(len(data)):
+        with pytest.raises(SummaryFormatError):
+            PageSummary.from_bytes(data[:cut])
+
+
+def test_newer_version_is_refused() -> None:
+    data = bytearray(PageSummary().to_bytes()[:-4])
+    data[4] = 2
+    data += struct.pack("<I", zlib.crc32(data))
+    with pytest.raises(SummaryFormatError, match="version"):
+        PageSummary.from_bytes(bytes(data))
+
+
+def test_inconsistent_lengths_are_refused_even_with_a_good_crc() -> None:
+    body = bytearray(summarise({"a": "1"}).to_bytes()[:-4])
+    body[9] = 5   # claims five properties, holds one
+    body += struct.pack("<I", zlib.crc32(body))
+    with pytest.raises(SummaryFormatError):
+        PageSummary.from_bytes(bytes(body))
+
+
+# -- may_match ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("color = 'red'", False),
+        ("color = 'blue'", True),
+        ("color <> 'blue'", True),          # 'green'
+        ("color IN ('red', 'pink')", False),
+        ("color LIKE 'gr%'", True),
+        ("color LIKE 'r%'", False),
+        ("weight > 10", False),
+        ("weight > 2", True),
+        ("weight BETWEEN 4 AND 9", False),
+        ("weight NOT BETWEEN 1 AND 3", False),
+        ("size IS NOT NULL", False),
+        ("size IS NULL", True),
+        ("note IS NULL", True),
+        ("note IS NOT NULL", True),
+        ("NOT color = 'blue' AND NOT color = 'green'", False),
+        ("color = 'blue' OR weight > 100", True),
+        ("color = 'red' OR weight > 100", False),
+        ("color = 'blue' AND weight > 100", False),
+        ("color = weight", True),           # two properties: unsure
+        ("1 = 2", False),
+        ("TRUE", True),
+    ],
+)
+def test_may_match_rules_out_pages_by_values_ranges_and_presence(selector: str, expected: bool) -> None:
+    page = summarise(
+        {"color": "blue", "weight": "1.5"},
+        {"color": "green", "weight": "3", "note": "n"},
+    )
+    assert compile(selector).may_match(page) is expected
+
+
+def test_may_match_uses_ranges_when_values_are_too_many() -> None:
+    page = summarise(*({"n": str(i), "tag": f"t{i}"} for i in range(100)))
+    stats = page.stats("n")
+    assert stats is not None and stats.values is None
+    assert not compile("n > 99").may_match(page)
+    assert compile("n >= 99").may_match(page)
+    assert not compile("n < 0").may_match(page)
+    assert not compile("n = 150").may_match(page)
+    assert compile("n = 50").may_match(page)
+    assert not compile("n BETWEEN 100 AND 200").may_match(page)
+    assert not compile("n NOT BETWEEN 0 AND 99").may_match(page)
+    assert compile("tag = 'nope'").may_match(page)   # strings beyond the list: unsure
+    assert not compile("tag IS NULL").may_match(page)
+    assert not compile("tag > 1").may_match(page)     # no tag reads as a number
+
+
+def test_may_match_on_an_empty_page_is_false() -> None:
+    assert not compile("TRUE").may_match(PageSummary())
+
+
+def test_may_match_over_message_views() -> None:
+    from pagemq.core.message import Message
+    from pagemq.core.selector.properties import message_view
+
+    page = summarise(*(
+        dict(message_view(Message(i, "a", {"region": "eu"}, b"", priority=i % 3))) for i in range(50)
+    ))
+    assert not compile("JMSPriority > 4").may_match(page)
+    assert compile("JMSPriority = 2 AND region = 'eu'").may_match(page)
+    assert not compile("region = 'us'").may_match(page)
+    assert not compile("JMSCorrelationID IS NOT NULL").may_match(page)
