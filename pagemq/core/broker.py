@@ -369,6 +369,11 @@ class Broker:
             self._release_ref(queue, ref)
         queue.dispatch()
 
+    def settle(self, queue: Queue, ref: MessageRef) -> None:
+        """Acknowledge one ref during dispatch (auto ack); the dispatch loop goes on by itself."""
+        queue.counters.acknowledged += 1
+        self._release_ref(queue, ref)
+
     def _release_ref(self, queue: Queue, ref: MessageRef) -> None:
         """One queue is done with a message: drop its durable record and memory when last."""
         if ref.page_pos is not None:

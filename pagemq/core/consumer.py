@@ -107,9 +107,13 @@ class Consumer:
         tag = self.next_tag
         self.next_tag = tag + 1
         ref.delivery_count += 1
-        if self.ack_mode is not AckMode.AUTO:
-            self.in_flight[tag] = ref
-            self.bytes_in_flight += len(ref.message.body)
+        if self.ack_mode is AckMode.AUTO:
+            self.sink.deliver(self, ref, tag)
+            # Auto ack: settled as it is handed to the transport (at-most-once, as STOMP says).
+            self.queue.broker.settle(self.queue, ref)
+            return
+        self.in_flight[tag] = ref
+        self.bytes_in_flight += len(ref.message.body)
         self.sink.deliver(self, ref, tag)
 
     def take(self, tag: int) -> MessageRef:

@@ -314,10 +314,13 @@ class StompSession:
         if event.transaction is not None:
             tx = self._transaction(event.transaction)
             tx.acks.extend((consumer, ref) for ref in refs)
+            durable = None
         else:
             self.broker.acknowledge(consumer.queue, refs)
+            durable = self.broker.store.flush() if event.receipt is not None else None
         if event.receipt is not None:
-            self._reply(None, self.protocol.receipt(event.receipt))
+            # The RECEIPT of an ACK promises it will not be redelivered after a crash.
+            self._reply(durable, self.protocol.receipt(event.receipt))
 
     def _on_nack(self, event: ev.Nack) -> None:
         sub, tag = self._locate(event)
