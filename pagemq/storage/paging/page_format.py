@@ -165,6 +165,11 @@ def decode_file_header(data: bytes | memoryview) -> int:
 # ----- frames --------------------------------------------------------------------------------
 
 
+_MESSAGE_PREFIX = struct.Struct("<B" + ENTRY_HEAD.format.lstrip("<"))  # type byte + entry head
+_MESSAGE = int(RecordType.MESSAGE)
+_BATCH = int(RecordType.BATCH)
+
+
 def _entry(record: PagedRecord) -> tuple[bytes, bytes]:
     qids = record.queue_ids
     head = ENTRY_HEAD.pack(
@@ -176,12 +181,10 @@ def _entry(record: PagedRecord) -> tuple[bytes, bytes]:
 def encode_frame(records: Sequence[PagedRecord]) -> bytes:
     """One frame: a MESSAGE for a single record, a BATCH (all or nothing) for several."""
     if len(records) == 1:
-        head, message = _entry(records[0])
-        parts = [bytes((RecordType.MESSAGE,)) + head, message]
-    else:
-        parts = [bytes((RecordType.BATCH,)) + BATCH_COUNT.pack(len(records))]
-        for record in records:
-            parts.extend(_entry(record))
+        return _encode_message_frame(records[0])
+    parts = [bytes((_BATCH,)) + BATCH_COUNT.pack(len(records))]
+    for record in records:
+        parts.extend(_entry(record))
     crc = 0
     length = 0
     for part in parts:
@@ -190,6 +193,20 @@ def encode_frame(records: Sequence[PagedRecord]) -> bytes:
     if length >= MAX_FRAME:
         raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
     return b"".join((FRAME_HEADER.pack(length, crc), *parts))
+
+
+def _encode_message_frame(record: PagedRecord) -> bytes:
+    """The common case, one message, kept to a few calls: it runs for every paged message."""
+    qids = record.queue_ids
+    message = record.message
+    prefix = _MESSAGE_PREFIX.pack(
+        _MESSAGE, PERSISTENT if record.persistent else 0, record.message_id, len(qids), len(message)
+    ) + _queue_ids(len(qids)).pack(*qids)
+    length = len(prefix) + len(message)
+    if length >= MAX_FRAME:
+        raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
+    crc = zlib.crc32(message, zlib.crc32(prefix))
+    return b"".join((FRAME_HEADER.pack(length, crc), prefix, message))
 
 
 def _decode_entry(body: memoryview, pos: int) -> tuple[PagedRecord, int]:
