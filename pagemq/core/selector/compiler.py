@@ -3,7 +3,7 @@
 Why source generation: a selector runs for every message and every selective consumer, and a
 closure tree pays one Python call per node, while generated code is one call per message and
 lets CPython's specialising interpreter see plain comparisons (benchmarks/selector_bench.py
-measures both; the generated code is 3-4x faster).
+measures both: the generated matcher runs about 5x as fast as a tree of closures).
 
 Two shapes of function are generated from the same tree:
 
