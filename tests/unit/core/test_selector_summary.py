@@ -217,3 +217,14 @@ def test_may_match_over_message_views() -> None:
     assert compile("JMSPriority = 2 AND region = 'eu'").may_match(page)
     assert not compile("region = 'us'").may_match(page)
     assert not compile("JMSCorrelationID IS NOT NULL").may_match(page)
+
+
+def test_summary_bytes_match_the_golden_hex_in_the_docs() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "selectors.md").read_text(encoding="utf-8")
+    block = doc.split("Example: two messages", 1)[1].split("```", 2)[1]
+    golden = bytes.fromhex(block.replace("\n", " "))
+    summary = summarise({"color": "red", "n": "7"}, {"color": "red"})
+    assert summary.to_bytes() == golden
+    assert PageSummary.from_bytes(golden).stats("n") == PropertyStats(1, {"7"}, 7.0, 7.0)
