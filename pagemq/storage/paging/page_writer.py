@@ -372,7 +372,11 @@ class PageWriter:
         path = self.folder / page_file_name(page_no)
         summary = op.summary
         if page_no in self._failed:
-            scan = scan_page(self.fileio.read_bytes(path), page_no)
+            try:
+                data = self.fileio.read_bytes(path)
+            except FileNotFoundError:
+                data = b""  # the failed write was the page's first: nothing to keep
+            scan = scan_page(data, page_no)
             summary = PageSummaryRecord.from_scan(page_no, scan, op.summary.selector_summary)
             self._notify(self.on_resummarised, summary)
         if summary.count == 0:

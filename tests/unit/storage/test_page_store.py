@@ -386,6 +386,32 @@ def test_write_failure_fails_the_batch_future_and_stores_none_of_it(
     assert store.stats()["pages_scanned"] == 0
 
 
+@pytest.mark.parametrize("fresh_folder", [True, False])
+def test_failure_creating_a_page_leaves_no_page_behind(tmp_path: Path, fresh_folder: bool) -> None:
+    async def body() -> None:
+        fileio = FaultyFileIO()
+        store = await started(tmp_path, fileio=fileio)
+        if not fresh_folder:
+            await store.append([rec(0)])[2]  # type: ignore[misc]
+            store.roll()
+        failing = store.live_page_no()
+        fileio.fail_write(1, errno.ENOSPC)  # address.txt in a fresh folder, else the file header
+        with pytest.raises(OSError):
+            await store.append([rec(1)])[2]  # type: ignore[misc]
+        await asyncio.sleep(0.02)
+        page_no, ordinal, future = store.append([rec(2)])
+        await future  # type: ignore[misc]
+        await store.flush()
+        assert (page_no, ordinal) == (failing + 1, 0)
+        assert [i.page_no for i in store.pages()] == [*([1] if not fresh_folder else []), failing + 1]
+        assert not (store.folder / f"{failing:09d}.page").exists()
+        await store.close()
+
+    run(body)
+    counts = [(i.page_no, i.count) for i in reopen(tmp_path).pages()]
+    assert counts == ([] if fresh_folder else [(1, 1)]) + [(counts[-1][0], 1)]
+
+
 def test_append_before_start_is_refused(tmp_path: Path) -> None:
     store = PageStore(tmp_path, "orders", page_size_bytes=4096)
     store.open()
