@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.server.stomp_session import StompSession
@@ -41,8 +41,9 @@ class StompServerProtocol(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not subclass asyncio.Transport; they implement its methods.
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
         transport.set_write_buffer_limits(high=1 << 20, low=1 << 18)
         protocol = StompConnection(
             server_heartbeat=SERVER_HEARTBEAT_MS,
