@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from pagemq.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from pagemq.protocol.stomp.events import BUILDERS, Builder, Connect, Event
-from pagemq.protocol.stomp.frames import VERSIONS, encode_frame
+from pagemq.protocol.stomp.frames import VERSIONS, encode_frame, header_pairs, sanitize_unescaped
 from pagemq.protocol.stomp.parser import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_HEADER_LENGTH,
@@ -201,8 +201,19 @@ class StompConnection:
         return encode_frame("CONNECTED", headers)
 
     def message(self, headers: Mapping[str, str] | Iterable[tuple[str, str]], body: bytes) -> bytes:
-        """A MESSAGE frame escaped for the negotiated version (content-length added)."""
-        return encode_frame("MESSAGE", headers, body, version=self.version or "1.0")
+        """A MESSAGE frame escaped for the negotiated version (content-length added).
+
+        A STOMP 1.0 consumer cannot receive a line feed in a header (1.0 has no escapes): such
+        headers are sanitized rather than failing the delivery.
+        """
+        version = self.version or "1.0"
+        if version != "1.0":
+            return encode_frame("MESSAGE", headers, body, version=version)
+        pairs = header_pairs(headers)
+        try:
+            return encode_frame("MESSAGE", pairs, body, version=version)
+        except LocalProtocolError:
+            return encode_frame("MESSAGE", sanitize_unescaped(pairs), body, version=version)
 
     def receipt(self, receipt_id: str) -> bytes:
         return encode_frame("RECEIPT", (("receipt-id", receipt_id),), version=self.version or "1.0")

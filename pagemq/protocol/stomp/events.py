@@ -133,7 +133,7 @@ def _required(command: str, headers: dict[str, str], name: str) -> str:
     value = headers.get(name)
     if not value:
         raise RemoteProtocolError(
-            f"{command} frame needs a {name} header", receipt_id=headers.get("receipt")
+            f"{command} frame is missing the required {name} header", receipt_id=headers.get("receipt")
         )
     return value
 

@@ -29,6 +29,7 @@ __all__ = [
     "encode_frame",
     "escape",
     "header_pairs",
+    "sanitize_unescaped",
     "unescape",
 ]
 
@@ -155,16 +156,35 @@ def header_pairs(
 
 
 def _header_text_raw(pairs: Iterable[tuple[str, str]]) -> str:
-    """Unescaped header lines (STOMP 1.0, CONNECT, CONNECTED): refuse what cannot be carried."""
+    """Unescaped header lines (STOMP 1.0, CONNECT, CONNECTED): refuse what cannot be carried.
+
+    A colon in a value is fine (the first colon splits); a line feed anywhere, or a colon in
+    a name, would change the frame's meaning.
+    """
     lines = []
     for name, value in pairs:
-        if ":" in name or "\n" in name or "\n" in value or "\r" in name or value.endswith("\r"):
+        if ":" in name or "\n" in name or "\n" in value:
             raise LocalProtocolError(
-                f"header {name!r}: {value!r} cannot be sent without escaping (a colon in the name "
-                "or a line break)"
+                f"header {name!r}: {value!r} cannot be sent without escaping "
+                "(a colon in the name or a line feed)"
             )
         lines.append(f"{name}:{value}")
     return "\n".join(lines)
+
+
+def sanitize_unescaped(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Make headers sendable without escaping: line breaks become spaces, a colon in a name `_`.
+
+    For delivering to a STOMP 1.0 consumer a message whose producer spoke 1.1/1.2: losing a
+    line break is better than failing the delivery or corrupting the stream.
+    """
+    return [
+        (
+            name.replace(":", "_").replace("\r", " ").replace("\n", " "),
+            value.replace("\r", " ").replace("\n", " "),
+        )
+        for name, value in pairs
+    ]
 
 
 def _assemble(command: str, text: str, body: bytes) -> bytes:
