@@ -57,10 +57,11 @@ _Pending = tuple[str, dict[str, str], int, int]
 class FrameParser:
     """Incremental STOMP frame parser; `version` selects header unescaping (1.0: none).
 
-    `feed(data)` returns every frame completed by `data`. Callers that must act on a frame
-    before the next one is decoded (the server: a CONNECT changes `version` for the frames
-    pipelined after it) use `append(data)` and `next_frame()` instead. After a `FrameError`
-    the parser is spent: every later call raises the same error.
+    `feed(data)` returns every frame completed by `data`; if it raises, the frames completed
+    before the bad one are on the error's `events`. Callers that must act on a frame before
+    the next one is decoded (the server: a CONNECT changes `version` for the frames pipelined
+    after it) use `append(data)` and `next_frame()` instead. After a `FrameError` the parser
+    is spent: every later call raises a copy of that error.
     """
 
     __slots__ = (
@@ -118,23 +119,30 @@ class FrameParser:
                 frames.append(frame)
         except FrameError as exc:
             self._fail(exc)
+            exc.events = frames
             raise
         return frames
 
     def append(self, data: bytes) -> None:
         if self._error is not None:
-            raise self._error
+            raise self._failed()
         self._buf += data
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None until more data arrives."""
         if self._error is not None:
-            raise self._error
+            raise self._failed()
         try:
             return self._next_frame()
         except FrameError as exc:
             self._fail(exc)
             raise
+
+    def _failed(self) -> FrameError:
+        """A fresh copy of the error that spent this parser (its `events` are not repeated)."""
+        error = self._error
+        assert error is not None
+        return FrameError(error.message, receipt_id=error.receipt_id)
 
     def _fail(self, exc: FrameError) -> None:
         self._error = exc

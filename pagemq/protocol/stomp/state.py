@@ -3,13 +3,15 @@
 `TRANSITIONS` maps (state, event type) to the next state; any pair not in it is a protocol
 error, raised by `StompConnection` with the message `unexpected_message` gives. ERRORED is
 entered by any error (ours or the peer's) and left by nothing: the shell sends one ERROR and
-closes. `render_markdown()` writes the table into docs/stomp.md (`python -m
-pagemq.protocol.stomp.state`); a test keeps the document in step with the code.
+closes. `render_into()` writes the table into docs/stomp.md (`python -m
+pagemq.protocol.stomp.state docs/stomp.md`); a test keeps the document in step with the code.
 """
 
 from __future__ import annotations
 
 import enum
+import sys
+from pathlib import Path
 
 from pagemq.protocol.stomp.events import (
     Abort,
@@ -25,7 +27,14 @@ from pagemq.protocol.stomp.events import (
 )
 from pagemq.protocol.stomp.frames import SERVER_COMMANDS
 
-__all__ = ["COMMAND_EVENTS", "TRANSITIONS", "State", "render_markdown", "unexpected_message"]
+__all__ = [
+    "COMMAND_EVENTS",
+    "TRANSITIONS",
+    "State",
+    "render_into",
+    "render_markdown",
+    "unexpected_message",
+]
 
 
 class State(enum.Enum):
@@ -73,19 +82,43 @@ def unexpected_message(state: State, command: str) -> str:
 
 
 def render_markdown() -> str:
-    """The transition table as Markdown: one row per state, one column per event."""
-    events = list(dict.fromkeys(COMMAND_EVENTS.values()))
-    header = "| state | " + " | ".join(event.__name__ for event in events) + " |"
-    rule = "|---|" + "---|" * len(events)
-    rows = [header, rule]
-    for state in State:
+    """The transition table as Markdown: one row per client frame, one column per state."""
+    commands: dict[type, list[str]] = {}
+    for command, event in COMMAND_EVENTS.items():
+        commands.setdefault(event, []).append(command)
+    rows = [
+        "| frame (event) | " + " | ".join(state.name for state in State) + " |",
+        "|---|" + "---|" * len(State),
+    ]
+    for event, names in commands.items():
         cells = []
-        for event in events:
+        for state in State:
             target = TRANSITIONS.get((state, event))
             cells.append(f"→ {target.name}" if target is not None else "error")
-        rows.append(f"| {state.name} | " + " | ".join(cells) + " |")
+        rows.append(f"| {', '.join(names)} (`{event.__name__}`) | " + " | ".join(cells) + " |")
+    rows.append("| MESSAGE, RECEIPT, ERROR, CONNECTED | " + " | ".join("error" for _ in State) + " |")
     return "\n".join(rows) + "\n"
 
 
+BEGIN_MARKER = "<!-- state-table:begin (python -m pagemq.protocol.stomp.state docs/stomp.md) -->"
+END_MARKER = "<!-- state-table:end -->"
+
+
+def render_into(document: str) -> str:
+    """`document` with the text between the state-table markers replaced by the table."""
+    start = document.index(BEGIN_MARKER) + len(BEGIN_MARKER)
+    end = document.index(END_MARKER, start)
+    return f"{document[:start]}\n{render_markdown()}{document[end:]}"
+
+
+def main(argv: list[str]) -> None:
+    """Print the table, or with a path rewrite that Markdown file's table section in place."""
+    if not argv:
+        print(render_markdown(), end="")
+        return
+    path = Path(argv[0])
+    path.write_text(render_into(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(render_markdown(), end="")
+    main(sys.argv[1:])

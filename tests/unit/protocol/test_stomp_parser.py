@@ -288,8 +288,14 @@ def test_parser_stays_failed_after_an_error():
         parser.feed(b"NOPE\n\n\x00")
     with pytest.raises(FrameError) as again:
         parser.feed(b"SEND\n\n\x00")
-    assert again.value is first.value
+    assert again.value.message == first.value.message
     assert parser.buffered == 0
+
+
+def test_feed_error_carries_the_frames_completed_before_it():
+    with pytest.raises(FrameError) as caught:
+        FrameParser().feed(b"BEGIN\ntransaction:t\n\n\x00NOPE\n\n\x00")
+    assert caught.value.events == [Frame("BEGIN", {"transaction": "t"})]
 
 
 def test_errors_carry_the_receipt_when_the_headers_were_readable():
