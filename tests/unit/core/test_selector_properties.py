@@ -89,7 +89,7 @@ def _compiled(text: str) -> tuple[object, object] | None:
         return None   # a generated combination the type rules refuse, e.g. `'a' + 'b' < 1`
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=conditions, properties=typed_messages)
 def test_fast_matchers_agree_with_the_reference(text: str, properties: dict[str, object]) -> None:
     compiled = _compiled(text)
@@ -140,19 +140,19 @@ def _check_sound(text: str, page: list[dict[str, object]]) -> None:
             assert not any(selector.matches_headers(message) for message in page), text
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=conditions, page=header_pages)
 def test_may_match_false_means_no_header_message_matches(text: str, page: list[dict[str, object]]) -> None:
     _check_sound(text, page)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=conditions, page=typed_pages)
 def test_may_match_false_means_no_typed_message_matches(text: str, page: list[dict[str, object]]) -> None:
     _check_sound(text, page)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=conditions, page=header_pages)
 def test_may_match_is_sound_with_tiny_value_lists(text: str, page: list[dict[str, object]]) -> None:
     # With at most two listed values most properties fall back to ranges and counts.
