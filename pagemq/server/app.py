@@ -69,9 +69,8 @@ class BrokerServer:
         ):
             directory.mkdir(parents=True, exist_ok=True)
         recovered = self.broker.recover()
+        self.store.start(asyncio.get_running_loop())
         self._configure_addresses()
-        loop = asyncio.get_running_loop()
-        self.store.start(loop)
         acceptors = self.config.acceptors
         listening: list[str] = []
         if acceptors.stomp is not None:

@@ -100,7 +100,10 @@ class StompSession:
             self._fail_raw(self.protocol.version_error())
             return
         except ProtocolError as exc:
-            self.fail(exc.message, exc.receipt_id)
+            # Frames before the bad one in the same read were valid: they take effect first.
+            self._process(deque(getattr(exc, "events", ())))
+            if not self.closing:
+                self.fail(exc.message, exc.receipt_id)
             return
         if self._backlog or self._blocked_retry is not None:
             self._backlog.extend(events)
