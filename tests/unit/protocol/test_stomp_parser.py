@@ -315,6 +315,16 @@ def test_content_length_over_max_frame_size_fails_before_the_body_arrives():
         parser.feed(b"SEND\ncontent-length:5000\n\n")
 
 
+def test_content_length_with_thousands_of_digits_is_a_frame_error():
+    with _raises_message(f"content-length {'9' * 30}... exceeds max-frame-size of 16777216 bytes"):
+        FrameParser().feed(b"SEND\ncontent-length:" + b"9" * 5000 + b"\n\n")
+
+
+def test_content_length_with_spaces_around_it_is_accepted():
+    frames, _ = _parse("1.2", [b"SEND\ncontent-length: 2 \n\nab\x00"])
+    assert frames[0].body == b"ab"
+
+
 def test_headers_plus_content_length_over_max_frame_size_fails():
     parser = FrameParser(max_frame_size=1000)
     with _raises_message("frame exceeds max-frame-size of 1000 bytes"):
