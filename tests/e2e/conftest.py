@@ -10,6 +10,8 @@
   teardown.
 - `raw_stomp(broker_or_port)`: a `RawStomp` socket, closed at teardown.
 - `queue_name`: a name no other test uses.
+
+When a test fails, the tail of the stderr log of every broker it used is added to its report.
 """
 
 from __future__ import annotations
@@ -20,6 +22,27 @@ from typing import Any
 
 import pytest
 from brokerproc import BrokerProcess, RawStomp, StompClient, unique
+
+_BROKERS_USED = pytest.StashKey[list[BrokerProcess]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed:
+        for proc in item.stash.get(_BROKERS_USED, []):
+            report.sections.append((f"pagemq log ({proc.workdir.name})", proc.log_tail(60)))
+    return report
+
+
+def _used(request: pytest.FixtureRequest, proc: BrokerProcess) -> None:
+    request.node.stash.setdefault(_BROKERS_USED, []).append(proc)
+
+
+@pytest.fixture(autouse=True)
+def _note_shared_broker(request: pytest.FixtureRequest) -> None:
+    if "broker" in request.fixturenames:
+        _used(request, request.getfixturevalue("broker"))
 
 
 def _port(target: BrokerProcess | int) -> int:
@@ -44,12 +67,15 @@ def broker(
 
 
 @pytest.fixture
-def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+def start_broker(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[..., BrokerProcess]]:
     started: list[BrokerProcess] = []
 
     def start(config: Mapping[str, Any] | None = None, **kwargs: Any) -> BrokerProcess:
         proc = BrokerProcess(tmp_path / f"broker{len(started)}", config, **kwargs)
         started.append(proc)
+        _used(request, proc)
         return proc.start()
 
     yield start
