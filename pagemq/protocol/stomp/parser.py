@@ -221,7 +221,13 @@ class FrameParser:
         buf = self._buf
         scan = self._head_scan
         end = buf.find(b"\n\n", scan)
-        crlf = buf.find(b"\n\r\n", scan, end + 2 if end >= 0 else len(buf))
+        if end >= 0:
+            # A CR LF head ends at "\n\r\n"; memchr for a CR first, as most heads have none.
+            has_cr = buf.find(b"\r", 0, end) >= 0
+            crlf = buf.find(b"\n\r\n", scan, end + 2) if has_cr else -1
+        else:
+            crlf = buf.find(b"\n\r\n", scan)
+            has_cr = crlf >= 0
         if crlf >= 0 and (end < 0 or crlf < end):
             end, body_start = crlf, crlf + 3
         elif end >= 0:
@@ -236,7 +242,7 @@ class FrameParser:
         except UnicodeDecodeError:
             raise FrameError("frame headers are not valid UTF-8") from None
         lines = text.split("\n")
-        if "\r" in text:
+        if has_cr:
             lines = [line[:-1] if line[-1:] == "\r" else line for line in lines]
         command = lines[0]
         if len(lines) > self.max_headers + 1:
@@ -244,13 +250,7 @@ class FrameParser:
         if "\\" in text and self.version != "1.0" and command not in UNESCAPED_COMMANDS:
             headers = self._escaped_headers(lines)
         else:
-            headers = {}
-            for line in lines[1:]:
-                name, colon, value = line.partition(":")
-                if not colon:
-                    raise _no_colon(line)
-                if name not in headers:
-                    headers[name] = value
+            headers = _plain_headers(lines)
         if command not in COMMANDS:
             raise FrameError(f"unknown command {_shorten(command)}", receipt_id=headers.get("receipt"))
         length_text = headers.get("content-length")
@@ -338,6 +338,18 @@ class FrameParser:
         self._line_scan = size
         self._lines = lines
         self._head_scan = size - 2 if size > 2 else 0
+
+
+def _plain_headers(lines: list[str]) -> dict[str, str]:
+    """Header lines after the command, nothing to unescape; the first of a repeat wins."""
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise _no_colon(line)
+        if name not in headers:
+            headers[name] = value
+    return headers
 
 
 def _no_colon(line: str) -> FrameError:
