@@ -1,0 +1,197 @@
+"""What happens past a memory or page limit: address-full-policy DROP, FAIL and BLOCK,
+page-limit-messages with page-full-policy FAIL and DROP, and global-max-messages.
+
+Ported from Artemis' testDropMessages, testFailMessagesDurable, testSendOverBlockingNoFlowControl,
+PagingLimitTest and MaxMessagesPagingTest, over STOMP. The module broker gives each policy an
+address prefix; the global limit needs brokers of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from brokerproc import unique
+from test_paging_helpers import (
+    assert_paging,
+    body,
+    consume,
+    numbered,
+    page_files,
+    send_all,
+    send_until_error,
+    wait_address,
+    wait_no_page_files,
+)
+
+SMALL = "16KiB"
+PAGE_LIMIT = 20
+BROKER_CONFIG = {
+    "address-settings": {
+        "#": {"page-size-bytes": "16KiB"},
+        "drop.#": {"max-size-bytes": SMALL, "address-full-policy": "DROP"},
+        "fail.#": {"max-size-bytes": SMALL, "address-full-policy": "FAIL"},
+        "block.#": {"max-size-bytes": SMALL, "address-full-policy": "BLOCK"},
+        "plfail.#": {"max-size-bytes": 0, "page-limit-messages": PAGE_LIMIT, "page-full-policy": "FAIL"},
+        "pldrop.#": {"max-size-bytes": 0, "page-limit-messages": PAGE_LIMIT, "page-full-policy": "DROP"},
+    },
+}
+
+
+def _assert_not_paging(proc, address: str) -> None:
+    info = proc.address(address)
+    assert (info["paging"], info["messages_paged"], info["page_files"]) == (False, 0, 0), info
+    assert page_files(proc, address) == []
+
+
+# -- address-full-policy --------------------------------------------------------------------
+
+
+def test_drop_policy_discards_messages_past_the_limit_and_still_sends_receipts(
+        broker, stomp_client, queue_name):
+    address = f"drop.{queue_name}"
+    send_all(stomp_client(broker), f"/queue/{address}", numbered("m", 50))  # asserts 50 receipts
+    info = broker.address(address)
+    kept = broker.queue(address)["messages"]
+    assert 0 < kept < 50, f"{kept} of 50 kept past a 16 KiB limit: {info}"
+    assert info["dropped_messages"] == 50 - kept, info
+    _assert_not_paging(broker, address)
+    assert consume(stomp_client(broker), f"/queue/{address}", kept) == numbered("m", kept)
+
+
+def test_fail_policy_answers_error_with_the_receipt_id_and_stores_nothing(
+        broker, stomp_client, queue_name):
+    address = f"fail.{queue_name}"
+    producer = stomp_client(broker)
+    receipted, error, receipt_id = send_until_error(producer, f"/queue/{address}", 100)
+    assert 0 < len(receipted) < 100
+    assert error.headers.get("receipt-id") == receipt_id, error.headers
+    assert error.headers.get("message"), f"ERROR without a message header: {error.headers}"
+    producer.listener.wait_for_disconnect()
+    broker.wait_queue(address, messages=len(receipted))
+    _assert_not_paging(broker, address)
+    assert broker.address(address)["dropped_messages"] == 0
+    assert consume(stomp_client(broker), f"/queue/{address}", len(receipted)) == receipted
+
+
+def test_block_policy_stalls_the_producer_until_a_consumer_drains_and_loses_nothing(
+        broker, stomp_client, queue_name):
+    address = f"block.{queue_name}"
+    producer = stomp_client(broker)
+    tag = uuid.uuid4().hex[:8]
+    sent = numbered("m", 60)
+    for n, name in enumerate(sent):  # pipelined: 60 KiB fit in the socket buffers
+        producer.conn.send(f"/queue/{address}", body(name),
+                           headers={"persistent": "true", "receipt": f"{tag}-{n}"})
+    listener = producer.listener
+    time.sleep(1.0)
+    stalled = len(listener.receipts)
+    assert 0 < stalled < 60, f"{stalled} receipts: the producer was not blocked at 16 KiB"
+    time.sleep(0.5)
+    assert len(listener.receipts) == stalled, "receipts kept coming past the limit"
+    assert not listener.errors, [(e.headers, e.body) for e in listener.errors]
+    _assert_not_paging(broker, address)
+
+    assert consume(stomp_client(broker), f"/queue/{address}", 60, ack="auto") == sent
+    listener.wait(lambda: len(listener.receipts) == 60, 5, "all 60 receipts after the drain")
+    assert not listener.errors
+    assert producer.is_connected
+    broker.wait_queue(address, messages=0)
+
+
+def test_block_policy_blocks_only_that_address(broker, stomp_client, queue_name):
+    blocked, free = f"block.{queue_name}", unique("free")
+    producer = stomp_client(broker)
+    for n in range(40):
+        producer.conn.send(f"/queue/{blocked}", body(f"m{n}"), headers={"receipt": f"b-{n}"})
+    other = stomp_client(broker)
+    send_all(other, f"/queue/{free}", numbered("f", 10))  # not held up by the blocked address
+    assert consume(stomp_client(broker), f"/queue/{blocked}", 40, ack="auto") == numbered("m", 40)
+
+
+# -- page limits ----------------------------------------------------------------------------
+
+
+def test_page_limit_messages_with_fail_policy_refuses_the_next_message(broker, stomp_client, queue_name):
+    address = f"plfail.{queue_name}"
+    producer = stomp_client(broker)
+    receipted, error, receipt_id = send_until_error(producer, f"/queue/{address}", 100)
+    assert receipted == numbered("m", PAGE_LIMIT)
+    assert error.headers.get("receipt-id") == receipt_id, error.headers
+    assert_paging(broker, address, paged=PAGE_LIMIT)
+
+    assert consume(stomp_client(broker), f"/queue/{address}", PAGE_LIMIT) == receipted
+    wait_no_page_files(broker, address)
+    # the limit counts what is in page files now: with them gone, sends are accepted again
+    send_all(stomp_client(broker), f"/queue/{address}", ["again"])
+
+
+def test_page_limit_messages_with_drop_policy_drops_the_rest(broker, stomp_client, queue_name):
+    address = f"pldrop.{queue_name}"
+    send_all(stomp_client(broker), f"/queue/{address}", numbered("m", PAGE_LIMIT + 10))
+    info = assert_paging(broker, address, paged=PAGE_LIMIT)
+    assert info["dropped_messages"] == 10, info
+    assert consume(stomp_client(broker), f"/queue/{address}", PAGE_LIMIT) == numbered("m", PAGE_LIMIT)
+    wait_no_page_files(broker, address)
+
+
+# -- global-max-messages ----------------------------------------------------------------------
+
+GLOBAL_MAX = 20
+GLOBAL_CONFIG = {
+    "broker": {"global-max-messages": GLOBAL_MAX},
+    "address-settings": {"#": {"page-size-bytes": "16KiB"}},
+}
+
+
+def test_global_max_messages_makes_an_address_without_limit_page(start_broker, stomp_client):
+    proc = start_broker(GLOBAL_CONFIG)
+    address = unique("global")
+    sent = send_all(stomp_client(proc), f"/queue/{address}", numbered("m", 50))
+    info = assert_paging(proc, address, paged=50 - GLOBAL_MAX)
+    assert info["messages_in_memory"] == GLOBAL_MAX, info
+    assert consume(stomp_client(proc), f"/queue/{address}", 50) == sent
+    wait_address(proc, address, paging=False, messages=0)
+    wait_no_page_files(proc, address)
+
+
+def test_global_max_messages_is_shared_by_all_addresses(start_broker, stomp_client):
+    proc = start_broker(GLOBAL_CONFIG)
+    first, second = unique("first"), unique("second")
+    producer = stomp_client(proc)
+    send_all(producer, f"/queue/{first}", numbered("a", 12))
+    send_all(producer, f"/queue/{second}", numbered("b", 12))
+    assert proc.address(first)["paging"] is False
+    assert_paging(proc, second, paged=12 - (GLOBAL_MAX - 12))
+    send_all(producer, f"/queue/{first}", numbered("a", 3, start=12))
+    assert_paging(proc, first, paged=3)
+
+    assert consume(stomp_client(proc), f"/queue/{first}", 15) == numbered("a", 15)
+    assert consume(stomp_client(proc), f"/queue/{second}", 12) == numbered("b", 12)
+    for address in (first, second):
+        wait_address(proc, address, paging=False, messages=0)
+        wait_no_page_files(proc, address)
+
+
+def test_blocked_producer_resumes_from_a_consumer_on_another_thread(broker, stomp_client, queue_name):
+    """BLOCK with a producer that waits for each receipt: it stalls, then finishes when drained."""
+    address = f"block.{queue_name}"
+    producer = stomp_client(broker)
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for n in range(40):
+                producer.send(f"/queue/{address}", body(f"m{n}"), receipt=True)
+            done.set()
+        except BaseException as exc:  # reported below
+            failure.append(exc)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    assert not done.wait(1.5), "40 KiB sent to a 16 KiB BLOCK address without stalling"
+    assert consume(stomp_client(broker), f"/queue/{address}", 40, ack="auto") == numbered("m", 40)
+    thread.join(10)
+    assert done.is_set(), f"producer did not finish after the drain: {failure}"
