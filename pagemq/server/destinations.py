@@ -6,6 +6,7 @@ multicast address NAME, and a bare `NAME` means `/queue/NAME` (interface.md, STO
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from pagemq.core.address import ANYCAST, MULTICAST
@@ -20,7 +21,9 @@ class Destination:
     routing_type: str
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_destination(text: str) -> Destination:
+    """Cached: producers send to the same few destinations over and over."""
     found = next(((p, r) for p, r in _PREFIXES if text.startswith(p)), None)
     if found is not None:
         name, routing_type = text[len(found[0]):], found[1]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pagemq.stomp")
 
-SERVER_HEARTBEAT_MS = (10000, 10000)
+SERVER_HEARTBEAT_MS = (500, 500)  # the floor: clients get the intervals they ask for, down to this
 HEARTBEAT_GRACE = 2.0  # a peer may be this many intervals late before we give up on it
 
 

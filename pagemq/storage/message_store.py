@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import struct
 from pathlib import Path
@@ -56,10 +57,24 @@ class RecordType(enum.IntEnum):
     CURSOR_COMPLETE = 6
 
 
+@functools.lru_cache(maxsize=64)
+def _queue_ids_struct(count: int) -> struct.Struct:
+    return struct.Struct(f"<H{count}Q")
+
+
+@functools.lru_cache(maxsize=4096)
+def _address_field(address: str) -> bytes:
+    encoded = address.encode()
+    return _U16.pack(len(encoded)) + encoded
+
+
 def _message_payload(message: Message, queue_ids: tuple[int, ...]) -> bytes:
-    head = _U16.pack(len(queue_ids)) + b"".join(_U64.pack(q) for q in queue_ids)
-    address = message.address.encode()
-    return head + _U16.pack(len(address)) + address + encode_message(message)
+    """Hot path (every persistent SEND): one pack, one join."""
+    return b"".join((
+        _queue_ids_struct(len(queue_ids)).pack(len(queue_ids), *queue_ids),
+        _address_field(message.address),
+        encode_message(message),
+    ))
 
 
 def _parse_message(payload: bytes) -> tuple[list[int], Message]:

@@ -1,0 +1,92 @@
+"""Broker CPU per SEND, in-process: protocol parse → session → broker → journal, no sockets.
+
+Separates the broker's own cost from client and kernel noise on a shared machine:
+    .venv/bin/python benchmarks/send_path_bench.py [--messages 100000] [--persistent]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from pagemq.core.broker import Broker
+from pagemq.core.settings import AddressSettingsRepository
+from pagemq.protocol.stomp.connection import StompConnection
+from pagemq.protocol.stomp.frames import encode_frame
+from pagemq.server.stomp_session import StompSession
+from pagemq.storage.message_store import JournalMessageStore
+
+NOSYNC = False
+
+
+class NullTransport:
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.session: StompSession | None = None
+
+    def write(self, data: bytes) -> None:
+        self.bytes += len(data)
+
+    def schedule_flush(self) -> None:
+        asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        if self.session is not None:
+            self.write(self.session.take_output())
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+
+
+async def run(messages: int, persistent: bool, batch: int) -> None:
+    directory = Path(tempfile.mkdtemp())
+    store = JournalMessageStore(directory, file_size=32 << 20, sync=not NOSYNC)
+    broker = Broker(AddressSettingsRepository(), store=store)
+    broker.recover()
+    store.start(asyncio.get_running_loop())
+    transport = NullTransport()
+    session = StompSession(broker, StompConnection(), transport)
+    transport.session = session
+    session.receive(encode_frame("CONNECT", {"accept-version": "1.2", "host": "x"}))
+    body = b"x" * 1024
+    flag = "true" if persistent else "false"
+    chunks = [
+        b"".join(
+            encode_frame("SEND", {"destination": "/queue/bench", "persistent": flag,
+                                  "receipt": str(i + j), "perf-ts": "1"}, body)
+            for j in range(batch)
+        )
+        for i in range(0, messages, batch)
+    ]
+    cpu, wall = time.process_time(), time.perf_counter()
+    for chunk in chunks:
+        session.receive(chunk)
+        await asyncio.sleep(0)
+    await store.flush()
+    await asyncio.sleep(0.01)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}): "
+          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads), {messages / wall:,.0f}/s wall")
+    await store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--persistent", action="store_true")
+    parser.add_argument("--batch", type=int, default=64, help="SEND frames per socket read")
+    args = parser.parse_args()
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(run(args.messages, args.persistent, args.batch))
+
+
+if __name__ == "__main__":
+    main()
