@@ -14,7 +14,6 @@ shell can still act on them before it answers with ERROR.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterable, Mapping
 
 from pagemq.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
