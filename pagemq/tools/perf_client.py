@@ -240,8 +240,11 @@ class Producer:
         self._pending: dict[int, int] = {}  # receipt number -> send time (ns)
         self._wake: asyncio.Future[None] | None = None
         self._refill = max(1, min(options.receipt_window // 4, MAX_BATCH))
-        headers = [("destination", options.destination),
-                   ("persistent", "true" if options.persistent else "false"), *options.headers]
+        # Non-persistent is every broker's default, so it is said by leaving the header out:
+        # RabbitMQ reads `persistent:false` as "declare the queue non-durable" and then
+        # refuses the durable queue a SUBSCRIBE declared (RESOURCE_LOCKED).
+        persistent = [("persistent", "true")] if options.persistent else []
+        headers = [("destination", options.destination), *persistent, *options.headers]
         body = bytes(48 + i % 64 for i in range(options.size))
         frame = encode_frame("SEND", headers, body, version=link.version)
         split = frame.index(b"\n\n")
