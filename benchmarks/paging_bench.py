@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/paging_bench.py [--messages 200000] [--size 1024]
         [--producers 4] [--consumers 4] [--baseline-messages 50000] [--keep] [--dir DIR]
-        [--json] [--compare OTHER_RUN.json]
+        [--json] [--json-out FILE] [--compare OTHER_RUN.json]
 
 What it does, one broker (`pagemq serve`) per run, 1 KiB persistent messages, journal-sync:
 1. baseline: a broker whose global-max-size is huge (nothing pages) takes
@@ -324,6 +324,7 @@ class Phase:
     seconds: float
     peak_rss: int
     complete: bool = True
+    broker_cpu: float = 0.0  # CPU seconds the broker used in the phase (all its threads)
 
     @property
     def rate(self) -> float:
@@ -355,6 +356,7 @@ def run_phase(broker: Broker, name: str, role: str, connections: int, target: in
             raise RuntimeError(f"{name}: clients did not connect ({ready.value}/{connections})")
         time.sleep(0.01)
     complete = True
+    cpu_before = cpu_seconds(broker.pid)
     with RssSampler(broker.pid, interval=0.1) as sampler:
         started = last_change = last_report = time.monotonic()
         go.set()
@@ -381,7 +383,18 @@ def run_phase(broker: Broker, name: str, role: str, connections: int, target: in
     if failed:
         complete = False
         print(f"  {name}: client processes failed with exit codes {failed}", file=sys.stderr)
-    return Phase(name, counter.value if not complete else target, seconds, sampler.peak, complete)
+    cpu = cpu_seconds(broker.pid) - cpu_before
+    return Phase(name, counter.value if not complete else target, seconds, sampler.peak, complete, cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc/PID/stat."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> tuple[bool, float]:
@@ -481,6 +494,10 @@ def _after_drain(args: argparse.Namespace, broker: Broker, empty: int, results: 
     results.facts["du_after_drain"] = disk_usage(broker.data_dir)
     results.facts["du_slack"] = slack
     results.facts["du_cleanup_seconds"] = du_wait if shrunk else None
+    results.facts["files_after_drain"] = {
+        str(path.relative_to(broker.data_dir)): path.stat().st_blocks * 512
+        for path in sorted(broker.data_dir.rglob("*")) if path.is_file() and path.stat().st_blocks
+    }
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -536,12 +553,16 @@ def report(results: Results, compare: dict[str, Any] | None) -> str:
         f"{results.producers} producers, {results.consumers} consumers, global-max-size 64MiB, "
         f"journal-sync true",
         "",
-        f"{'phase':<24} {'messages':>11} {'seconds':>9} {'msg/s':>10} {'peak RSS':>12}",
+        f"machine: {os.cpu_count()} CPUs, load average {results.facts.get('load_before')} before, "
+        f"{results.facts.get('load_after')} after",
+        "",
+        f"{'phase':<24} {'messages':>11} {'seconds':>9} {'msg/s':>10} {'peak RSS':>12} {'broker CPU':>11}",
     ]
     for phase in results.phases.values():
         flag = "" if phase["complete"] else "  INCOMPLETE"
+        busy = phase["broker_cpu"] / phase["seconds"] if phase["seconds"] else 0.0
         out.append(f"{phase['name']:<24} {phase['messages']:>11,} {phase['seconds']:>9.2f} "
-                   f"{phase['rate']:>10,.0f} {format_mib(phase['peak_rss']):>12}{flag}")
+                   f"{phase['rate']:>10,.0f} {format_mib(phase['peak_rss']):>12} {busy:>10.0%}{flag}")
     facts = results.facts
     after = facts.get("after_fill", {})
     out += ["", f"first start (empty data dir): ready in {facts.get('ready_empty_seconds', 0):.2f} s",
@@ -555,6 +576,9 @@ def report(results: Results, compare: dict[str, Any] | None) -> str:
     cleanup = facts.get("page_cleanup_seconds")
     gone = f"gone after {cleanup:.1f} s" if cleanup is not None else "not all gone"
     out.append(f"page files after the drain: {facts.get('page_files_after_drain')} ({gone})")
+    files = facts.get("files_after_drain", {})
+    out.append("files left after the drain: " + (", ".join(
+        f"{name} {format_mib(size)}" for name, size in files.items()) or "none"))
     out += ["", "targets:", *targets(results, compare)]
     return "\n".join(out)
 
@@ -572,11 +596,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="where data directories go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the data directories")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead")
+    parser.add_argument("--json-out", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--compare", type=Path, help="--json output of a run with another message count")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="paging-bench-", dir=args.dir))
     results = Results(args.messages, args.size, args.producers, args.consumers)
     compare = json.loads(args.compare.read_text()) if args.compare else None
+    results.facts["load_before"] = [round(x, 2) for x in os.getloadavg()]
     try:
         if args.baseline_messages > 0:
             run_baseline(args, root, results)
@@ -584,8 +610,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+    results.facts["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    document = json.dumps({**asdict(results), "targets": targets(results, compare)}, indent=2)
+    if args.json_out:
+        args.json_out.write_text(document + "\n")
     if args.json:
-        print(json.dumps({**asdict(results), "targets": targets(results, compare)}, indent=2))
+        print(document)
     else:
         print(report(results, compare))
     return 0
