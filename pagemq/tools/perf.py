@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--idle-timeout", type=_duration, default=30.0, metavar="TIME",
                         help="end a phase that made no progress for this long (default 30s)")
     limits.add_argument("--connect-timeout", type=_duration, default=10.0, metavar="TIME")
+    limits.add_argument("--broker-pid", type=_count, metavar="PID",
+                        help="report the peak RSS of this process and its descendants per phase (Linux)")
     limits.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     return parser
 
@@ -222,15 +224,23 @@ def _row(summary: RoleSummary) -> str:
     )
 
 
-def _summaries(reports: Sequence[PhaseReport]) -> list[RoleSummary]:
-    return [role for report in reports for role in (report.producers, report.consumers) if role is not None]
+def _roles(report: PhaseReport) -> list[RoleSummary]:
+    return [role for role in (report.producers, report.consumers) if role is not None]
+
+
+def _mib(size: int | None) -> float | None:
+    return None if size is None else round(size / 2**20, 1)
 
 
 def render_text(reports: Sequence[PhaseReport]) -> str:
     lines = [_ROW.format(*_COLUMNS).rstrip()]
-    for summary in _summaries(reports):
-        lines.append(_row(summary).rstrip())
-        lines.extend(f"  error: {error}" for error in dict.fromkeys(summary.errors))
+    for report in reports:
+        for summary in _roles(report):
+            lines.append(_row(summary).rstrip())
+            lines.extend(f"  error: {error}" for error in dict.fromkeys(summary.errors))
+    peaks = [f"{r.name} {_mib(r.broker_peak_rss)} MiB" for r in reports if r.broker_peak_rss is not None]
+    if peaks:
+        lines.append("broker peak RSS (process tree): " + ", ".join(peaks))
     return "\n".join(lines)
 
 
@@ -248,7 +258,10 @@ def render_json(args: argparse.Namespace, options: ClientOptions, processes: int
             "ack": options.ack, "ack_every": options.ack_every, "prefetch": options.prefetch,
             "headers": dict(options.headers),
         },
-        "results": [summary.as_json() for summary in _summaries(reports)],
+        "results": [
+            {**summary.as_json(), "broker_peak_rss_mib": _mib(report.broker_peak_rss)}
+            for report in reports for summary in _roles(report)
+        ],
         "complete": error is None and all(report.complete for report in reports),
         "error": error,
     }
@@ -260,7 +273,7 @@ def run(args: argparse.Namespace) -> tuple[list[PhaseReport], str | None]:
     options = client_options(args)
     reports: list[PhaseReport] = []
     try:
-        with WorkerPool(options, worker_count(args)) as pool:
+        with WorkerPool(options, worker_count(args), args.broker_pid) as pool:
             for plan in phase_plans(args):
                 reports.append(pool.run_phase(plan))
             if args.phase == "sequential":

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from pagemq.tools.perf_client import ClientOptions, PerfError
+from pagemq.tools.perf_rss import RssSampler
 from pagemq.tools.perf_stats import RoleSummary, summarize
 from pagemq.tools.perf_worker import (
     STOP,
@@ -31,6 +32,7 @@ from pagemq.tools.perf_worker import (
 __all__ = ["PhasePlan", "PhaseReport", "WorkerPool", "split_count", "split_plan"]
 
 POLL_SECONDS = 0.01
+RSS_EVERY = 10  # polls: the broker's memory is sampled every 0.1 s
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class PhaseReport:
     producers: RoleSummary | None
     consumers: RoleSummary | None
     stalled: bool
+    broker_peak_rss: int | None = None  # bytes, with --broker-pid
 
     @property
     def complete(self) -> bool:
@@ -80,9 +83,10 @@ def split_plan(plan: PhasePlan, workers: int) -> list[WorkerPlan | None]:
 class WorkerPool:
     """`processes` spawned workers that run the phases they are given, one at a time."""
 
-    def __init__(self, options: ClientOptions, processes: int) -> None:
+    def __init__(self, options: ClientOptions, processes: int, broker_pid: int | None = None) -> None:
         self.options = options
         self.size = processes
+        self.rss = RssSampler(broker_pid)
         context = multiprocessing.get_context("spawn")
         self.board: Any = context.RawArray("q", board_size(processes))
         self.channels: list[Connection] = []
@@ -162,10 +166,13 @@ class WorkerPool:
                 if kind == "ready":
                     self.channels[worker].send(("abort", None))
             raise PerfError("; ".join(errors))
+        self.rss.reset()
+        self.rss.sample()
         start_ns = time.time_ns()
         for worker in active:
             self.channels[worker].send(("go", None))
         results, stalled = self._watch(plan, active)
+        self.rss.sample()
         return self._report(plan, start_ns, results, stalled)
 
     def _watch(self, plan: PhasePlan, active: list[int]) -> tuple[list[WorkerResult], bool]:
@@ -174,7 +181,11 @@ class WorkerPool:
         last_totals = (-1, -1)
         last_change = started
         stalled = False
+        polls = 0
         while len(results) < len(active):
+            polls += 1
+            if polls % RSS_EVERY == 0:
+                self.rss.sample()
             waiting = [w for w in active if w not in results]
             for channel in wait([self.channels[w] for w in waiting], POLL_SECONDS):
                 assert isinstance(channel, Connection)
@@ -208,7 +219,7 @@ class WorkerPool:
                                   complete=not stalled)
             if plan.consume_target is not None and consumers.messages < plan.consume_target:
                 consumers = _incomplete(consumers)
-        return PhaseReport(plan.name, producers, consumers, stalled)
+        return PhaseReport(plan.name, producers, consumers, stalled, self.rss.peak)
 
 
 def _finished(plan: PhasePlan, consumed: int, elapsed: float) -> bool:

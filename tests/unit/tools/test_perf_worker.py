@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections import Counter, deque
@@ -441,17 +442,19 @@ def test_sequential_run_fills_then_drains_across_processes(
     assert produce["latency_ms"]["p50"] <= produce["latency_ms"]["p99"] <= produce["latency_ms"]["max"]
     assert consume["msgs_per_s"] > 0 and consume["mb_per_s"] > 0
     assert broker.seen["ACK"] == 3000
+    assert produce["broker_peak_rss_mib"] is None  # no --broker-pid
 
 
 def test_text_report_has_one_row_per_role(broker: FakeBroker, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--url", f"stomp://127.0.0.1:{broker.port}", "--phase", "both", "--count", "500",
-                 "--processes", "1"])
+                 "--processes", "1", "--broker-pid", str(os.getpid())])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
     assert lines[0].startswith("pagemq perf: stomp://127.0.0.1:")
     assert lines[1].split()[:4] == ["phase", "role", "conns", "messages"]
-    assert [line.split()[:4] for line in lines[2:]] == [["both", "producers", "1", "500"],
-                                                        ["both", "consumers", "1", "500"]]
+    assert [line.split()[:4] for line in lines[2:4]] == [["both", "producers", "1", "500"],
+                                                         ["both", "consumers", "1", "500"]]
+    assert lines[4].startswith("broker peak RSS (process tree): both ")
 
 
 def test_a_stalled_run_ends_after_the_idle_timeout_as_incomplete(
