@@ -6,6 +6,7 @@
 #   ActiveMQ Classic (Debian activemq, KahaDB)           stomp://127.0.0.1:61614
 #
 # Usage: benchmarks/peers.sh install|start|stop|status|reset [rabbitmq|activemq|all]
+#        benchmarks/peers.sh compare [pagemq perf flags]   (pagemq at $PAGEMQ_URL, if running)
 #
 # Every listener (STOMP, AMQP/OpenWire, Erlang distribution, epmd, JMX) is bound to
 # 127.0.0.1. State, configs and logs live under $PEERS_DIR (default /tmp/pagemq-peers), never
@@ -161,6 +162,71 @@ amq_status() {
     fi
 }
 
+# -- side-by-side runs ----------------------------------------------------------------------
+
+listener_pid() {  # port -> pid of the process listening on 127.0.0.1:port (for --broker-pid)
+    ss -ltnpH "sport = :$1" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1
+}
+
+perf() {
+    local repo
+    repo=$(cd "$(dirname "$0")/.." && pwd)
+    if [ -x "$repo/.venv/bin/python" ]; then
+        "$repo/.venv/bin/python" -m pagemq.tools.perf "$@"
+    else
+        pagemq perf "$@"
+    fi
+}
+
+# compare [pagemq perf flags]: the same flags against every broker that is up, one after the
+# other in one run (ratios measured side by side hold; absolute figures drift). Each broker
+# gets a fresh destination, so leftovers from an earlier run are not counted, and a short
+# warm-up on it first (declares the queue: RabbitMQ quorum queues drop SENDs that race the
+# declaration; warms ActiveMQ's JIT). JSON lines go to $RESULTS.
+compare() {
+    local stamp results port name url pid dest
+    stamp=$(date +%Y%m%d-%H%M%S)
+    results=${RESULTS:-$PEERS_DIR/compare-$stamp.jsonl}
+    mkdir -p "$(dirname "$results")"
+    local pagemq_url=${PAGEMQ_URL:-stomp://127.0.0.1:61613}
+    local targets=(
+        "pagemq|$pagemq_url|"
+        "activemq|stomp://127.0.0.1:$AMQ_STOMP_PORT|"
+        "rabbitmq-classic|stomp://127.0.0.1:$RABBIT_STOMP_PORT|--login guest --passcode guest --vhost /"
+        "rabbitmq-quorum|stomp://127.0.0.1:$RABBIT_STOMP_PORT|--login guest --passcode guest --vhost / --header x-queue-type:quorum"
+    )
+    for target in "${targets[@]}"; do
+        IFS='|' read -r name url extra <<<"$target"
+        port=${url##*:}
+        pid=$(listener_pid "$port")
+        if [ -z "$pid" ]; then log "$name: nothing listens on 127.0.0.1:$port, skipped"; continue; fi
+        dest=/queue/perf-$name-$stamp
+        # shellcheck disable=SC2086  # $extra is a list of flags
+        perf --url "$url" $extra --destination "$dest" --phase both --count 1000 --producers 1 \
+            --consumers 1 --json >/dev/null || log "$name: warm-up failed"
+        log "$name: pagemq perf $* (pid $pid, $dest)"
+        # shellcheck disable=SC2086
+        perf --url "$url" $extra --destination "$dest" --broker-pid "$pid" --json "$@" \
+            | sed "s/^{/{\"broker\":\"$name\",/" | tee -a "$results" >/dev/null || true
+    done
+    python3 - "$results" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print(f"{'broker':<17} {'phase':<8} {'role':<9} {'messages':>9} {'msg/s':>8} {'MB/s':>7} "
+      f"{'p50 ms':>9} {'p99 ms':>9} {'RSS MiB':>8}")
+for row in rows:
+    if row.get("error"):
+        print(f"{row['broker']:<17} error: {row['error']}")
+    for r in row["results"]:
+        lat = r["latency_ms"] or {}
+        print(f"{row['broker']:<17} {r['phase']:<8} {r['role']:<9} {r['messages']:>9} "
+              f"{r['msgs_per_s']:>8.0f} {r['mb_per_s']:>7.2f} {lat.get('p50', '-'):>9} "
+              f"{lat.get('p99', '-'):>9} {r['broker_peak_rss_mib'] or '-':>8}"
+              + ("" if r["complete"] else "  INCOMPLETE"))
+print(f"(JSON lines: {sys.argv[1]})")
+PY
+}
+
 # -- commands -------------------------------------------------------------------------------
 
 install() {
@@ -191,6 +257,7 @@ target=${2:-all}
 case $action in
     install) install "$target" ;;
     start | stop | status) each "$action" "$target" ;;
+    compare) shift; compare "$@" ;;
     reset)
         each stop "$target"
         case $target in
@@ -199,5 +266,5 @@ case $action in
         esac
         log "state under $PEERS_DIR removed"
         ;;
-    *) sed -n '2,13p' "$0"; exit 2 ;;
+    *) sed -n '2,14p' "$0"; exit 2 ;;
 esac
