@@ -84,6 +84,8 @@ class Broker:
         self._queues_by_id: dict[int, Queue] = {}
         self._next_id = int(time.time() * 1_000_000)
         self.paging_directory: Path = Path("data/paging")
+        # Cursor records found at start-up whose page no longer exists; see forget_stale().
+        self.stale_records: list[int] = []
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -136,6 +138,20 @@ class Broker:
             pager.recover(pager.store.pages(), recovered.cursor_acks, recovered.cursor_completes)
             paged += pager.messages_paged
         return paged
+
+    def forget_record(self, record_id: int) -> None:
+        """Delete a cursor record; after shutdown began, the next start-up finds it stale."""
+        try:
+            self.store.delete_record(record_id)
+        except (OSError, LookupError) as exc:
+            log.debug("cursor record %d kept for the next start-up: %s", record_id, exc)
+
+    def forget_stale(self) -> int:
+        """Delete the stale cursor records found by recovery (the journal must be running)."""
+        stale, self.stale_records = self.stale_records, []
+        for record_id in stale:
+            self.forget_record(record_id)
+        return len(stale)
 
     def pager(self, address: Address) -> AddressPager:
         """The address's pager, its page store opened on first use."""

@@ -264,10 +264,36 @@ class AddressPager:
         if page_no == self.store.live_page_no():
             self.store.roll()
         self.store.delete_page(page_no)
-        for record_id in ack_ids:
-            store.delete_record(record_id)
-        for record_id in self._complete_ids.pop(page_no, []):
-            store.delete_record(record_id)
+        record_ids = ack_ids + self._complete_ids.pop(page_no, [])
+        if not record_ids:
+            return
+
+        def forget(done: asyncio.Future[None]) -> None:
+            # Only once the page file is gone for good may its acks go: the other order,
+            # cut by a crash, would bring the page back with no acks and redeliver it.
+            if done.cancelled() or done.exception() is not None:
+                return
+            for record_id in record_ids:
+                self.broker.forget_record(record_id)
+
+        self.store.flush().add_done_callback(forget)
+
+    def _forget_stale(
+        self,
+        pages: list[PageInfo],
+        acked: dict[tuple[int, int], list[CursorAck]],
+        completes: list[CursorComplete],
+    ) -> None:
+        """Cursor records of this address's queues whose page is gone (a crash after the page
+        was deleted and before its records were): deleted once the journal runs."""
+        present = {info.page_no for info in pages}
+        mine = {q.queue_id for q in self.address.queues.values()}
+        stale = [a.record_id for (queue_id, page_no), acks in acked.items()
+                 if queue_id in mine and page_no not in present for a in acks]
+        stale += [c.record_id for c in completes if c.queue_id in mine and c.page_no not in present]
+        for page_no in [p for p in self._complete_ids if p not in present]:
+            del self._complete_ids[page_no]
+        self.broker.stale_records.extend(stale)
 
     def maybe_leave_paging(self) -> None:
         """The backlog is read into memory: new messages can stay in memory again (FIFO holds)."""
@@ -298,6 +324,7 @@ class AddressPager:
         acked: dict[tuple[int, int], list[CursorAck]] = {}
         for ack in acks:
             acked.setdefault((ack.queue_id, ack.page_no), []).append(ack)
+        self._forget_stale(pages, acked, completes)
         for info in pages:
             self.records_on_disk += info.persistent_count
             self.bytes_on_disk += info.size

@@ -72,6 +72,9 @@ class BrokerServer:
             directory.mkdir(parents=True, exist_ok=True)
         recovered = self.broker.recover()
         self.store.start(asyncio.get_running_loop())
+        if stale := self.broker.forget_stale():
+            # (No log line before the ready line may contain the word "ready": scripts wait for it.)
+            log.info("deleted %d cursor records of deleted pages", stale)
         self._configure_addresses()
         acceptors = self.config.acceptors
         listening: list[str] = []
