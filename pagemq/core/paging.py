@@ -255,7 +255,6 @@ class AddressPager:
 
     def _delete_page(self, page_no: int, ack_ids: list[int]) -> None:
         """Every queue is done with the page: the file and its cursor records go."""
-        store = self.broker.store
         self._open.pop(page_no, None)
         info = next((p for p in self.store.pages() if p.page_no == page_no), None)
         if info is not None:
