@@ -29,6 +29,7 @@ __all__ = ["build_parser", "client_options", "main", "phase_plans", "worker_coun
 
 PHASES = ("produce", "consume", "both", "sequential")
 ACK_MODES = ("auto", "client", "client-individual")
+DEFAULT_DURATION = 10.0
 
 
 def _duration(text: str) -> float:
@@ -168,11 +169,16 @@ def worker_count(args: argparse.Namespace) -> int:
     return max(1, min(os.cpu_count() or 1, used))
 
 
+def effective_duration(args: argparse.Namespace) -> float | None:
+    """Seconds per phase: --duration, else 10 s, unless --count bounds the phases instead."""
+    if args.count is not None:
+        return None
+    return float(args.duration) if args.duration is not None else DEFAULT_DURATION
+
+
 def phase_plans(args: argparse.Namespace, produced: int | None = None) -> list[PhasePlan]:
     """The phases to run; for `sequential`, call again with what the fill phase produced."""
-    duration = args.duration if args.count is None else None
-    if args.count is None and duration is None:
-        duration = 10.0
+    duration = effective_duration(args)
     quotas: tuple[int | None, ...] = (
         tuple(split_count(args.count, args.producers)) if args.count is not None
         else (None,) * args.producers
@@ -199,7 +205,7 @@ def _format_ms(value: float | None) -> str:
 
 
 def _describe(args: argparse.Namespace, options: ClientOptions, processes: int) -> str:
-    amount = f"{args.count} messages" if args.count is not None else f"{args.duration or 10.0:g} s"
+    amount = f"{args.count} messages" if args.count is not None else f"{effective_duration(args):g} s"
     acks = args.ack + (f" every {options.ack_every}" if args.ack == "client" else "")
     return (
         f"pagemq perf: {args.url} {options.destination}, phase {args.phase}, {amount} per phase, "
@@ -253,7 +259,7 @@ def render_json(args: argparse.Namespace, options: ClientOptions, processes: int
         "phase": args.phase,
         "options": {
             "producers": args.producers, "consumers": args.consumers, "processes": processes,
-            "count": args.count, "duration": args.duration, "size": options.size,
+            "count": args.count, "duration": effective_duration(args), "size": options.size,
             "persistent": options.persistent, "receipt_window": options.receipt_window,
             "ack": options.ack, "ack_every": options.ack_every, "prefetch": options.prefetch,
             "headers": dict(options.headers),
