@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pagemq.core.consumer import MessageRef
 from pagemq.core.selector.properties import message_view
+from pagemq.core.selector.summary import PageSummary
 from pagemq.storage.api import CursorAck, CursorComplete
 from pagemq.storage.message_codec import decode_message, encode_message
 from pagemq.storage.paging.page_store import PagedRecord, PageInfo, PageStore
@@ -29,8 +30,10 @@ if TYPE_CHECKING:
 
     from pagemq.core.address import Address
     from pagemq.core.broker import Broker
+    from pagemq.core.consumer import Consumer
     from pagemq.core.message import Message
     from pagemq.core.queue import Queue
+    from pagemq.core.selector import Selector
 
 log = logging.getLogger("pagemq.paging")
 
@@ -38,12 +41,24 @@ log = logging.getLogger("pagemq.paging")
 class CursorPage:
     """One page as one queue sees it: how many of its records are for the queue, which are acked."""
 
-    __slots__ = ("ack_ids", "acked", "count")
+    __slots__ = ("ack_ids", "acked", "claimed", "count")
 
     def __init__(self, count: int = 0) -> None:
         self.count = count
         self.acked: set[int] = set()
         self.ack_ids: list[int] = []
+        # Read ahead of the queue's position by a selective consumer: in memory, skip them.
+        self.claimed: set[int] = set()
+
+
+class _Scan:
+    """Where a selective consumer's look-ahead stands in the page files."""
+
+    __slots__ = ("ordinal", "page_no")
+
+    def __init__(self, page_no: int, ordinal: int) -> None:
+        self.page_no = page_no
+        self.ordinal = ordinal
 
 
 class PageCursor:
@@ -59,6 +74,7 @@ class PageCursor:
         self._page_read_out = False
         self._reader: Iterator[tuple[int, PagedRecord]] | None = None
         self._waiting_for_write = False
+        self._scans: dict[object, _Scan] = {}
 
     # -- writing side ---------------------------------------------------------------------
 
@@ -120,6 +136,8 @@ class PageCursor:
                 self._read_ordinal = ordinal + 1
                 if page is None or queue_id not in record.queue_ids or ordinal in page.acked:
                     continue
+                if ordinal in page.claimed:
+                    continue  # a selective consumer took it ahead of us; already counted
                 message = decode_message(record.message, self.pager.address.name)
                 return MessageRef(message, (self._read_page, ordinal))
             self._reader = None
@@ -141,6 +159,87 @@ class PageCursor:
         self._waiting_for_write = False
         self.queue.dispatch()
 
+    # -- selective consumers and browsers ---------------------------------------------------
+
+    def _position(self) -> tuple[int, int]:
+        """The queue's read position: everything before it is in memory or acknowledged."""
+        if self._read_page in self.pages and not self._page_read_out:
+            return self._read_page, self._read_ordinal
+        later = self._next_page()
+        return (later, 0) if later is not None else (self._read_page + 1, 0)
+
+    def look_ahead(self, consumer: Consumer) -> None:
+        """Deliver paged messages matching `consumer`'s selector from beyond the queue's read
+        position, so it never starves behind messages it does not want (Artemis and HornetQ
+        do starve it). Pages whose summary cannot match are skipped without reading them."""
+        if self.unread <= 0 or not consumer.has_credit():
+            return
+        start = self._position()
+        scan = self._scans.get(consumer)
+        if scan is None or (scan.page_no, scan.ordinal) < start:
+            scan = self._scans[consumer] = _Scan(*start)
+        store = self.pager.store
+        live = store.live_page_no()
+        for page_no in sorted(p for p in self.pages if p >= scan.page_no):
+            if page_no > scan.page_no:
+                scan.page_no, scan.ordinal = page_no, 0
+            page = self.pages.get(page_no)
+            if page is None:
+                continue
+            if page_no != live and not self.pager.may_match(page_no, consumer.selector):
+                continue
+            if not self._scan_page(consumer, scan, page):
+                return
+        self.pager.maybe_leave_paging()
+
+    def _scan_page(self, consumer: Consumer, scan: _Scan, page: CursorPage) -> bool:
+        """Claim and deliver matches of one page; False once the consumer has no credit."""
+        queue_id = self.queue.queue_id
+        address = self.pager.address.name
+        page_no = scan.page_no
+        for ordinal, record in self.pager.store.read_page(page_no, scan.ordinal):
+            scan.ordinal = ordinal + 1
+            if queue_id not in record.queue_ids or ordinal in page.acked or ordinal in page.claimed:
+                continue
+            message = decode_message(record.message, address)
+            if not consumer.accepts(message):
+                continue
+            page.claimed.add(ordinal)
+            self.unread -= 1
+            self.in_memory += 1
+            self.bytes_in_memory += message.memory_size
+            self.pager.charge(message.memory_size)
+            consumer.deliver(MessageRef(message, (page_no, ordinal)))
+            if not consumer.has_credit():
+                return False
+        return True
+
+    def forget(self, consumer: object) -> None:
+        self._scans.pop(consumer, None)
+
+    def browse(self, selector: Selector | None) -> Iterator[MessageRef]:
+        """Paged messages of this queue from its read position *now* on, in order, read-only."""
+        return self._browse_from(*self._position(), selector)
+
+    def _browse_from(self, page_no: int, ordinal: int, selector: Selector | None) -> Iterator[MessageRef]:
+        queue_id = self.queue.queue_id
+        address = self.pager.address.name
+        store = self.pager.store
+        for number in sorted(p for p in self.pages if p >= page_no):
+            page = self.pages.get(number)
+            if page is None or (
+                selector is not None and number != store.live_page_no()
+                and not self.pager.may_match(number, selector)
+            ):
+                continue
+            start = ordinal if number == page_no else 0
+            for index, record in store.read_page(number, start):
+                if queue_id not in record.queue_ids or index in page.acked or index in page.claimed:
+                    continue
+                message = decode_message(record.message, address)
+                if selector is None or selector.matches_headers(message_view(message)):
+                    yield MessageRef(message, (number, index))
+
     # -- acknowledgements -----------------------------------------------------------------
 
     def settle(self, ref: MessageRef, *, acked: bool) -> None:
@@ -150,12 +249,19 @@ class PageCursor:
         self.bytes_in_memory -= size
         self.pager.release(size)
         if not acked:
+            if ref.page_pos is not None:
+                page = self.pages.get(ref.page_pos[0])
+                if page is not None and ref.page_pos[1] in page.claimed:
+                    # Back on disk only, for whoever reads that position next.
+                    page.claimed.discard(ref.page_pos[1])
+                    self.unread += 1
             return
         assert ref.page_pos is not None
         page_no, ordinal = ref.page_pos
         page = self.pages.get(page_no)
         if page is None or ordinal in page.acked:
             return
+        page.claimed.discard(ordinal)
         record_id = self.pager.broker.new_id()
         self.pager.broker.store.cursor_ack(
             CursorAck(record_id, self.queue.queue_id, page_no, ordinal)
@@ -194,6 +300,7 @@ class AddressPager:
         self.bytes_in_memory = 0
         self.records_on_disk = 0
         self.bytes_on_disk = 0
+        self._summaries: dict[int, PageSummary | None] = {}
 
     def cursor(self, queue: Queue) -> PageCursor:
         cursor = self.cursors.get(queue.queue_id)
@@ -224,6 +331,25 @@ class AddressPager:
             if queue.consumers:
                 queue.dispatch()
         return future
+
+    def may_match(self, page_no: int, selector: Selector | None) -> bool:
+        """False when the page's summary proves no message in it matches `selector`."""
+        if selector is None:
+            return True
+        if page_no not in self._summaries:
+            info = next((p for p in self.store.pages() if p.page_no == page_no), None)
+            blob = info.selector_summary if info is not None and info.closed else None
+            summary = None
+            if blob:
+                try:
+                    summary = PageSummary.from_bytes(blob)
+                except ValueError:
+                    log.warning("page %d of %r: unreadable selector summary", page_no, self.address.name)
+            if info is None or not info.closed:
+                return True  # not final yet: do not cache
+            self._summaries[page_no] = summary
+        summary = self._summaries[page_no]
+        return summary is None or selector.may_match(summary)
 
     # -- memory ---------------------------------------------------------------------------
 
@@ -256,6 +382,7 @@ class AddressPager:
     def _delete_page(self, page_no: int, ack_ids: list[int]) -> None:
         """Every queue is done with the page: the file and its cursor records go."""
         self._open.pop(page_no, None)
+        self._summaries.pop(page_no, None)
         info = next((p for p in self.store.pages() if p.page_no == page_no), None)
         if info is not None:
             self.records_on_disk = max(0, self.records_on_disk - info.count)

@@ -176,6 +176,8 @@ class Queue:
             if consumer.selector is not None:
                 self._selective -= 1
         consumer.closed = True
+        if self.cursor is not None:
+            self.cursor.forget(consumer)  # type: ignore[attr-defined]
         refs = consumer.take_all()
         if refs:
             self.return_refs(refs)
@@ -247,6 +249,11 @@ class Queue:
                 consumer.deliver(ref)
         self._levels = kept
         self._top = max((i for i in range(PRIORITIES) if kept[i]), default=-1)
+        cursor = self.cursor
+        if cursor is not None:
+            for consumer in self.consumers:
+                if consumer.selector is not None:
+                    cursor.look_ahead(consumer)  # type: ignore[attr-defined]
 
     def _ready_for(self, ref: MessageRef) -> Consumer | None:
         consumers = self.consumers

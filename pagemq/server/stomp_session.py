@@ -26,6 +26,8 @@ from pagemq.core.broker import Blocked, Broker
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, SubscriptionError, TransactionError, UnknownDelivery
 from pagemq.core.queue import Queue
+from pagemq.core.selector import Selector
+from pagemq.core.selector.properties import message_view
 from pagemq.core.transactions import PendingSend, Transaction
 from pagemq.protocol.errors import ProtocolError
 from pagemq.protocol.stomp import events as ev
@@ -526,7 +528,12 @@ _OWN_HEADERS = frozenset(
 )
 
 
-def _browse_refs(queue: Queue | None, selector: object) -> Iterator[MessageRef]:
+def _browse_refs(queue: Queue | None, selector: Selector | None) -> Iterator[MessageRef]:
+    """The whole queue in order without taking anything: delivering, pending, then paged.
+
+    The in-memory part is a snapshot taken now; the paged part is read from the page files
+    from the queue's read position at that moment, so no message is seen twice.
+    """
     if queue is None:
         return
     delivering = sorted(
@@ -534,14 +541,11 @@ def _browse_refs(queue: Queue | None, selector: object) -> Iterator[MessageRef]:
         key=lambda ref: ref.message.message_id,
     )
     snapshot = delivering + list(queue)
+    paged = queue.cursor.browse(selector) if queue.cursor is not None else iter(())  # type: ignore[attr-defined]
     for ref in snapshot:
-        if selector is None:
+        if selector is None or selector.matches_headers(message_view(ref.message)):
             yield ref
-            continue
-        from pagemq.core.selector.properties import message_view
-
-        if selector.matches_headers(message_view(ref.message)):  # type: ignore[attr-defined]
-            yield ref
+    yield from paged
 
 
 def _priority(value: str | None) -> int:
