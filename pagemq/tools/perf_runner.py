@@ -90,6 +90,7 @@ class WorkerPool:
         context = multiprocessing.get_context("spawn")
         self.board: Any = context.RawArray("q", board_size(processes))
         self.channels: list[Connection] = []
+        self._their_ends: list[Connection] = []
         self.processes: list[Any] = []
         for worker in range(processes):
             ours, theirs = context.Pipe()
@@ -98,11 +99,13 @@ class WorkerPool:
                 name=f"pagemq-perf-{worker}", daemon=True,
             )
             self.channels.append(ours)
+            self._their_ends.append(theirs)
             self.processes.append(process)
 
     def __enter__(self) -> WorkerPool:
-        for process in self.processes:
+        for process, theirs in zip(self.processes, self._their_ends, strict=True):
             process.start()
+            theirs.close()  # only the child holds it now: its death reads as EOF here
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -121,6 +124,8 @@ class WorkerPool:
             if process.is_alive():
                 process.terminate()
                 process.join(1)
+        for channel in self.channels:
+            channel.close()
 
     def _reset_board(self) -> None:
         for index in range(board_size(self.size)):
@@ -143,8 +148,19 @@ class WorkerPool:
             for channel in wait([self.channels[w] for w in workers if w not in replies],
                                 min(remaining, 0.2)):
                 assert isinstance(channel, Connection)
-                replies[self.channels.index(channel)] = channel.recv()
+                worker = self.channels.index(channel)
+                replies[worker] = self._recv(worker)
         return replies
+
+    def _recv(self, worker: int) -> tuple[str, Any]:
+        try:
+            message: tuple[str, Any] = self.channels[worker].recv()
+        except (EOFError, OSError):
+            self.processes[worker].join(1)
+            raise PerfError(
+                f"worker process {worker} exited with code {self.processes[worker].exitcode}"
+            ) from None
+        return message
 
     def _check_alive(self, workers: Any) -> None:
         for worker in workers:
@@ -189,8 +205,8 @@ class WorkerPool:
             waiting = [w for w in active if w not in results]
             for channel in wait([self.channels[w] for w in waiting], POLL_SECONDS):
                 assert isinstance(channel, Connection)
-                _, result = channel.recv()
-                results[self.channels.index(channel)] = result
+                worker = self.channels.index(channel)
+                _, results[worker] = self._recv(worker)
             self._check_alive(w for w in active if w not in results)
             if self.board[STOP]:
                 continue

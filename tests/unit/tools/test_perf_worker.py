@@ -24,6 +24,7 @@ from pagemq.protocol.stomp.frames import Frame, encode_frame
 from pagemq.protocol.stomp.parser import FrameParser
 from pagemq.tools.perf import main
 from pagemq.tools.perf_client import ClientOptions, PerfError, open_link
+from pagemq.tools.perf_runner import PhasePlan, WorkerPool
 from pagemq.tools.perf_worker import STOP, PhaseRun, WorkerPlan, board_size, consumed_slot, produced_slot
 
 
@@ -481,3 +482,19 @@ def test_nothing_listening_exits_1_with_the_reason(capsys: pytest.CaptureFixture
     assert code == 1
     assert "cannot connect" in report["error"]
     assert report["results"] == []
+
+
+def test_a_worker_process_that_dies_ends_the_phase_with_a_perf_error() -> None:
+    broker = FakeBroker(hold_receipts=True)  # the phase cannot finish on its own
+    broker.start()
+    try:
+        with WorkerPool(_options(broker), 1) as pool:
+            killer = threading.Timer(1.0, pool.processes[0].kill)
+            killer.start()
+            try:
+                with pytest.raises(PerfError, match="worker process 0 exited"):
+                    pool.run_phase(PhasePlan("produce", producer_quotas=(100,)))
+            finally:
+                killer.cancel()
+    finally:
+        broker.stop()
