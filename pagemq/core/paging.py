@@ -301,6 +301,7 @@ class AddressPager:
         self.records_on_disk = 0
         self.bytes_on_disk = 0
         self._summaries: dict[int, PageSummary | None] = {}
+        self._page_sizes: dict[int, tuple[int, int]] = {}  # page -> (records, bytes) on disk
 
     def cursor(self, queue: Queue) -> PageCursor:
         cursor = self.cursors.get(queue.queue_id)
@@ -319,14 +320,19 @@ class AddressPager:
         ]
         summaries = [dict(message_view(m)) for m, _ in items]
         page_no, _first, future = self.store.append(records, summary_input=summaries)
-        self.records_on_disk += len(records)
-        self.bytes_on_disk += sum(len(r.message) for r in records)
+        size = sum(len(r.message) for r in records)
+        self._on_disk(page_no, len(records), size)
         holders = self._open.setdefault(page_no, set())
-        for _message, queues in items:
-            for queue in queues:
-                holders.add(queue.queue_id)
-                queue.counters.added += 1
-                self.cursor(queue).on_paged(page_no)
+        routed = [queue for _message, queues in items for queue in queues]
+        for queue in routed:
+            holders.add(queue.queue_id)
+            queue.counters.added += 1
+            self.cursor(queue).on_paged(page_no)
+        if future is not None:
+            future.add_done_callback(
+                lambda done: self._append_failed(page_no, routed, len(records), size)
+                if not done.cancelled() and done.exception() is not None else None
+            )
         for queue in {q for _, qs in items for q in qs}:
             if queue.consumers:
                 queue.dispatch()
@@ -350,6 +356,26 @@ class AddressPager:
             self._summaries[page_no] = summary
         summary = self._summaries[page_no]
         return summary is None or selector.may_match(summary)
+
+    def _on_disk(self, page_no: int, records: int, size: int) -> None:
+        self.records_on_disk += records
+        self.bytes_on_disk += size
+        counted = self._page_sizes.get(page_no, (0, 0))
+        self._page_sizes[page_no] = (counted[0] + records, counted[1] + size)
+
+    def _append_failed(self, page_no: int, queues: list[Queue], records: int, size: int) -> None:
+        """The page store truncated a failed batch away: its records will never be read."""
+        self._on_disk(page_no, -records, -size)
+        for queue in queues:
+            queue.counters.added -= 1
+            cursor = self.cursors.get(queue.queue_id)
+            page = cursor.pages.get(page_no) if cursor is not None else None
+            if cursor is None or page is None:
+                continue
+            cursor.unread -= 1
+            page.count -= 1
+            if page.count <= len(page.acked):
+                cursor._complete(page_no)
 
     # -- memory ---------------------------------------------------------------------------
 
@@ -383,10 +409,9 @@ class AddressPager:
         """Every queue is done with the page: the file and its cursor records go."""
         self._open.pop(page_no, None)
         self._summaries.pop(page_no, None)
-        info = next((p for p in self.store.pages() if p.page_no == page_no), None)
-        if info is not None:
-            self.records_on_disk = max(0, self.records_on_disk - info.count)
-            self.bytes_on_disk = max(0, self.bytes_on_disk - info.size)
+        records, size = self._page_sizes.pop(page_no, (0, 0))
+        self.records_on_disk -= records
+        self.bytes_on_disk -= size
         if page_no == self.store.live_page_no():
             self.store.roll()
         self.store.delete_page(page_no)
@@ -452,8 +477,7 @@ class AddressPager:
             acked.setdefault((ack.queue_id, ack.page_no), []).append(ack)
         self._forget_stale(pages, acked, completes)
         for info in pages:
-            self.records_on_disk += info.persistent_count
-            self.bytes_on_disk += info.size
+            self._on_disk(info.page_no, info.persistent_count, info.size)
             holders: set[int] = set()
             for queue_id, count in info.queue_counts.items():
                 queue = queues.get(queue_id)
