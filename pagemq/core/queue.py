@@ -94,11 +94,8 @@ class Queue:
     # -- adding and returning -----------------------------------------------------------------
 
     def add(self, ref: MessageRef) -> None:
-        priority = ref.message.priority
-        self._levels[priority].append(ref)
-        self._pending += 1
-        if priority > self._top:
-            self._top = priority
+        """A newly routed ref: counted, and dispatched at once if anyone consumes."""
+        self.add_depaged(ref)
         self.counters.added += 1
         if self.consumers:
             self.dispatch()
@@ -113,10 +110,7 @@ class Queue:
 
     def add_recovered(self, ref: MessageRef) -> None:
         """A ref rebuilt from storage at start-up: counted as added, nothing dispatched yet."""
-        priority = ref.message.priority
-        self._levels[priority].append(ref)
-        self._pending += 1
-        self._top = max(self._top, priority)
+        self.add_depaged(ref)
         self.counters.added += 1
 
     def return_refs(self, refs: list[MessageRef]) -> None:
