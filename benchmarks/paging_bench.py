@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/paging_bench.py [--messages 200000] [--size 1024]
         [--producers 4] [--consumers 4] [--baseline-messages 50000] [--keep] [--dir DIR]
-        [--json] [--json-out FILE] [--compare OTHER_RUN.json]
+        [--json] [--json-out FILE] [--compare OTHER_RUN.json] [--no-restart]
 
 What it does, one broker (`pagemq serve`) per run, 1 KiB persistent messages, journal-sync:
 1. baseline: a broker whose global-max-size is huge (nothing pages) takes
@@ -470,8 +470,9 @@ def run_paging(args: argparse.Namespace, root: Path, results: Results) -> None:
         results.facts["after_fill"] = {k: info[k] for k in ("paging", "messages", "messages_paged",
                                                            "messages_in_memory", "page_files")}
         results.facts["du_after_fill"] = disk_usage(broker.data_dir)
-        _restart(broker, signal.SIGTERM, "SIGTERM", results)
-        _restart(broker, signal.SIGKILL, "SIGKILL", results)
+        if not args.no_restart:
+            _restart(broker, signal.SIGTERM, "SIGTERM", results)
+            _restart(broker, signal.SIGKILL, "SIGKILL", results)
         results.add(run_phase(broker, "drain paged", "consumer", args.consumers, args.messages, args.size))
         _after_drain(args, broker, empty, results)
         broker.stop()
@@ -532,7 +533,10 @@ def targets(results: Results, compare: dict[str, Any] | None) -> list[str]:
                            f"{fill['rate']:,.0f} vs {base['rate']:,.0f} msg/s ({ratio:.0%})"))
     lines.append(_line(drain["rate"] >= DRAIN_RATE, f"drain >= 20,000 msg/s: {drain['rate']:,.0f} msg/s"))
     for label in ("SIGTERM", "SIGKILL"):
-        restart = facts[f"restart_{label}"]
+        restart = facts.get(f"restart_{label}")
+        if restart is None:
+            lines.append(_line(None, f"restart after {label}: skipped (--no-restart)"))
+            continue
         ok = restart["ready_seconds"] < READY_LIMIT and restart["messages_after"] == results.messages
         lines.append(_line(ok, f"restart after {label} with {results.messages:,} queued: ready in "
                                f"{restart['ready_seconds']:.2f} s (< 3 s), {restart['messages_after']:,} "
@@ -595,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait for page files and disk space to go after the drain")
     parser.add_argument("--dir", type=Path, help="where data directories go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the data directories")
+    parser.add_argument("--no-restart", action="store_true",
+                        help="drain the broker that did the fill (no SIGTERM/SIGKILL restarts)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead")
     parser.add_argument("--json-out", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--compare", type=Path, help="--json output of a run with another message count")
