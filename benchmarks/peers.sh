@@ -180,9 +180,10 @@ perf() {
 
 # compare [pagemq perf flags]: the same flags against every broker that is up, one after the
 # other in one run (ratios measured side by side hold; absolute figures drift). Each broker
-# gets a fresh destination, so leftovers from an earlier run are not counted, and a short
-# warm-up on it first (declares the queue: RabbitMQ quorum queues drop SENDs that race the
-# declaration; warms ActiveMQ's JIT). JSON lines go to $RESULTS.
+# gets a fresh destination, so leftovers from an earlier run are not counted, declared by a
+# SUBSCRIBE (RabbitMQ 3.10 nacks SENDs that race a quorum queue's declaration, and its STOMP
+# adapter then resets the connection), then a short warm-up (ActiveMQ's JIT). JSON lines go
+# to $RESULTS.
 compare() {
     local stamp results port name url pid dest
     stamp=$(date +%Y%m%d-%H%M%S)
@@ -201,7 +202,12 @@ compare() {
         pid=$(listener_pid "$port")
         if [ -z "$pid" ]; then log "$name: nothing listens on 127.0.0.1:$port, skipped"; continue; fi
         dest=/queue/perf-$name-$stamp
-        # shellcheck disable=SC2086  # $extra is a list of flags
+        # A SUBSCRIBE declares the queue before any SEND can race its declaration, then the
+        # warm-up proper. $extra is a list of flags: unquoted on purpose.
+        # shellcheck disable=SC2086
+        perf --url "$url" $extra --destination "$dest" --phase consume --duration 1s --consumers 1 \
+            --json >/dev/null || log "$name: declaring $dest failed"
+        # shellcheck disable=SC2086
         perf --url "$url" $extra --destination "$dest" --phase both --count 1000 --producers 1 \
             --consumers 1 --json >/dev/null || log "$name: warm-up failed"
         log "$name: pagemq perf $* (pid $pid, $dest)"
