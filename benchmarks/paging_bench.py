@@ -15,8 +15,9 @@ What it does, one broker (`pagemq serve`) per run, 1 KiB persistent messages, jo
 Producers: separate processes, one connection each, up to 1,000 unreceipted SENDs in flight
 (receipts pipelined). Consumers: separate processes, client-individual ACK of every message,
 prefetch 1,000. The broker's RSS (its whole process tree) is sampled every 100 ms in each
-phase; the peak is reported. The client is this file's own lean asyncio STOMP client (no
-stomp.py), so one Python producer is not the bottleneck it would be.
+phase; the peak is reported. The load comes from `pagemq perf --phase produce|consume`
+when it is installed (`--client auto`, the default), else from this file's own lean
+multi-process asyncio STOMP client (`--client own`, no stomp.py).
 
 Targets (PASS/FAIL lines): peak RSS < 160 MiB in fill and drain; the same peak (within
 10 %) as a run with another message count (`--compare` its `--json` output); fill while
@@ -337,7 +338,48 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 def run_phase(broker: Broker, name: str, role: str, connections: int, target: int, size: int,
-              progress: bool = True) -> Phase:
+              client: str = "own") -> Phase:
+    """One timed phase, with `pagemq perf` or this file's own client."""
+    if client == "perf":
+        return run_phase_perf(broker, name, role, connections, target, size)
+    return run_phase_own(broker, name, role, connections, target, size)
+
+
+def perf_available() -> bool:
+    result = subprocess.run([PAGEMQ, "perf", "--help"], capture_output=True, text=True, check=False)
+    return result.returncode == 0 and "--phase" in result.stdout and "--json" in result.stdout
+
+
+def run_phase_perf(broker: Broker, name: str, role: str, connections: int, target: int,
+                   size: int) -> Phase:
+    """`pagemq perf --phase produce|consume --json`, the broker's RSS sampled meanwhile."""
+    who = ["--producers", str(connections)] if role == "producer" else ["--consumers", str(connections)]
+    command = [
+        PAGEMQ, "perf", "--url", f"stomp://{HOST}:{broker.stomp_port}", "--destination", f"/queue/{QUEUE}",
+        *who, "--processes", str(connections), "--phase", "produce" if role == "producer" else "consume",
+        "--count", str(target), "--size", str(size), "--persistent", "--receipt-window", str(WINDOW),
+        "--ack", "client-individual", "--prefetch", str(PREFETCH),
+        "--idle-timeout", f"{STALL_SECONDS:.0f}s", "--json",
+    ]
+    cpu_before = cpu_seconds(broker.pid)
+    with RssSampler(broker.pid, interval=0.1) as sampler:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    cpu = cpu_seconds(broker.pid) - cpu_before
+    try:
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        result = report["results"][0]
+    except (ValueError, IndexError, KeyError):
+        raise RuntimeError(
+            f"{name}: pagemq perf failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        ) from None
+    if result.get("errors"):
+        print(f"  {name}: pagemq perf errors: {result['errors'][:5]}", file=sys.stderr)
+    complete = bool(result["complete"]) and result["messages"] >= target
+    return Phase(name, int(result["messages"]), float(result["seconds"]), sampler.peak, complete, cpu)
+
+
+def run_phase_own(broker: Broker, name: str, role: str, connections: int, target: int, size: int,
+                  progress: bool = True) -> Phase:
     """Producers (each its share of `target`) or consumers (until `target` consumed in all)."""
     ctx = mp.get_context("spawn")
     ready, counter = ctx.Value("i", 0), ctx.Value("q", 0)
@@ -431,10 +473,12 @@ def run_baseline(args: argparse.Namespace, root: Path, results: Results) -> None
     try:
         broker.start()
         count = args.baseline_messages
-        results.add(run_phase(broker, "fill without paging", "producer", args.producers, count, args.size))
+        results.add(run_phase(broker, "fill without paging", "producer", args.producers, count, args.size,
+                              args.client))
         info = broker.address()
         results.facts["baseline_paged"] = info["messages_paged"]
-        results.add(run_phase(broker, "drain without paging", "consumer", args.consumers, count, args.size))
+        results.add(run_phase(broker, "drain without paging", "consumer", args.consumers, count, args.size,
+                              args.client))
         broker.stop()
     finally:
         broker.kill()
@@ -465,7 +509,7 @@ def run_paging(args: argparse.Namespace, root: Path, results: Results) -> None:
         empty = disk_usage(broker.data_dir)
         results.facts["du_empty"] = empty
         results.add(run_phase(broker, "fill while paging", "producer", args.producers, args.messages,
-                              args.size))
+                              args.size, args.client))
         info = broker.address()
         results.facts["after_fill"] = {k: info[k] for k in ("paging", "messages", "messages_paged",
                                                            "messages_in_memory", "page_files")}
@@ -473,7 +517,8 @@ def run_paging(args: argparse.Namespace, root: Path, results: Results) -> None:
         if not args.no_restart:
             _restart(broker, signal.SIGTERM, "SIGTERM", results)
             _restart(broker, signal.SIGKILL, "SIGKILL", results)
-        results.add(run_phase(broker, "drain paged", "consumer", args.consumers, args.messages, args.size))
+        results.add(run_phase(broker, "drain paged", "consumer", args.consumers, args.messages, args.size,
+                              args.client))
         _after_drain(args, broker, empty, results)
         broker.stop()
     finally:
@@ -555,7 +600,7 @@ def report(results: Results, compare: dict[str, Any] | None) -> str:
     out = [
         f"pagemq paging benchmark: {results.messages:,} x {results.size} B persistent messages, "
         f"{results.producers} producers, {results.consumers} consumers, global-max-size 64MiB, "
-        f"journal-sync true",
+        f"journal-sync true, client {results.facts.get('client')}, commit {results.facts.get('commit')}",
         "",
         f"machine: {os.cpu_count()} CPUs, load average {results.facts.get('load_before')} before, "
         f"{results.facts.get('load_after')} after",
@@ -599,16 +644,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait for page files and disk space to go after the drain")
     parser.add_argument("--dir", type=Path, help="where data directories go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the data directories")
+    parser.add_argument("--client", choices=["auto", "perf", "own"], default="auto",
+                        help="load generator: `pagemq perf` or this file's own (auto: perf if installed)")
     parser.add_argument("--no-restart", action="store_true",
                         help="drain the broker that did the fill (no SIGTERM/SIGKILL restarts)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead")
     parser.add_argument("--json-out", type=Path, help="also write the JSON results to this file")
     parser.add_argument("--compare", type=Path, help="--json output of a run with another message count")
     args = parser.parse_args(argv)
+    if args.client == "auto":
+        args.client = "perf" if perf_available() else "own"
     root = Path(tempfile.mkdtemp(prefix="paging-bench-", dir=args.dir))
     results = Results(args.messages, args.size, args.producers, args.consumers)
     compare = json.loads(args.compare.read_text()) if args.compare else None
     results.facts["load_before"] = [round(x, 2) for x in os.getloadavg()]
+    results.facts["client"] = "pagemq perf" if args.client == "perf" else "paging_bench's own"
+    head = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False).stdout.strip()
+    results.facts["commit"] = head or "unknown"
     try:
         if args.baseline_messages > 0:
             run_baseline(args, root, results)
