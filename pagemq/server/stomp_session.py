@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from pagemq.core.address import ANYCAST, MULTICAST
-from pagemq.core.broker import Blocked, Broker
+from pagemq.core.broker import Blocked, Broker, compile_filter
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, SubscriptionError, TransactionError, UnknownDelivery
 from pagemq.core.queue import Queue
@@ -214,6 +214,7 @@ class StompSession:
         if mode is None:
             raise SubscriptionError(f"unknown ack mode {event.ack!r}")
         destination = parse_destination(event.destination)
+        compile_filter(event.selector)  # a bad selector is refused before anything changes
         sub = Subscription(event.id, next(self._next_index), event.destination, mode)
         headers = event.headers
         if headers.get("browser", "").lower() == "true":
@@ -393,8 +394,6 @@ class StompSession:
 
     def _start_browse(self, sub: Subscription, destination: Destination, selector: str | None) -> None:
         queue = self._browse_queue(destination)
-        from pagemq.core.broker import compile_filter
-
         sub.browse = _browse_refs(queue, compile_filter(selector))
 
     def _browse_queue(self, destination: Destination) -> Queue | None:
