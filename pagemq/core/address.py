@@ -36,6 +36,7 @@ class Address:
         self.address_id = address_id
         self.auto_created = auto_created
         self.queues: dict[str, Queue] = {}
+        self.anycast_queues = 0  # kept by the broker: a send to /queue/NAME needs one
         self.bytes_in_memory = 0
         self.messages_in_memory = 0
         self.dropped_messages = 0

@@ -202,6 +202,8 @@ class Broker:
             durable=durable, temporary=temporary,
         )
         address.queues[name] = queue
+        if routing_type == ANYCAST:
+            address.anycast_queues += 1
         self.queues[name] = queue
         self._queues_by_id[queue_id] = queue
         return queue
@@ -250,7 +252,8 @@ class Broker:
             cursor.drop()  # type: ignore[attr-defined]
             queue.address.pager.cursors.pop(queue.queue_id, None)  # type: ignore[union-attr]
         queue.deleted = True
-        queue.address.queues.pop(queue.name, None)
+        if queue.address.queues.pop(queue.name, None) is not None and queue.routing_type == ANYCAST:
+            queue.address.anycast_queues -= 1
         self.queues.pop(queue.name, None)
         self._queues_by_id.pop(queue.queue_id, None)
         if queue.durable:
@@ -291,9 +294,7 @@ class Broker:
         `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
         """
         address = self.ensure_address(address_name, routing_type)
-        if routing_type == ANYCAST and not any(
-            q.routing_type == ANYCAST for q in address.queues.values()
-        ):
+        if routing_type == ANYCAST and not address.anycast_queues:
             self.ensure_queue(address, address_name, ANYCAST)
         message = self.make_message(
             address, headers, body, persistent=persistent, priority=priority, expiration=expiration
@@ -489,7 +490,7 @@ class Broker:
         ops: list[StoreOp] = []
         for send in tx.sends:
             address = self.ensure_address(send.address, send.routing_type)
-            if send.routing_type == ANYCAST and not address.queues:
+            if send.routing_type == ANYCAST and not address.anycast_queues:
                 self.ensure_queue(address, send.address, ANYCAST)
             message = self.make_message(
                 address, send.headers, send.body, persistent=send.persistent,
