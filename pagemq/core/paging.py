@@ -75,6 +75,8 @@ class PageCursor:
         self._reader: Iterator[tuple[int, PagedRecord]] | None = None
         self._waiting_for_write = False
         self._scans: dict[object, _Scan] = {}
+        # Delivery counts of claimed refs that went back to disk unacknowledged.
+        self._returned: dict[tuple[int, int], int] = {}
 
     # -- writing side ---------------------------------------------------------------------
 
@@ -139,7 +141,7 @@ class PageCursor:
                 if ordinal in page.claimed:
                     continue  # a selective consumer took it ahead of us; already counted
                 message = decode_message(record.message, self.pager.address.name)
-                return MessageRef(message, (self._read_page, ordinal))
+                return self._ref(message, self._read_page, ordinal)
             self._reader = None
             if self._read_page == store.live_page_no() and self._next_page() is None:
                 # The live page's newest records are appended but not written yet.
@@ -209,10 +211,31 @@ class PageCursor:
             self.in_memory += 1
             self.bytes_in_memory += message.memory_size
             self.pager.charge(message.memory_size)
-            consumer.deliver(MessageRef(message, (page_no, ordinal)))
+            consumer.deliver(self._ref(message, page_no, ordinal))
             if not consumer.has_credit():
                 return False
         return True
+
+    def _ref(self, message: Message, page_no: int, ordinal: int) -> MessageRef:
+        ref = MessageRef(message, (page_no, ordinal))
+        if self._returned:
+            ref.delivery_count = self._returned.pop((page_no, ordinal), 0)
+        return ref
+
+    def is_ahead(self, ref: MessageRef) -> bool:
+        """Claimed beyond the queue's read position: its place in the queue is on disk."""
+        return ref.page_pos is not None and ref.page_pos >= self._position()
+
+    def put_back(self, ref: MessageRef) -> None:
+        """An unacknowledged ref claimed ahead returns to its place in the page files, so it
+        is delivered again in queue order, not before the messages in front of it."""
+        assert ref.page_pos is not None
+        self._returned[ref.page_pos] = ref.delivery_count
+        self.settle(ref, acked=False)
+        page_no, ordinal = ref.page_pos
+        for scan in self._scans.values():
+            if (scan.page_no, scan.ordinal) > (page_no, ordinal):
+                scan.page_no, scan.ordinal = page_no, ordinal
 
     def forget(self, consumer: object) -> None:
         self._scans.pop(consumer, None)
@@ -234,7 +257,8 @@ class PageCursor:
                 continue
             start = ordinal if number == page_no else 0
             for index, record in store.read_page(number, start):
-                if queue_id not in record.queue_ids or index in page.acked or index in page.claimed:
+                # Claimed ones are shown here, at their place (the in-memory part skips them).
+                if queue_id not in record.queue_ids or index in page.acked:
                     continue
                 message = decode_message(record.message, address)
                 if selector is None or selector.matches_headers(message_view(message)):

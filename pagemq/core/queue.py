@@ -115,8 +115,12 @@ class Queue:
 
     def return_refs(self, refs: list[MessageRef]) -> None:
         """Put unacknowledged refs back at the head, oldest first, or dead-letter them."""
+        cursor = self.cursor
         for ref in reversed(refs):
             if self.broker.exhausted(self, ref):
+                continue
+            if cursor is not None and ref.page_pos is not None and cursor.is_ahead(ref):  # type: ignore[attr-defined]
+                cursor.put_back(ref)  # type: ignore[attr-defined]
                 continue
             priority = ref.message.priority
             self._levels[priority].appendleft(ref)

@@ -535,12 +535,13 @@ def _browse_refs(queue: Queue | None, selector: Selector | None) -> Iterator[Mes
     """
     if queue is None:
         return
-    delivering = sorted(
-        (ref for c in queue.consumers for ref in c.in_flight.values()),
-        key=lambda ref: ref.message.message_id,
-    )
-    snapshot = delivering + list(queue)
-    paged = queue.cursor.browse(selector) if queue.cursor is not None else iter(())  # type: ignore[attr-defined]
+    cursor = queue.cursor
+    in_memory = [ref for c in queue.consumers for ref in c.in_flight.values()] + list(queue)
+    if cursor is not None:
+        # Refs a selective consumer claimed ahead are shown at their place in the page files.
+        in_memory = [ref for ref in in_memory if not cursor.is_ahead(ref)]  # type: ignore[attr-defined]
+    snapshot = sorted(in_memory, key=lambda ref: ref.message.message_id)  # arrival order
+    paged = cursor.browse(selector) if cursor is not None else iter(())  # type: ignore[attr-defined]
     for ref in snapshot:
         if selector is None or selector.matches_headers(message_view(ref.message)):
             yield ref
