@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 from pagemq.core.broker import Broker
-from pagemq.core.settings import AddressSettingsRepository
+from pagemq.core.selector.summary import PageSummary
+from pagemq.core.settings import AddressSettings, AddressSettingsRepository
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.protocol.stomp.frames import encode_frame
 from pagemq.server.stomp_session import StompSession
 from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_store import PageStore
 
 NOSYNC = False
 
@@ -42,10 +44,24 @@ class NullTransport:
     def close(self) -> None: ...
 
 
-async def run(messages: int, persistent: bool, batch: int) -> None:
+async def run(messages: int, persistent: bool, batch: int, paging: bool = False) -> None:
     directory = Path(tempfile.mkdtemp())
-    store = JournalMessageStore(directory, file_size=32 << 20, sync=not NOSYNC)
-    broker = Broker(AddressSettingsRepository(), store=store)
+    store = JournalMessageStore(directory / "journal", file_size=32 << 20, sync=not NOSYNC)
+    settings = AddressSettingsRepository()
+    if paging:
+        settings.add("#", {"max-size-bytes": 0})
+    loop = asyncio.get_running_loop()
+
+    def page_store(address: str, address_settings: AddressSettings) -> PageStore:
+        pages = PageStore(directory / "paging", address,
+                          page_size_bytes=address_settings.page_size_bytes)
+        pages.set_summary_builder(PageSummary)
+        pages.open()
+        pages.start(loop)
+        return pages
+
+    broker = Broker(settings, store=store, page_stores=page_store)
+    broker.paging_directory = directory / "paging"
     broker.recover()
     store.start(asyncio.get_running_loop())
     transport = NullTransport()
@@ -70,6 +86,7 @@ async def run(messages: int, persistent: bool, batch: int) -> None:
     await asyncio.sleep(0.01)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}): "
+          f"{', paged' if paging else ''}: "
           f"{cpu / messages * 1e6:.1f} µs CPU each (all threads), {messages / wall:,.0f}/s wall")
     await store.close()
 
@@ -79,13 +96,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--batch", type=int, default=64, help="SEND frames per socket read")
+    parser.add_argument("--paging", action="store_true", help="max-size-bytes 0: every message pages")
     args = parser.parse_args()
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(run(args.messages, args.persistent, args.batch))
+    asyncio.run(run(args.messages, args.persistent, args.batch, args.paging))
 
 
 if __name__ == "__main__":

@@ -81,3 +81,16 @@ class MessageView(Mapping[str, object]):
 def message_view(message: Message) -> Mapping[str, object]:
     """The selector's view of `message` (see `MessageView`); cheap enough to build per call."""
     return MessageView(message)
+
+
+def message_properties(message: Message) -> dict[str, object]:
+    """Everything `message_view` shows, as a plain dict built at once (for page summaries,
+    which read every property of every paged message)."""
+    properties: dict[str, object] = {
+        name: value for name, value in message.headers.items() if name not in JMS_NAMES
+    }
+    for name, read in JMS_NAMES.items():
+        value = read(message)
+        if value is not None:
+            properties[name] = value
+    return properties

@@ -56,24 +56,37 @@ class PropertyStats:
     max_number: float | None
 
 
+_NOTHING = object()
+
+
 class PageSummary:
     """What the messages of one page carry, as far as selectors care."""
 
-    __slots__ = ("_stats", "count")
+    __slots__ = ("_last", "_stats", "count")
 
     def __init__(self) -> None:
         self.count = 0
         self._stats: dict[str, PropertyStats] = {}
+        # The last value folded per name: most properties repeat from message to message,
+        # and folding a value again changes nothing, so a repeat costs one comparison.
+        self._last: dict[str, object] = {}
 
     def add(self, properties: Mapping[str, object]) -> None:
         """Fold in one message's properties (str for STOMP headers, or int/float/bool)."""
         self.count += 1
+        last = self._last
+        all_stats = self._stats
         for name, value in properties.items():
             if value is None:
                 continue
-            stats = self._stats.get(name)
+            previous = last.get(name, _NOTHING)
+            if previous.__class__ is value.__class__ and previous == value:
+                all_stats[name].present += 1
+                continue
+            last[name] = value
+            stats = all_stats.get(name)
             if stats is None:
-                stats = self._stats[name] = PropertyStats(0, set(), None, None)
+                stats = all_stats[name] = PropertyStats(0, set(), None, None)
             stats.present += 1
             _fold_value(stats, value)
             _fold_number(stats, value)
@@ -113,7 +126,7 @@ class PageSummary:
         if magic != MAGIC or version != VERSION:
             raise SummaryFormatError(f"not a version {VERSION} page summary ({magic!r}, v{version})")
         summary = cls()
-        summary.count = count
+        summary.count = count  # (its `_last` memo starts empty: only add() uses it)
         reader = _Reader(body, _HEADER.size)
         try:
             for _ in range(properties):
