@@ -107,7 +107,12 @@ class JournalMessageStore:
     def load(self) -> Recovered:
         result = self.journal.load()
         recovered = Recovered(max_id=result.max_id)
-        for record in result.records:
+        records = result.records
+        for index in range(len(records)):
+            # Consumed as decoded: each payload is freed before the next message is built,
+            # so recovery peaks at one copy of the in-memory messages, not two.
+            record = records[index]
+            records[index] = None  # type: ignore[call-overload]
             kind = record.type
             if kind == RecordType.MESSAGE:
                 queue_ids, message = _parse_message(record.payload)
