@@ -51,6 +51,8 @@ __all__ = [
     "UnknownRecordError",
 ]
 
+IDLE_ROLL_BYTES = 1 << 20  # an idle current file smaller than this is not worth a new file
+
 Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
 # a compaction entry: (seq, kind, id, location of an add/update, file a DELETE shadows)
 _Entry = tuple[int, OpKind, int, "_Loc | None", int]
@@ -481,10 +483,20 @@ class Journal:
         """Delete or archive spent files, compact sparse ones, then delete what that freed."""
         report = CleanupReport()
         self._retry_stale(report)
+        self._retire_idle_current()
         self._remove_spent(report)
         if self._compact(report):
             self._remove_spent(report)
         return report
+
+    def _retire_idle_current(self) -> None:
+        """When nothing is live at all, start a fresh (header-only) file so the spent current
+        one can go too: a drained broker's journal shrinks back to its empty size."""
+        cur = self._cur
+        if (cur is None or self._records or cur.size < IDLE_ROLL_BYTES
+                or self._writer.error is not None):
+            return
+        self._roll()
 
     # ----- compaction -------------------------------------------------------------------
     def _compact(self, report: CleanupReport) -> bool:

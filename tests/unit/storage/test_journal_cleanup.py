@@ -233,3 +233,28 @@ def test_compaction_carries_deletes_that_still_shadow_an_older_file(tmp_path: Pa
 
     run(body)
     assert [r.id for r in Journal(tmp_path).load().records] == [*range(3, 17), 500]
+
+
+def test_a_drained_journal_shrinks_back_to_one_header_only_file(tmp_path: Path) -> None:
+    """Nothing live and a big current file: cleanup starts a fresh file and removes the rest."""
+
+    async def body() -> None:
+        journal = Journal(tmp_path, file_size=8 << 20)
+        journal.load()
+        journal.start(asyncio.get_running_loop())
+        payload = b"x" * 1024
+        for i in range(2000):
+            journal.add(i, 1, payload)
+        for i in range(2000):
+            journal.delete(i)
+        await journal.flush()
+        assert sum(p.stat().st_size for p in tmp_path.glob("*.jnl")) > 2_000_000
+        journal.cleanup()
+        await journal.flush()
+        journal.cleanup()
+        files = list(tmp_path.glob("*.jnl"))
+        assert len(files) == 1 and files[0].stat().st_size < 1024
+        await journal.close()
+
+    run(body)
+    assert Journal(tmp_path).load().records == []
