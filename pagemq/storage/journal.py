@@ -51,7 +51,7 @@ __all__ = [
     "UnknownRecordError",
 ]
 
-IDLE_ROLL_BYTES = 1 << 20  # an idle current file smaller than this is not worth a new file
+IDLE_ROLL_BYTES = 1 << 20  # a spent current file smaller than this is not worth a new file
 
 Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
 # a compaction entry: (seq, kind, id, location of an add/update, file a DELETE shadows)
@@ -483,18 +483,19 @@ class Journal:
         """Delete or archive spent files, compact sparse ones, then delete what that freed."""
         report = CleanupReport()
         self._retry_stale(report)
-        self._retire_idle_current()
+        self._retire_sparse_current()
         self._remove_spent(report)
         if self._compact(report):
             self._remove_spent(report)
         return report
 
-    def _retire_idle_current(self) -> None:
-        """When nothing is live at all, start a fresh (header-only) file so the spent current
-        one can go too: a drained broker's journal shrinks back to its empty size."""
+    def _retire_sparse_current(self) -> None:
+        """Start a fresh file when the current one is big and mostly spent, so it can be
+        removed or compacted like any other: compaction never touches the file being
+        appended to, so without this a drained broker would keep its last file forever."""
         cur = self._cur
-        if (cur is None or self._records or cur.size < IDLE_ROLL_BYTES
-                or self._writer.error is not None):
+        if (cur is None or cur.size < IDLE_ROLL_BYTES or self._writer.error is not None
+                or cur.needed() >= self.compact_min_live_ratio * cur.ops):
             return
         self._roll()
 

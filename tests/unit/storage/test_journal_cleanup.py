@@ -258,3 +258,46 @@ def test_a_drained_journal_shrinks_back_to_one_header_only_file(tmp_path: Path) 
 
     run(body)
     assert Journal(tmp_path).load().records == []
+
+
+def test_a_big_spent_current_file_goes_even_while_older_records_live(tmp_path: Path) -> None:
+    """Queue definitions stay live in file 1; the drained traffic after them must not pin
+    the big current file for ever (what a drained broker's data directory looked like)."""
+
+    async def body() -> None:
+        journal = Journal(tmp_path, file_size=8 << 20)
+        journal.load()
+        journal.start(asyncio.get_running_loop())
+        journal.add(1, 2, b"queue definition")
+        payload = b"x" * 1024
+        for i in range(100, 2100):
+            journal.add(i, 1, payload)
+        for i in range(100, 2100):
+            journal.delete(i)
+        await journal.flush()
+        journal.cleanup()
+        await journal.flush()
+        journal.cleanup()
+        assert sum(p.stat().st_size for p in tmp_path.glob("*.jnl")) < 4096
+        await journal.close()
+
+    run(body)
+    assert [r.id for r in Journal(tmp_path).load().records] == [1]
+
+
+def test_a_big_current_file_that_is_mostly_live_is_kept(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = Journal(tmp_path, file_size=8 << 20)
+        journal.load()
+        journal.start(asyncio.get_running_loop())
+        for i in range(2000):
+            journal.add(i, 1, b"x" * 1024)
+        await journal.flush()
+        journal.cleanup()
+        await journal.flush()
+        journal.cleanup()
+        assert data_files(tmp_path) == [rec.file_name(1)]
+        await journal.close()
+
+    run(body)
+    assert len(Journal(tmp_path).load().records) == 2000
