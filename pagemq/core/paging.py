@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pagemq.core.consumer import MessageRef
-from pagemq.core.selector.properties import message_properties, message_view
+from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
 from pagemq.storage.api import CursorAck, CursorComplete
 from pagemq.storage.message_codec import decode_message, encode_message
@@ -342,8 +342,7 @@ class AddressPager:
             PagedRecord(m.message_id, tuple(q.queue_id for q in qs), m.persistent, encode_message(m))
             for m, qs in items
         ]
-        summaries = [message_properties(m) for m, _ in items]
-        page_no, _first, future = self.store.append(records, summary_input=summaries)
+        page_no, _first, future = self.store.append(records, summary_input=[m for m, _ in items])
         size = sum(len(r.message) for r in records)
         self._on_disk(page_no, len(records), size)
         holders = self._open.setdefault(page_no, set())

@@ -83,14 +83,32 @@ def message_view(message: Message) -> Mapping[str, object]:
     return MessageView(message)
 
 
-def message_properties(message: Message) -> dict[str, object]:
-    """Everything `message_view` shows, as a plain dict built at once (for page summaries,
-    which read every property of every paged message)."""
-    properties: dict[str, object] = {
-        name: value for name, value in message.headers.items() if name not in JMS_NAMES
-    }
-    for name, read in JMS_NAMES.items():
-        value = read(message)
-        if value is not None:
-            properties[name] = value
-    return properties
+class _AnyValue:
+    """Stands for a property value not worth summarising (see `summary_items`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ANY_VALUE"
+
+
+ANY_VALUE: Final = _AnyValue()
+
+
+def summary_items(message: Message) -> list[tuple[str, object]]:
+    """(name, value) for what a page summary records of `message`: what `message_view`
+    shows, a value None meaning absent, and ANY_VALUE for JMSMessageID (unique per message,
+    so summarising it prunes nothing). Written out rather than looped over `JMS_NAMES`, as
+    it runs for every paged message; a test keeps the two in step."""
+    headers = message.headers
+    items: list[tuple[str, object]] = [item for item in headers.items() if item[0] not in JMS_NAMES]
+    items += (
+        ("JMSPriority", message.priority),
+        ("JMSTimestamp", message.timestamp),
+        ("JMSMessageID", ANY_VALUE),
+        ("JMSCorrelationID", headers.get("correlation-id")),
+        ("JMSType", headers.get("type")),
+        ("JMSDeliveryMode", "PERSISTENT" if message.persistent else "NON_PERSISTENT"),
+        ("JMSExpiration", message.expiration),
+    )
+    return items

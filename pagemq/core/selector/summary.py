@@ -18,11 +18,15 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
+from pagemq.core.selector.properties import ANY_VALUE, summary_items
 from pagemq.core.selector.runtime import read_number
+
+if TYPE_CHECKING:
+    from pagemq.core.message import Message
 
 MAX_DISTINCT: Final = 16
 MAX_VALUE_CHARS: Final = 256   # longer strings are not listed: they would bloat the summary
@@ -54,41 +58,52 @@ class PropertyStats:
     values: set[object] | None         # distinct values if at most MAX_DISTINCT, else None
     min_number: float | None           # over values that are numbers or numeric-looking strings
     max_number: float | None
-
-
-_NOTHING = object()
+    # The last value folded (not stored): most properties repeat from message to message,
+    # and folding a value again changes nothing, so a repeat costs one comparison.
+    last: object = field(default=None, compare=False, repr=False)
 
 
 class PageSummary:
     """What the messages of one page carry, as far as selectors care."""
 
-    __slots__ = ("_last", "_stats", "count")
+    __slots__ = ("_stats", "count")
 
     def __init__(self) -> None:
         self.count = 0
         self._stats: dict[str, PropertyStats] = {}
-        # The last value folded per name: most properties repeat from message to message,
-        # and folding a value again changes nothing, so a repeat costs one comparison.
-        self._last: dict[str, object] = {}
 
     def add(self, properties: Mapping[str, object]) -> None:
         """Fold in one message's properties (str for STOMP headers, or int/float/bool)."""
         self.count += 1
-        last = self._last
+        self._fold(properties.items())
+
+    def fold(self, message: Message) -> None:
+        """Fold in one broker message: what `message_view` shows a selector, except its
+        JMSMessageID (unique per message: summarising it would prune nothing)."""
+        self.count += 1
+        self._fold(summary_items(message))
+
+    def _fold(self, items: Iterable[tuple[str, object]]) -> None:
+        # Runs for every paged message: a repeated value costs one comparison.
         all_stats = self._stats
-        for name, value in properties.items():
+        for name, value in items:
             if value is None:
                 continue
-            previous = last.get(name, _NOTHING)
-            if previous.__class__ is value.__class__ and previous == value:
-                all_stats[name].present += 1
-                continue
-            last[name] = value
             stats = all_stats.get(name)
             if stats is None:
                 stats = all_stats[name] = PropertyStats(0, set(), None, None)
+            else:
+                last = stats.last
+                if last.__class__ is value.__class__ and last == value:
+                    stats.present += 1
+                    continue
             stats.present += 1
-            _fold_value(stats, value)
+            stats.last = value
+            if value is ANY_VALUE:
+                stats.values, stats.min_number, stats.max_number = None, -math.inf, math.inf
+                continue
+            if stats.values is not None:
+                _fold_value(stats, value)
             _fold_number(stats, value)
 
     def stats(self, name: str) -> PropertyStats | None:
@@ -126,7 +141,7 @@ class PageSummary:
         if magic != MAGIC or version != VERSION:
             raise SummaryFormatError(f"not a version {VERSION} page summary ({magic!r}, v{version})")
         summary = cls()
-        summary.count = count  # (its `_last` memo starts empty: only add() uses it)
+        summary.count = count
         reader = _Reader(body, _HEADER.size)
         try:
             for _ in range(properties):
@@ -173,20 +188,26 @@ def _fold_number(stats: PropertyStats, value: object) -> None:
     else:
         return
     low, high = _float_bounds(number)
-    stats.min_number = low if stats.min_number is None else min(stats.min_number, low)
-    stats.max_number = high if stats.max_number is None else max(stats.max_number, high)
+    least = stats.min_number
+    if least is None or low < least:
+        stats.min_number = low
+    most = stats.max_number
+    if most is None or high > most:
+        stats.max_number = high
 
 
 def _float_bounds(number: int | float) -> tuple[float, float]:
     """Floats enclosing `number`: an int may not be exactly a float, and NaN is anywhere."""
-    if isinstance(number, float):
-        if math.isnan(number):
+    if number.__class__ is float:
+        if number != number:  # NaN
             return -math.inf, math.inf
-        return number, number
+        return number, number  # type: ignore[return-value]
     try:
         approx = float(number)
     except OverflowError:
         approx = math.inf if number > 0 else -math.inf
+    if approx == number:
+        return approx, approx
     low = approx if approx <= number else math.nextafter(approx, -math.inf)
     high = approx if approx >= number else math.nextafter(approx, math.inf)
     return low, high

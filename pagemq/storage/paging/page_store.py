@@ -31,10 +31,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.paging.page_format import (
@@ -60,9 +60,13 @@ READ_CHUNK = 256 * 1024
 
 
 class SummaryBuilder(Protocol):
-    """Folds each paged message's properties into an opaque per-page selector summary."""
+    """Folds each paged record's summary input into an opaque per-page selector summary.
 
-    def add(self, properties: Mapping[str, object]) -> None: ...
+    What an input is (a message, its properties) is between the builder and the caller of
+    `PageStore.append`: storage only hands it on.
+    """
+
+    def fold(self, item: Any) -> None: ...
 
     def to_bytes(self) -> bytes: ...
 
@@ -186,7 +190,7 @@ class PageStore:
         self,
         records: Sequence[PagedRecord],
         *,
-        summary_input: Sequence[Mapping[str, object]] | None = None,
+        summary_input: Sequence[object] | None = None,
     ) -> tuple[int, int, asyncio.Future[None] | None]:
         """(page_no, first ordinal, future); several records are one atomic batch.
 
@@ -197,7 +201,7 @@ class PageStore:
         if not records:
             raise ValueError("append needs at least one record")
         if summary_input is not None and len(summary_input) != len(records):
-            raise ValueError("summary_input needs one properties mapping per record")
+            raise ValueError("summary_input needs one item per record")
         frame = encode_frame(records)
         page = self._page_for(len(frame))
         persistent = sum(1 for record in records if record.persistent)
@@ -210,8 +214,8 @@ class PageStore:
             if summary_input is None:
                 page.builder = None
             else:
-                for properties in summary_input:
-                    builder.add(properties)
+                for item in summary_input:
+                    builder.fold(item)
         return page.page_no, first, future
 
     def _page_for(self, frame_size: int) -> _Page:

@@ -8,6 +8,7 @@ import zlib
 
 import pytest
 
+from pagemq.core.message import Message
 from pagemq.core.selector.summary import (
     MAGIC,
     MAX_DISTINCT,
@@ -228,3 +229,18 @@ def test_summary_bytes_match_the_golden_hex_in_the_docs() -> None:
     summary = summarise({"color": "red", "n": "7"}, {"color": "red"})
     assert summary.to_bytes() == golden
     assert PageSummary.from_bytes(golden).stats("n") == PropertyStats(1, {"7"}, 7.0, 7.0)
+
+
+def test_folded_messages_record_message_ids_as_present_with_any_value() -> None:
+    summary = PageSummary()
+    for i in range(3):
+        summary.fold(Message(100 + i, "a", {"color": "blue"}, b"", priority=4, timestamp=1000 + i))
+    ids = summary.stats("JMSMessageID")
+    assert ids == PropertyStats(3, None, -math.inf, math.inf)
+    assert summary.stats("JMSTimestamp") == PropertyStats(3, {1000, 1001, 1002}, 1000.0, 1002.0)
+    restored = PageSummary.from_bytes(summary.to_bytes())
+    for candidate in (summary, restored):
+        assert compile("JMSMessageID = '101'").may_match(candidate)
+        assert compile("JMSMessageID > 100").may_match(candidate)
+        assert not compile("JMSMessageID IS NULL").may_match(candidate)
+        assert not compile("color = 'red'").may_match(candidate)

@@ -56,8 +56,8 @@ class Builder:
     def __init__(self) -> None:
         self.seen: list[str] = []
 
-    def add(self, properties: Mapping[str, object]) -> None:
-        self.seen.append(str(properties.get("color")))
+    def fold(self, item: Mapping[str, object]) -> None:
+        self.seen.append(str(item.get("color")))
 
     def to_bytes(self) -> bytes:
         return ",".join(self.seen).encode()
