@@ -81,34 +81,3 @@ class MessageView(Mapping[str, object]):
 def message_view(message: Message) -> Mapping[str, object]:
     """The selector's view of `message` (see `MessageView`); cheap enough to build per call."""
     return MessageView(message)
-
-
-class _AnyValue:
-    """Stands for a property value not worth summarising (see `summary_items`)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ANY_VALUE"
-
-
-ANY_VALUE: Final = _AnyValue()
-
-
-def summary_items(message: Message) -> list[tuple[str, object]]:
-    """(name, value) for what a page summary records of `message`: what `message_view`
-    shows, a value None meaning absent, and ANY_VALUE for JMSMessageID (unique per message,
-    so summarising it prunes nothing). Written out rather than looped over `JMS_NAMES`, as
-    it runs for every paged message; a test keeps the two in step."""
-    headers = message.headers
-    items: list[tuple[str, object]] = [item for item in headers.items() if item[0] not in JMS_NAMES]
-    items += (
-        ("JMSPriority", message.priority),
-        ("JMSTimestamp", message.timestamp),
-        ("JMSMessageID", ANY_VALUE),
-        ("JMSCorrelationID", headers.get("correlation-id")),
-        ("JMSType", headers.get("type")),
-        ("JMSDeliveryMode", "PERSISTENT" if message.persistent else "NON_PERSISTENT"),
-        ("JMSExpiration", message.expiration),
-    )
-    return items

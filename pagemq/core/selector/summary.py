@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from pagemq.core.selector.properties import ANY_VALUE, summary_items
+from pagemq.core.selector.properties import JMS_NAMES
 from pagemq.core.selector.runtime import read_number
 
 if TYPE_CHECKING:
@@ -66,27 +66,18 @@ class PropertyStats:
 class PageSummary:
     """What the messages of one page carry, as far as selectors care."""
 
-    __slots__ = ("_stats", "count")
+    __slots__ = ("_jms", "_stats", "count")
 
     def __init__(self) -> None:
         self.count = 0
         self._stats: dict[str, PropertyStats] = {}
+        self._jms: _JmsFold | None = None  # fold(): the JMS names, kept as a few scalars
 
     def add(self, properties: Mapping[str, object]) -> None:
         """Fold in one message's properties (str for STOMP headers, or int/float/bool)."""
         self.count += 1
-        self._fold(properties.items())
-
-    def fold(self, message: Message) -> None:
-        """Fold in one broker message: what `message_view` shows a selector, except its
-        JMSMessageID (unique per message: summarising it would prune nothing)."""
-        self.count += 1
-        self._fold(summary_items(message))
-
-    def _fold(self, items: Iterable[tuple[str, object]]) -> None:
-        # Runs for every paged message: a repeated value costs one comparison.
         all_stats = self._stats
-        for name, value in items:
+        for name, value in properties.items():
             if value is None:
                 continue
             stats = all_stats.get(name)
@@ -98,24 +89,55 @@ class PageSummary:
                     stats.present += 1
                     continue
             stats.present += 1
-            stats.last = value
-            if value is ANY_VALUE:
-                stats.values, stats.min_number, stats.max_number = None, -math.inf, math.inf
+            _fold_new(stats, value)
+
+    def fold(self, message: Message) -> None:
+        """Fold in one broker message: what `message_view` shows a selector.
+
+        This runs for every paged message, so it is lean: a header value equal to the last
+        one folded for its name costs one comparison (header values are all str, so equal
+        means the same), and the JMS names are kept as a few scalars (`_JmsFold`) rather
+        than folded property by property. A summary is fed by `fold` or by `add`, not both.
+        """
+        self.count += 1
+        all_stats = self._stats
+        for name, value in message.headers.items():
+            stats = all_stats.get(name)
+            if stats is None:
+                if name in JMS_NAMES:
+                    continue  # the view answers these from the message itself
+                stats = all_stats[name] = PropertyStats(0, set(), None, None)
+            elif stats.last == value:
+                stats.present += 1
                 continue
-            if stats.values is not None:
-                _fold_value(stats, value)
-            _fold_number(stats, value)
+            stats.present += 1
+            _fold_new(stats, value)
+        jms = self._jms
+        if jms is None:
+            jms = self._jms = _JmsFold(message)
+        else:
+            jms.fold(message)
 
     def stats(self, name: str) -> PropertyStats | None:
         """None means no message in the page has the property."""
+        if self._jms is not None and name in JMS_NAMES:
+            return self._jms.stats(name, self)
         return self._stats.get(name)
 
     def names(self) -> Iterator[str]:
-        return iter(self._stats)
+        if self._jms is None:
+            return iter(self._stats)
+        return (name for name in (*self._stats, *JMS_NAMES) if self.stats(name) is not None)
+
+    def _all_stats(self) -> list[tuple[str, PropertyStats]]:
+        if self._jms is None:
+            return list(self._stats.items())
+        return [(name, stats) for name in self.names() if (stats := self.stats(name)) is not None]
 
     def to_bytes(self) -> bytes:
-        out = bytearray(_HEADER.pack(MAGIC, VERSION, self.count, len(self._stats)))
-        for name, stats in self._stats.items():
+        all_stats = self._all_stats()
+        out = bytearray(_HEADER.pack(MAGIC, VERSION, self.count, len(all_stats)))
+        for name, stats in all_stats:
             encoded = name.encode("utf-8", "surrogatepass")
             has_range = stats.min_number is not None and stats.max_number is not None
             flags = (_HAS_VALUES if stats.values is not None else 0) | (_HAS_RANGE if has_range else 0)
@@ -154,7 +176,77 @@ class PageSummary:
         return summary
 
     def __repr__(self) -> str:
-        return f"PageSummary(count={self.count}, properties={sorted(self._stats)})"
+        return f"PageSummary(count={self.count}, properties={sorted(self.names())})"
+
+
+class _JmsFold:
+    """The JMS names of folded messages, as scalars (see `JMS_NAMES` for what each is).
+
+    JMSCorrelationID and JMSType are the `correlation-id` and `type` headers, summarised
+    with the other headers; JMSMessageID is unique per message, so it is recorded as
+    "always present, any value" (summarising ids would prune nothing).
+    """
+
+    __slots__ = ("expiration_max", "expiration_min", "persistent", "priorities",
+                 "timestamp_max", "timestamp_min")
+
+    def __init__(self, message: Message) -> None:
+        self.priorities = {message.priority}
+        self.timestamp_min = self.timestamp_max = message.timestamp
+        self.expiration_min = self.expiration_max = message.expiration
+        self.persistent = 1 if message.persistent else 0
+
+    def fold(self, message: Message) -> None:
+        priority = message.priority
+        if priority not in self.priorities:
+            self.priorities.add(priority)
+        timestamp = message.timestamp
+        if timestamp > self.timestamp_max:
+            self.timestamp_max = timestamp
+        elif timestamp < self.timestamp_min:
+            self.timestamp_min = timestamp
+        expiration = message.expiration
+        if expiration != self.expiration_min or expiration != self.expiration_max:
+            self.expiration_min = min(self.expiration_min, expiration)
+            self.expiration_max = max(self.expiration_max, expiration)
+        if message.persistent:
+            self.persistent += 1
+
+    def stats(self, name: str, summary: PageSummary) -> PropertyStats | None:
+        count = summary.count
+        if name == "JMSPriority":
+            values = set(self.priorities) if len(self.priorities) <= MAX_DISTINCT else None
+            return _int_stats(count, values, min(self.priorities), max(self.priorities))
+        if name == "JMSTimestamp":
+            return _int_stats(count, None, self.timestamp_min, self.timestamp_max)
+        if name == "JMSExpiration":
+            return _int_stats(count, None, self.expiration_min, self.expiration_max)
+        if name == "JMSDeliveryMode":
+            modes = {"PERSISTENT"} if self.persistent else set()
+            if self.persistent < count:
+                modes.add("NON_PERSISTENT")
+            return PropertyStats(count, modes, None, None)  # type: ignore[arg-type]
+        if name == "JMSMessageID":
+            return PropertyStats(count, None, -math.inf, math.inf)
+        if name == "JMSCorrelationID":
+            return summary._stats.get("correlation-id")
+        if name == "JMSType":
+            return summary._stats.get("type")
+        return None
+
+
+def _int_stats(count: int, values: set[object] | None, least: int, most: int) -> PropertyStats:
+    if least == most and values is None:
+        values = {least}
+    return PropertyStats(count, values, _float_bounds(least)[0], _float_bounds(most)[1])
+
+
+def _fold_new(stats: PropertyStats, value: object) -> None:
+    """Fold a value that differs from the last one folded for the property."""
+    stats.last = value
+    if stats.values is not None:
+        _fold_value(stats, value)
+    _fold_number(stats, value)
 
 
 def _fold_value(stats: PropertyStats, value: object) -> None:
@@ -187,13 +279,15 @@ def _fold_number(stats: PropertyStats, value: object) -> None:
         number = value  # type: ignore[assignment]
     else:
         return
-    low, high = _float_bounds(number)
     least = stats.min_number
-    if least is None or low < least:
-        stats.min_number = low
-    most = stats.max_number
-    if most is None or high > most:
-        stats.max_number = high
+    if least is None:
+        stats.min_number, stats.max_number = _float_bounds(number)
+    elif number < least:
+        stats.min_number = _float_bounds(number)[0]
+    elif number > stats.max_number:  # type: ignore[operator]
+        stats.max_number = _float_bounds(number)[1]
+    elif number != number:  # NaN compares false with everything: it may be anywhere
+        stats.min_number, stats.max_number = -math.inf, math.inf
 
 
 def _float_bounds(number: int | float) -> tuple[float, float]:

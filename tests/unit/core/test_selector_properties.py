@@ -14,7 +14,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pagemq.core.message import Message
 from pagemq.core.selector import summary as summary_module
+from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
 from pagemq.selector import SelectorError, compile
 
@@ -23,28 +25,24 @@ STRINGS = ["", "x", "ab", "it's", "1", "2", "2.5", "-3", "1e1", "007", "true", "
 
 # -- selector text ---------------------------------------------------------------------------
 
-idents = st.sampled_from(NAMES)
-numbers = st.sampled_from(["0", "1", "2", "-1", "2.5", "0.5", "1e1", "-0.0", "007", "0x1F", "3L"])
-strings = st.sampled_from(STRINGS).map(lambda s: "'" + s.replace("'", "''") + "'")
-patterns = st.sampled_from(["'%'", "'a%'", "'%b'", "'%x%'", "'_'", "'a_%'", "'x'", "'!%%' ESCAPE '!'",
-                            "'%!_' ESCAPE '!'", "'1%'", "''", "'__'"])
-num_exprs = st.recursive(
-    st.one_of(idents, numbers),
-    lambda inner: st.one_of(
-        st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner).map(
-            lambda t: f"({t[0]} {t[1]} {t[2]})"
+def condition_strategy(names: list[str], texts: list[str] = STRINGS) -> st.SearchStrategy[str]:
+    """Selector texts over the identifiers `names`, with string literals from `texts`."""
+    idents = st.sampled_from(names)
+    strings = st.sampled_from(texts).map(lambda s: "'" + s.replace("'", "''") + "'")
+    num_exprs = st.recursive(
+        st.one_of(idents, numbers),
+        lambda inner: st.one_of(
+            st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner).map(
+                lambda t: f"({t[0]} {t[1]} {t[2]})"
+            ),
+            inner.map(lambda e: f"-{e}"),
         ),
-        inner.map(lambda e: f"-{e}"),
-    ),
-    max_leaves=4,
-)
-str_exprs = st.one_of(idents, strings, st.tuples(idents, strings).map(lambda t: f"({t[0]} + {t[1]})"))
-
-
-def _atoms() -> st.SearchStrategy[str]:
+        max_leaves=4,
+    )
+    str_exprs = st.one_of(idents, strings, st.tuples(idents, strings).map(lambda t: f"({t[0]} + {t[1]})"))
     ordering = st.sampled_from(["=", "<>", "<", "<=", ">", ">="])
     not_ = st.sampled_from(["", "NOT "])
-    return st.one_of(
+    atoms = st.one_of(
         st.tuples(num_exprs, ordering, num_exprs).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
         st.tuples(str_exprs, st.sampled_from(["=", "<>"]), str_exprs).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
         st.tuples(idents, st.sampled_from(["=", "<>"]), st.sampled_from(["TRUE", "FALSE"])).map(
@@ -58,16 +56,23 @@ def _atoms() -> st.SearchStrategy[str]:
         idents,
         st.sampled_from(["TRUE", "FALSE"]),
     )
+    return st.recursive(
+        atoms,
+        lambda inner: st.one_of(
+            inner.map(lambda c: f"NOT ({c})"),
+            st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(
+                lambda t: f"({t[0]}) {t[1]} ({t[2]})"),
+        ),
+        max_leaves=5,
+    )
 
 
-conditions = st.recursive(
-    _atoms(),
-    lambda inner: st.one_of(
-        inner.map(lambda c: f"NOT ({c})"),
-        st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]}) {t[1]} ({t[2]})"),
-    ),
-    max_leaves=5,
-)
+idents = st.sampled_from(NAMES)
+numbers = st.sampled_from(["0", "1", "2", "-1", "2.5", "0.5", "1e1", "-0.0", "007", "0x1F", "3L"])
+strings = st.sampled_from(STRINGS).map(lambda s: "'" + s.replace("'", "''") + "'")
+patterns = st.sampled_from(["'%'", "'a%'", "'%b'", "'%x%'", "'_'", "'a_%'", "'x'", "'!%%' ESCAPE '!'",
+                            "'%!_' ESCAPE '!'", "'1%'", "''", "'__'"])
+conditions = condition_strategy(NAMES)
 
 # -- messages -------------------------------------------------------------------------------
 
@@ -162,3 +167,36 @@ def test_may_match_is_sound_with_tiny_value_lists(text: str, page: list[dict[str
         _check_sound(text, page)
     finally:
         summary_module.MAX_DISTINCT = saved
+
+
+# -- summaries folded from broker messages (the JMS names kept as scalars) ----------------------
+
+JMS_CONDITION_NAMES = ["JMSPriority", "JMSTimestamp", "JMSExpiration", "JMSDeliveryMode", "JMSType",
+                       "JMSCorrelationID", "JMSMessageID"]
+JMS_TEXTS = ["PERSISTENT", "NON_PERSISTENT", "x", "1", "2", "0", "ab"]
+broker_messages = st.builds(
+    lambda i, headers, persistent, priority, timestamp, expiration: Message(
+        i, "a", headers, b"", persistent=persistent, priority=priority, timestamp=timestamp,
+        expiration=expiration),
+    st.integers(0, 3),
+    st.dictionaries(st.sampled_from(["type", "correlation-id", "message-id", "JMSPriority"]),
+                    st.sampled_from(JMS_TEXTS), max_size=2),
+    st.booleans(), st.integers(0, 3), st.integers(0, 3), st.sampled_from([0, 1, 2, 10]),
+)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=condition_strategy(JMS_CONDITION_NAMES, JMS_TEXTS),
+       page=st.lists(broker_messages, min_size=1, max_size=6))
+def test_may_match_false_means_no_folded_broker_message_matches(text: str, page: list[Message]) -> None:
+    try:
+        selector = compile(text)
+    except SelectorError:
+        return
+    summary = PageSummary()
+    for message in page:
+        summary.fold(message)
+    restored = PageSummary.from_bytes(summary.to_bytes())
+    for candidate in (summary, restored):
+        if not selector.may_match(candidate):
+            assert not any(selector.matches_headers(message_view(m)) for m in page), text

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from pagemq.core.message import Message
-from pagemq.core.selector.properties import ANY_VALUE, message_view, summary_items
+from pagemq.core.selector.properties import message_view
 from pagemq.selector import compile
 
 
@@ -291,20 +291,6 @@ def test_message_view_cannot_be_spoofed_by_a_header() -> None:
     assert view["JMSPriority"] == 7
     assert view["JMSXGroupID"] == "g"
     assert dict(view)["JMSPriority"] == 7
-
-
-@pytest.mark.parametrize("headers", [
-    {},
-    {"color": "red", "type": "car", "correlation-id": "c1"},
-    {"JMSPriority": "9", "JMSType": "spoof", "JMSXGroupID": "g", "message-id": "ID:1"},
-])
-def test_summary_items_show_what_the_message_view_shows(headers: dict[str, str]) -> None:
-    message = _message(**headers)
-    summarised = {name: value for name, value in summary_items(message) if value is not None}
-    assert summarised.pop("JMSMessageID") is ANY_VALUE
-    shown = dict(message_view(message))
-    del shown["JMSMessageID"]
-    assert summarised == shown
 
 
 def test_selectors_over_a_message_view() -> None:

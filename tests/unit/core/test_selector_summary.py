@@ -237,7 +237,10 @@ def test_folded_messages_record_message_ids_as_present_with_any_value() -> None:
         summary.fold(Message(100 + i, "a", {"color": "blue"}, b"", priority=4, timestamp=1000 + i))
     ids = summary.stats("JMSMessageID")
     assert ids == PropertyStats(3, None, -math.inf, math.inf)
-    assert summary.stats("JMSTimestamp") == PropertyStats(3, {1000, 1001, 1002}, 1000.0, 1002.0)
+    assert summary.stats("JMSTimestamp") == PropertyStats(3, None, 1000.0, 1002.0)
+    assert summary.stats("JMSPriority") == PropertyStats(3, {4}, 4.0, 4.0)
+    assert summary.stats("JMSDeliveryMode") == PropertyStats(3, {"NON_PERSISTENT"}, None, None)
+    assert summary.stats("JMSCorrelationID") is None
     restored = PageSummary.from_bytes(summary.to_bytes())
     for candidate in (summary, restored):
         assert compile("JMSMessageID = '101'").may_match(candidate)
