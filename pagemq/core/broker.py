@@ -29,7 +29,7 @@ from pagemq.core.errors import (
 )
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.message import Message
-from pagemq.core.paging import AddressPager
+from pagemq.core.paging import AddressPager, PageCursor
 from pagemq.core.queue import Queue
 from pagemq.storage.api import (
     AddressRecord,
@@ -86,6 +86,8 @@ class Broker:
         self.paging_directory: Path = Path("data/paging")
         # Cursor records found at start-up whose page no longer exists; see forget_stale().
         self.stale_records: list[int] = []
+        # Cursors holding acks of paged messages not yet written; see acks_to_write().
+        self._unwritten_acks: dict[PageCursor, None] = {}
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -93,6 +95,31 @@ class Broker:
         """Broker-wide increasing ids for messages, queues and addresses, unique across restarts."""
         self._next_id += 1
         return self._next_id
+
+    # -- durability -----------------------------------------------------------------------
+
+    def flush(self) -> asyncio.Future[None]:
+        """Resolves once everything done so far is durable, gathered cursor acks included:
+        what a RECEIPT for an ACK or a COMMIT waits for."""
+        self.write_acks()
+        return self.store.flush()
+
+    def acks_to_write(self, cursor: PageCursor) -> None:
+        """`cursor` gathered acks of paged messages: write them at the end of this loop turn
+        (at once when no loop runs), one record per page for all of the turn's ACKs."""
+        if not self._unwritten_acks:
+            try:
+                asyncio.get_running_loop().call_soon(self.write_acks)
+            except RuntimeError:
+                self._unwritten_acks[cursor] = None
+                self.write_acks()
+                return
+        self._unwritten_acks[cursor] = None
+
+    def write_acks(self) -> None:
+        cursors, self._unwritten_acks = self._unwritten_acks, {}
+        for cursor in cursors:
+            cursor.write_acks()
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -485,6 +512,46 @@ class Broker:
 
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         """Apply a transaction's sends and acks atomically: one store transaction."""
+        routed, paged, ops = self._route_sends(tx)
+        futures = [self.pager(address).page(items) for address, items in paged.items()]
+        for consumer, ref in tx.acks:
+            message = ref.message
+            queue = consumer.queue
+            if ref.page_pos is not None:
+                continue
+            if message.persistent and queue.durable and message.durable_refs > 0:
+                message.durable_refs -= 1
+                ops.append(StoreAck(message.message_id, queue.queue_id, message.durable_refs == 0))
+        futures.append(self.store.transaction(ops, sync=True) if ops else None)
+        for message, queues, durable in routed:
+            self._deliver_new(message, queues, durable)
+        touched: set[Queue] = set()
+        paged_acks = False
+        for consumer, ref in tx.acks:
+            queue = consumer.queue
+            queue.counters.acknowledged += 1
+            touched.add(queue)
+            if ref.page_pos is not None:
+                queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
+                paged_acks = True
+                continue
+            message = ref.message
+            message.refs -= 1
+            if message.refs == 0:
+                queue.address.release(message.memory_size)
+                self.memory.release(message.memory_size)
+        if paged_acks:
+            futures.append(self.flush())  # the COMMIT's receipt promises these acks too
+        for queue in touched:
+            queue.dispatch()
+        return all_of([f for f in futures if f is not None])
+
+    def _route_sends(self, tx: Transaction) -> tuple[
+        list[tuple[Message, list[Queue], int]], dict[Address, list[tuple[Message, list[Queue]]]],
+        list[StoreOp],
+    ]:
+        """A transaction's sends: (held in memory, with their durable queue count), (to page,
+        per address), and the store ops of the held ones."""
         routed: list[tuple[Message, list[Queue], int]] = []
         paged: dict[Address, list[tuple[Message, list[Queue]]]] = {}
         ops: list[StoreOp] = []
@@ -509,35 +576,7 @@ class Broker:
             if durable:
                 ops.append(StoreMessage(message, tuple(durable)))
             routed.append((message, queues, len(durable)))
-        futures = [self.pager(address).page(items) for address, items in paged.items()]
-        for consumer, ref in tx.acks:
-            message = ref.message
-            queue = consumer.queue
-            if ref.page_pos is not None:
-                continue
-            if message.persistent and queue.durable and message.durable_refs > 0:
-                message.durable_refs -= 1
-                ops.append(StoreAck(message.message_id, queue.queue_id, message.durable_refs == 0))
-        futures.append(self.store.transaction(ops, sync=True) if ops else None)
-        for message, queues, durable in routed:
-            self._deliver_new(message, queues, durable)
-        touched: set[Queue] = set()
-        for consumer, ref in tx.acks:
-            queue = consumer.queue
-            queue.counters.acknowledged += 1
-            if ref.page_pos is not None:
-                queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
-                touched.add(queue)
-                continue
-            message = ref.message
-            message.refs -= 1
-            if message.refs == 0:
-                queue.address.release(message.memory_size)
-                self.memory.release(message.memory_size)
-            touched.add(queue)
-        for queue in touched:
-            queue.dispatch()
-        return all_of([f for f in futures if f is not None])
+        return routed, paged, ops
 
     def rollback(self, tx: Transaction) -> None:
         """Discard the sends; acknowledged deliveries go back to their queues, in order."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from pagemq.core.consumer import MessageRef
 from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
-from pagemq.storage.api import CursorAck, CursorComplete
+from pagemq.storage.api import CursorAck, CursorComplete, MessageStore
 from pagemq.storage.message_codec import decode_message, encode_message
 from pagemq.storage.paging.page_store import PagedRecord, PageInfo, PageStore
 
@@ -41,12 +41,14 @@ log = logging.getLogger("pagemq.paging")
 class CursorPage:
     """One page as one queue sees it: how many of its records are for the queue, which are acked."""
 
-    __slots__ = ("ack_ids", "acked", "claimed", "count")
+    __slots__ = ("ack_ids", "acked", "claimed", "count", "unwritten")
 
     def __init__(self, count: int = 0) -> None:
         self.count = count
         self.acked: set[int] = set()
         self.ack_ids: list[int] = []
+        # Acked this loop turn, not yet in a cursor-acks record (see PageCursor.write_acks).
+        self.unwritten: list[int] = []
         # Read ahead of the queue's position by a selective consumer: in memory, skip them.
         self.claimed: set[int] = set()
 
@@ -286,17 +288,37 @@ class PageCursor:
         if page is None or ordinal in page.acked:
             return
         page.claimed.discard(ordinal)
-        record_id = self.pager.broker.new_id()
-        self.pager.broker.store.cursor_ack(
-            CursorAck(record_id, self.queue.queue_id, page_no, ordinal)
-        )
         page.acked.add(ordinal)
-        page.ack_ids.append(record_id)
+        if not page.unwritten:
+            self.pager.broker.acks_to_write(self)
+        page.unwritten.append(ordinal)
         if len(page.acked) >= page.count:
             self._complete(page_no)
 
+    def write_acks(self) -> None:
+        """Write the acks gathered since the last call, one cursor-acks record per page.
+
+        Called once per loop turn (and before any receipt that promises them), so a burst
+        of ACK frames costs one journal record rather than one per message.
+        """
+        store = self.pager.broker.store
+        for page_no, page in self.pages.items():
+            if page.unwritten:
+                self._write_page_acks(store, page_no, page)
+
+    def _write_page_acks(self, store: MessageStore, page_no: int, page: CursorPage) -> None:
+        record_id = self.pager.broker.new_id()
+        store.cursor_ack(CursorAck(record_id, self.queue.queue_id, page_no, tuple(page.unwritten)))
+        page.ack_ids.append(record_id)
+        page.unwritten.clear()
+
     def _complete(self, page_no: int) -> None:
-        page = self.pages.pop(page_no)
+        page = self.pages[page_no]
+        if page.unwritten:
+            # If every queue is now done, the page file's deletion (not in the journal)
+            # would stand for these acks: written first, a receipt's flush covers them.
+            self._write_page_acks(self.pager.broker.store, page_no, page)
+        del self.pages[page_no]
         if self._read_page == page_no:
             self._reader = None  # nothing left for us in it
         self.pager.queue_done_with(self.queue.queue_id, page_no, page.ack_ids)
@@ -509,7 +531,7 @@ class AddressPager:
                 page_acks = acked.get((queue_id, info.page_no), [])
                 cursor = self.cursor(queue)
                 page = cursor.pages[info.page_no] = CursorPage(count)
-                page.acked = {a.ordinal for a in page_acks}
+                page.acked = {ordinal for a in page_acks for ordinal in a.ordinals}
                 page.ack_ids = [a.record_id for a in page_acks]
                 remaining = count - len(page.acked)
                 if remaining <= 0:

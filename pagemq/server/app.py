@@ -159,6 +159,7 @@ class BrokerServer:
         if self._http is not None:
             await self._http.cleanup()
         await asyncio.sleep(0)
+        self.broker.write_acks()
         for page_store in self._page_stores:
             await page_store.close()
         await self.store.close()

@@ -323,7 +323,7 @@ class StompSession:
             durable = None
         else:
             self.broker.acknowledge(consumer.queue, refs)
-            durable = self.broker.store.flush() if event.receipt is not None else None
+            durable = self.broker.flush() if event.receipt is not None else None
         if event.receipt is not None:
             # The RECEIPT of an ACK promises it will not be redelivered after a crash.
             self._reply(durable, self.protocol.receipt(event.receipt))

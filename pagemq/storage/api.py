@@ -40,12 +40,16 @@ class RecoveredMessage:
 
 @dataclass(frozen=True, slots=True)
 class CursorAck:
-    """A queue acknowledged the record at (page, ordinal) of its address's page files."""
+    """A queue acknowledged the records at these ordinals of one page of its address.
+
+    One record holds the acks a queue made in one page within one event-loop turn, so a
+    drain writes a record per burst of ACK frames rather than one per message.
+    """
 
     record_id: int
     queue_id: int
     page_no: int
-    ordinal: int
+    ordinals: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)

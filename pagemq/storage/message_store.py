@@ -8,8 +8,9 @@ Record types (the journal's `type` field; never reuse a number):
 | 2    | ADD    | queue id     | JSON {"name", "address", "routing_type", "filter"}   |
 | 3    | ADD    | message id   | u16 queue count, u64 queue ids, encoded message      |
 | 4    | UPDATE | message id   | u64 queue id that acknowledged it (more queues left) |
-| 5    | ADD    | record id    | cursor ack: u64 queue id, u64 page, u32 ordinal      |
+| 5    | ADD    | record id    | cursor ack (read, no longer written): u64 queue id, u64 page, u32 ordinal |
 | 6    | ADD    | record id    | cursor page complete: u64 queue id, u64 page         |
+| 7    | ADD    | record id    | cursor acks: u64 queue id, u64 page, u32 count, count x u32 ordinal |
 
 The last queue's acknowledgement deletes the message record, so a spent data file holds
 no live record and the journal's cleanup can delete, archive or compact it.
@@ -37,14 +38,14 @@ from pagemq.storage.api import (
     StoreOp,
 )
 from pagemq.storage.journal import Journal, OpKind
-from pagemq.storage.message_codec import decode_message, encode_message
+from pagemq.storage.message_codec import CodecError, decode_message, encode_message
 
 if TYPE_CHECKING:
     from pagemq.core.message import Message
 
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
-_CURSOR_ACK = struct.Struct("<QQI")
+_CURSOR_ACK = struct.Struct("<QQI")  # queue id, page number, ordinal (5) / ordinal count (7)
 _CURSOR_COMPLETE = struct.Struct("<QQ")
 
 
@@ -53,8 +54,9 @@ class RecordType(enum.IntEnum):
     QUEUE = 2
     MESSAGE = 3
     ACK = 4
-    CURSOR_ACK = 5
+    CURSOR_ACK = 5  # one ordinal per record: written by earlier versions, still read
     CURSOR_COMPLETE = 6
+    CURSOR_ACKS = 7
 
 
 @functools.lru_cache(maxsize=64)
@@ -87,6 +89,16 @@ def _parse_message(payload: bytes) -> tuple[list[int], Message]:
     address = payload[offset:offset + length].decode()
     offset += length
     return queue_ids, decode_message(memoryview(payload)[offset:], address)
+
+
+def _decode_cursor_acks(record_id: int, payload: bytes) -> CursorAck:
+    queue_id, page_no, count = _CURSOR_ACK.unpack_from(payload, 0)
+    if len(payload) != _CURSOR_ACK.size + 4 * count:
+        raise CodecError(
+            f"cursor-ack record {record_id}: {len(payload)} bytes for {count} ordinals"
+        )
+    ordinals = struct.unpack_from(f"<{count}I", payload, _CURSOR_ACK.size)
+    return CursorAck(record_id, queue_id, page_no, ordinals)
 
 
 class JournalMessageStore:
@@ -135,9 +147,11 @@ class JournalMessageStore:
                 recovered.addresses.append(
                     AddressRecord(record.id, data["name"], data["routing_type"])
                 )
+            elif kind == RecordType.CURSOR_ACKS:
+                recovered.cursor_acks.append(_decode_cursor_acks(record.id, record.payload))
             elif kind == RecordType.CURSOR_ACK:
                 queue_id, page_no, ordinal = _CURSOR_ACK.unpack(record.payload)
-                recovered.cursor_acks.append(CursorAck(record.id, queue_id, page_no, ordinal))
+                recovered.cursor_acks.append(CursorAck(record.id, queue_id, page_no, (ordinal,)))
             elif kind == RecordType.CURSOR_COMPLETE:
                 queue_id, page_no = _CURSOR_COMPLETE.unpack(record.payload)
                 recovered.cursor_completes.append(CursorComplete(record.id, queue_id, page_no))
@@ -194,8 +208,11 @@ class JournalMessageStore:
         return self.journal.transaction(journal_ops, sync=sync)
 
     def cursor_ack(self, record: CursorAck) -> None:
-        payload = _CURSOR_ACK.pack(record.queue_id, record.page_no, record.ordinal)
-        self.journal.add(record.record_id, RecordType.CURSOR_ACK, payload)
+        ordinals = record.ordinals
+        payload = _CURSOR_ACK.pack(record.queue_id, record.page_no, len(ordinals)) + struct.pack(
+            f"<{len(ordinals)}I", *ordinals
+        )
+        self.journal.add(record.record_id, RecordType.CURSOR_ACKS, payload)
 
     def cursor_complete(self, record: CursorComplete) -> None:
         payload = _CURSOR_COMPLETE.pack(record.queue_id, record.page_no)

@@ -1,0 +1,174 @@
+"""Acknowledgements of paged messages: gathered per loop turn into one cursor-acks record,
+written before anything that promises them, and read back after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from pagemq.core.broker import Broker
+from pagemq.core.consumer import AckMode, Consumer, MessageRef
+from pagemq.core.selector.summary import PageSummary
+from pagemq.core.settings import AddressSettings, AddressSettingsRepository
+from pagemq.core.transactions import Transaction
+from pagemq.storage.api import CursorAck
+from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_store import PageStore
+
+
+class RecordingStore(JournalMessageStore):
+    """The real journal store, noting each cursor-acks record it is asked to write."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory, file_size=1 << 20)
+        self.cursor_records: list[CursorAck] = []
+
+    def cursor_ack(self, record: CursorAck) -> None:
+        self.cursor_records.append(record)
+        super().cursor_ack(record)
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.delivered: list[tuple[int, MessageRef]] = []
+
+    def deliver(self, consumer: Consumer, ref: MessageRef, tag: int) -> None:
+        self.delivered.append((tag, ref))
+
+
+async def paging_broker(directory: Path) -> tuple[Broker, RecordingStore, list[PageStore]]:
+    """Every message of every address pages (max-size-bytes 0)."""
+    store = RecordingStore(directory / "journal")
+    settings = AddressSettingsRepository()
+    settings.add("#", {"max-size-bytes": 0})
+    loop = asyncio.get_running_loop()
+    opened: list[PageStore] = []
+
+    def page_store(address: str, address_settings: AddressSettings) -> PageStore:
+        pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes)
+        pages.set_summary_builder(PageSummary)
+        pages.open()
+        pages.start(loop)
+        opened.append(pages)
+        return pages
+
+    broker = Broker(settings, store=store, page_stores=page_store)
+    broker.paging_directory = directory / "paging"
+    broker.recover()
+    store.start(loop)
+    return broker, store, opened
+
+
+async def close(broker: Broker, store: RecordingStore, pages: list[PageStore]) -> None:
+    broker.write_acks()
+    for page_store in pages:
+        await page_store.close()
+    await store.close()
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(body())  # type: ignore[arg-type]
+
+
+async def fill(broker: Broker, count: int) -> None:
+    for i in range(count):
+        future = broker.send("orders", "anycast", {"n": str(i)}, b"x" * 100, persistent=True)
+        if future is not None and i == count - 1:
+            await future
+
+
+def test_acks_in_one_loop_turn_are_one_record_per_page(tmp_path: Path) -> None:
+    async def body() -> None:
+        broker, store, pages = await paging_broker(tmp_path)
+        await fill(broker, 50)
+        sink = Collector()
+        queue = broker.queues["orders"]
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        assert len(sink.delivered) == 50
+        for tag, _ref in sink.delivered[:30]:
+            broker.acknowledge(queue, [consumer.take(tag)])
+        assert store.cursor_records == []  # gathered, not yet written
+        await asyncio.sleep(0)
+        assert len(store.cursor_records) == 1
+        assert store.cursor_records[0].ordinals == tuple(range(30))
+        await close(broker, store, pages)
+
+    run(body)
+
+
+def test_flush_writes_gathered_acks_before_resolving(tmp_path: Path) -> None:
+    async def body() -> None:
+        broker, store, pages = await paging_broker(tmp_path)
+        await fill(broker, 10)
+        sink = Collector()
+        queue = broker.queues["orders"]
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        tag, _ref = sink.delivered[3]
+        broker.acknowledge(queue, [consumer.take(tag)])
+        durable = broker.flush()
+        assert [r.ordinals for r in store.cursor_records] == [(3,)]
+        await durable
+        await close(broker, store, pages)
+
+    run(body)
+
+
+def test_committed_paged_acks_are_written_with_the_commit(tmp_path: Path) -> None:
+    async def body() -> None:
+        broker, store, pages = await paging_broker(tmp_path)
+        await fill(broker, 5)
+        sink = Collector()
+        queue = broker.queues["orders"]
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        tx = Transaction("tx1")
+        tx.acks.extend((consumer, consumer.take(tag)) for tag, _ref in sink.delivered[:2])
+        committed = broker.commit(tx)
+        assert [r.ordinals for r in store.cursor_records] == [(0, 1)]
+        assert committed is not None
+        await committed
+        await close(broker, store, pages)
+
+    run(body)
+
+
+def test_gathered_acks_survive_a_restart(tmp_path: Path) -> None:
+    async def first() -> None:
+        broker, store, pages = await paging_broker(tmp_path)
+        await fill(broker, 20)
+        sink = Collector()
+        queue = broker.queues["orders"]
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        for tag, ref in sink.delivered:
+            if int(ref.message.headers["n"]) % 2 == 0:
+                broker.acknowledge(queue, [consumer.take(tag)])
+        await broker.flush()
+        await close(broker, store, pages)
+
+    async def second() -> None:
+        broker, store, pages = await paging_broker(tmp_path)
+        sink = Collector()
+        broker.subscribe(broker.queues["orders"], sink, ack_mode=AckMode.INDIVIDUAL)
+        assert [ref.message.headers["n"] for _tag, ref in sink.delivered] == [str(n) for n in range(1, 20, 2)]
+        await close(broker, store, pages)
+
+    run(first)
+    run(second)
+
+
+def test_a_completed_page_leaves_no_cursor_records(tmp_path: Path) -> None:
+    async def body() -> None:
+        broker, store, pages = await paging_broker(tmp_path)
+        await fill(broker, 10)
+        sink = Collector()
+        queue = broker.queues["orders"]
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        for tag, _ref in sink.delivered:
+            broker.acknowledge(queue, [consumer.take(tag)])
+        await broker.flush()
+        await asyncio.sleep(0.05)  # the page file's deletion, then its records'
+        await broker.flush()
+        assert store.journal.stats()["live_records"] <= 2  # the address and the queue
+        await close(broker, store, pages)
+
+    run(body)
