@@ -3,8 +3,9 @@
 An address in page mode appends every new message to its page store (one copy, listing the
 queues it was routed to). Each queue reads its share back through its own `PageCursor`,
 only as far as `max-read-page-*` / `prefetch-page-*` allow, so a backlog of millions costs
-memory for a few pages at most. Acknowledging a paged message writes a small cursor record
-to the journal; once a queue has acknowledged every message of a page meant for it, one
+memory for a few pages at most. Acknowledgements of paged messages are gathered per page and
+written to the journal as one small cursor record per loop turn (before any receipt that
+promises them); once a queue has acknowledged every message of a page meant for it, one
 "page complete" record replaces its acks, and when every queue is done with a page the page
 file goes (in the middle of the stream too). Start-up rebuilds all of this from the page
 store's per-page summaries and the cursor records: no page body is read.
