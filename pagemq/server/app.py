@@ -23,6 +23,7 @@ from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
 from pagemq.integrations.http_api import start_http
 from pagemq.server.config import Config
+from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_store import PageStore
@@ -30,6 +31,7 @@ from pagemq.storage.paging.page_store import PageStore
 log = logging.getLogger("pagemq")
 
 EXPIRY_SCAN_PERIOD = 1.0
+TRIM_CHECK_PERIOD = 1.0
 GC_THRESHOLD = 20_000
 
 
@@ -61,6 +63,7 @@ class BrokerServer:
         self._connections: set[StompServerProtocol] = set()
         self._http = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._trimmer = MemoryTrimmer()
         self.stopped = asyncio.Event()
 
     async def start(self) -> None:
@@ -92,12 +95,16 @@ class BrokerServer:
         self._tasks = [
             asyncio.create_task(self._every(broker_config.cleanup_period, self._cleanup)),
             asyncio.create_task(self._every(EXPIRY_SCAN_PERIOD, self.broker.expire_scan)),
+            asyncio.create_task(self._every(
+                TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
+            )),
         ]
         # Messages are acyclic: collect young objects rarely, and keep start-up objects out
         # of every full collection (their cost grows with what the broker holds).
         gc.collect()
         gc.freeze()
         gc.set_threshold(GC_THRESHOLD, 20, 100)
+        self._trimmer.baseline(self.broker.memory.used_bytes)
         log.info(
             "ready: %s; recovered %d messages in %.2fs",
             " ".join(listening), recovered, time.monotonic() - started,

@@ -291,6 +291,14 @@ class BrokerProcess:
         except ValueError as exc:
             raise AssertionError(f"GET {path} -> {status}, body is not JSON: {text[:500]!r}") from exc
 
+    def rss_bytes(self) -> int:
+        """The broker process's resident set size now (Linux /proc)."""
+        assert self.proc is not None and self.running, "broker not running"
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS line in /proc status")
+
     def queue(self, name: str) -> dict[str, Any]:
         """GET /api/queues/{name}, asserting 200."""
         status, body = self.http_get(f"/api/queues/{name}")
