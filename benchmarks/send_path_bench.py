@@ -73,7 +73,7 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False)
     chunks = [
         b"".join(
             encode_frame("SEND", {"destination": "/queue/bench", "persistent": flag,
-                                  "receipt": str(i + j), "perf-ts": "1"}, body)
+                                  "receipt": str(i + j), "perf-ts": str(time.time_ns() + i + j)}, body)
             for j in range(batch)
         )
         for i in range(0, messages, batch)

@@ -349,6 +349,8 @@ class AddressPager:
         self.bytes_on_disk = 0
         self._summaries: dict[int, PageSummary | None] = {}
         self._page_sizes: dict[int, tuple[int, int]] = {}  # page -> (records, bytes) on disk
+        # write batch -> its appends (page, queues, records, bytes), undone if it fails
+        self._unsynced: dict[asyncio.Future[None], list[tuple[int, list[Queue], int, int]]] = {}
 
     def cursor(self, queue: Queue) -> PageCursor:
         cursor = self.cursors.get(queue.queue_id)
@@ -361,28 +363,47 @@ class AddressPager:
 
     def page(self, items: list[tuple[Message, list[Queue]]]) -> asyncio.Future[None] | None:
         """Append messages (several = one atomic batch) and hand them to their queues' cursors."""
-        records = [
-            PagedRecord(m.message_id, tuple(q.queue_id for q in qs), m.persistent, encode_message(m))
-            for m, qs in items
-        ]
+        records = []
+        routed: list[Queue] = []
+        size = 0
+        for message, queues in items:
+            data = encode_message(message)
+            size += len(data)
+            records.append(PagedRecord(
+                message.message_id, tuple([q.queue_id for q in queues]), message.persistent, data
+            ))
+            routed += queues
         page_no, _first, future = self.store.append(records, summary_input=[m for m, _ in items])
-        size = sum(len(r.message) for r in records)
         self._on_disk(page_no, len(records), size)
-        holders = self._open.setdefault(page_no, set())
-        routed = [queue for _message, queues in items for queue in queues]
+        holders = self._open.get(page_no)
+        if holders is None:
+            holders = self._open[page_no] = set()
+        cursors = self.cursors
         for queue in routed:
             holders.add(queue.queue_id)
             queue.counters.added += 1
-            self.cursor(queue).on_paged(page_no)
+            (cursors.get(queue.queue_id) or self.cursor(queue)).on_paged(page_no)
         if future is not None:
-            future.add_done_callback(
-                lambda done: self._append_failed(page_no, routed, len(records), size)
-                if not done.cancelled() and done.exception() is not None else None
-            )
-        for queue in {q for _, qs in items for q in qs}:
+            self._watch(future, (page_no, routed, len(records), size))
+        for queue in routed if len(routed) == 1 else dict.fromkeys(routed):
             if queue.consumers:
                 queue.dispatch()
         return future
+
+    def _watch(self, future: asyncio.Future[None], append: tuple[int, list[Queue], int, int]) -> None:
+        """Undo the append if its write fails; one callback per write batch, not per message."""
+        appends = self._unsynced.get(future)
+        if appends is None:
+            appends = self._unsynced[future] = []
+            future.add_done_callback(self._synced)
+        appends.append(append)
+
+    def _synced(self, future: asyncio.Future[None]) -> None:
+        appends = self._unsynced.pop(future, [])
+        if future.cancelled() or future.exception() is None:
+            return
+        for page_no, queues, records, size in appends:
+            self._append_failed(page_no, queues, records, size)
 
     def may_match(self, page_no: int, selector: Selector | None) -> bool:
         """False when the page's summary proves no message in it matches `selector`."""

@@ -1,11 +1,15 @@
-"""Acknowledgements of paged messages: gathered per loop turn into one cursor-acks record,
-written before anything that promises them, and read back after a restart."""
+"""The core's paging over the real page store and journal: acknowledgements gathered per loop
+turn into one cursor-acks record (written before anything that promises them, read back after
+a restart), and a failed page write undone."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import pytest
 
 from pagemq.core.broker import Broker
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
@@ -13,6 +17,7 @@ from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings, AddressSettingsRepository
 from pagemq.core.transactions import Transaction
 from pagemq.storage.api import CursorAck
+from pagemq.storage.fileio import REAL_FILE_IO, FaultyFileIO, FileIO
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_store import PageStore
 
@@ -37,7 +42,9 @@ class Collector:
         self.delivered.append((tag, ref))
 
 
-async def paging_broker(directory: Path) -> tuple[Broker, RecordingStore, list[PageStore]]:
+async def paging_broker(
+    directory: Path, fileio: FileIO = REAL_FILE_IO,
+) -> tuple[Broker, RecordingStore, list[PageStore]]:
     """Every message of every address pages (max-size-bytes 0)."""
     store = RecordingStore(directory / "journal")
     settings = AddressSettingsRepository()
@@ -46,7 +53,8 @@ async def paging_broker(directory: Path) -> tuple[Broker, RecordingStore, list[P
     opened: list[PageStore] = []
 
     def page_store(address: str, address_settings: AddressSettings) -> PageStore:
-        pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes)
+        pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes,
+                          fileio=fileio)
         pages.set_summary_builder(PageSummary)
         pages.open()
         pages.start(loop)
@@ -169,6 +177,31 @@ def test_a_completed_page_leaves_no_cursor_records(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)  # the page file's deletion, then its records'
         await broker.flush()
         assert store.journal.stats()["live_records"] <= 2  # the address and the queue
+        await close(broker, store, pages)
+
+    run(body)
+
+
+def test_a_failed_page_write_is_undone_and_the_next_send_pages_normally(tmp_path: Path) -> None:
+    async def body() -> None:
+        fileio = FaultyFileIO()
+        broker, store, pages = await paging_broker(tmp_path, fileio)
+        await fill(broker, 3)
+        queue = broker.queues["orders"]
+        assert broker.queue_info("orders")["messages_paged"] == 3
+        fileio.fail_write(1, errno.ENOSPC)
+        failed = [broker.send("orders", "anycast", {"n": f"lost{i}"}, b"y", persistent=True)
+                  for i in range(2)]
+        assert failed[0] is not None and failed[0] is failed[1]  # one write batch
+        with pytest.raises(OSError):
+            await failed[0]
+        await asyncio.sleep(0)
+        assert broker.queue_info("orders")["messages_paged"] == 3
+        assert queue.counters.added == 3
+        await fill(broker, 1)
+        sink = Collector()
+        broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        assert [ref.message.headers["n"] for _tag, ref in sink.delivered] == ["0", "1", "2", "0"]
         await close(broker, store, pages)
 
     run(body)
