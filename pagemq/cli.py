@@ -44,11 +44,18 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"pagemq: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     from pagemq.server.app import serve
+    from pagemq.storage.message_codec import CodecError
 
     try:
         return serve(config)
     except OSError as exc:
         print(f"pagemq: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except CodecError as exc:
+        # A record whose CRC is right but whose content this version cannot read: stop
+        # rather than start without it (its messages would be lost on the next cleanup).
+        print(f"pagemq: cannot start: unreadable record in {config.broker.data_directory}: {exc}",
+              file=sys.stderr)
         return 1
 
 

@@ -129,3 +129,25 @@ def test_data_print_shows_journal_files_without_a_running_broker(start_broker, s
 
     narrowed = run_cli("data", "print", "--data-dir", str(proc.data_dir), "--address", queue_name)
     assert narrowed.returncode == 0, narrowed.stderr
+
+
+def test_a_record_it_cannot_read_stops_start_up_with_a_line_naming_it(tmp_path):
+    import asyncio
+    import struct
+
+    from pagemq.storage.message_store import JournalMessageStore, RecordType
+
+    async def write_bad_record() -> None:
+        store = JournalMessageStore(tmp_path / "data" / "journal", file_size=1 << 20)
+        store.load()
+        store.start(asyncio.get_running_loop())
+        # CRC-valid, but a cursor-acks record that says 5 ordinals and carries 2.
+        store.journal.add(77, RecordType.CURSOR_ACKS, struct.pack("<QQI", 1, 1, 5) + b"\0" * 8)
+        await store.close()
+
+    asyncio.run(write_bad_record())
+    result = _serve_with_config(tmp_path, "")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "cannot start: unreadable record" in last and "cursor-ack record 77" in last, result.stderr
