@@ -3,11 +3,15 @@ shutdown on SIGTERM/SIGINT, `pagemq data print`."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
+import struct
 
 import pytest
 from brokerproc import HOST, free_port, run_cli, to_toml
+
+from pagemq.storage.message_store import JournalMessageStore, RecordType
 
 
 def _serve_with_config(tmp_path, config_text: str, *extra: str):
@@ -132,11 +136,6 @@ def test_data_print_shows_journal_files_without_a_running_broker(start_broker, s
 
 
 def test_a_record_it_cannot_read_stops_start_up_with_a_line_naming_it(tmp_path):
-    import asyncio
-    import struct
-
-    from pagemq.storage.message_store import JournalMessageStore, RecordType
-
     async def write_bad_record() -> None:
         store = JournalMessageStore(tmp_path / "data" / "journal", file_size=1 << 20)
         store.load()
