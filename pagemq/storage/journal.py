@@ -51,7 +51,7 @@ __all__ = [
     "UnknownRecordError",
 ]
 
-IDLE_ROLL_BYTES = 1 << 20  # a spent current file smaller than this is not worth a new file
+IDLE_ROLL_BYTES = 64 << 10  # a spent current file smaller than this is not worth a new file
 
 Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
 # a compaction entry: (seq, kind, id, location of an add/update, file a DELETE shadows)
