@@ -9,7 +9,7 @@ the process's own overhead, which should stay near what it was at start-up. When
 grown by more than `threshold`, memory was freed and kept (or is held outside the account,
 such as a slow consumer's socket buffer, which a later trim will catch). A trim costs a few
 milliseconds on a large heap, so one that frees little doubles the wait before the next,
-up to a minute.
+up to a minute, unless the account has dropped by `threshold` since (more was freed).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class MemoryTrimmer:
         self.base_overhead: int | None = None  # RSS minus the account; see baseline()
         self.interval = MIN_INTERVAL
         self._next = 0.0
+        self._accounted_at_trim = 0
         self.trims = 0
 
     def baseline(self, accounted: int) -> None:
@@ -89,8 +90,11 @@ class MemoryTrimmer:
             self.base_overhead = overhead
             return False
         now = self._clock()
+        if self._accounted_at_trim - accounted >= self.threshold:
+            self.interval, self._next = MIN_INTERVAL, now  # more freed since: try again now
         if overhead - self.base_overhead < self.threshold or now < self._next:
             return False
+        self._accounted_at_trim = accounted
         self._trim()
         self.trims += 1
         after = self._rss()

@@ -74,3 +74,15 @@ def test_trims_that_free_nothing_back_off_to_once_a_minute() -> None:
 def test_without_malloc_trim_nothing_happens() -> None:
     trimmer = MemoryTrimmer(lambda: None, lambda: None)
     assert not trimmer.check(0)
+
+
+def test_a_further_drop_in_accounted_memory_ends_the_back_off() -> None:
+    process = FakeProcess(rss=300 * MIB, floor=300 * MIB)
+    trimmer = process.trimmer()
+    trimmer.base_overhead = 40 * MIB
+    assert trimmer.check(100 * MIB)  # frees nothing: backs off
+    process.now += 1
+    assert not trimmer.check(100 * MIB)
+    process.floor = 60 * MIB
+    assert trimmer.check(20 * MIB)  # 80 MiB more freed since: at once
+    assert process.value == 60 * MIB
