@@ -79,6 +79,29 @@ def run(body: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(body())  # type: ignore[arg-type]
 
 
+class Subscribed:
+    """A paging broker holding `count` paged messages, one client-individual consumer on them."""
+
+    def __init__(self, broker: Broker, store: RecordingStore, pages: list[PageStore]) -> None:
+        self.broker, self.store, self.pages = broker, store, pages
+        self.queue = broker.queues["orders"]
+        self.sink = Collector()
+        self.consumer = broker.subscribe(self.queue, self.sink, ack_mode=AckMode.INDIVIDUAL)
+
+    @classmethod
+    async def start(cls, directory: Path, count: int) -> Subscribed:
+        broker, store, pages = await paging_broker(directory)
+        await fill(broker, count)
+        return cls(broker, store, pages)
+
+    def ack(self, index: int) -> None:
+        tag, _ref = self.sink.delivered[index]
+        self.broker.acknowledge(self.queue, [self.consumer.take(tag)])
+
+    async def close(self) -> None:
+        await close(self.broker, self.store, self.pages)
+
+
 async def fill(broker: Broker, count: int) -> None:
     for i in range(count):
         future = broker.send("orders", "anycast", {"n": str(i)}, b"x" * 100, persistent=True)
@@ -88,77 +111,60 @@ async def fill(broker: Broker, count: int) -> None:
 
 def test_acks_in_one_loop_turn_are_one_record_per_page(tmp_path: Path) -> None:
     async def body() -> None:
-        broker, store, pages = await paging_broker(tmp_path)
-        await fill(broker, 50)
-        sink = Collector()
-        queue = broker.queues["orders"]
-        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
-        assert len(sink.delivered) == 50
-        for tag, _ref in sink.delivered[:30]:
-            broker.acknowledge(queue, [consumer.take(tag)])
-        assert store.cursor_records == []  # gathered, not yet written
+        setup = await Subscribed.start(tmp_path, 50)
+        assert len(setup.sink.delivered) == 50
+        for index in range(30):
+            setup.ack(index)
+        assert setup.store.cursor_records == []  # gathered, not yet written
         await asyncio.sleep(0)
-        assert len(store.cursor_records) == 1
-        assert store.cursor_records[0].ordinals == tuple(range(30))
-        await close(broker, store, pages)
+        assert len(setup.store.cursor_records) == 1
+        assert setup.store.cursor_records[0].ordinals == tuple(range(30))
+        await setup.close()
 
     run(body)
 
 
 def test_flush_writes_gathered_acks_before_resolving(tmp_path: Path) -> None:
     async def body() -> None:
-        broker, store, pages = await paging_broker(tmp_path)
-        await fill(broker, 10)
-        sink = Collector()
-        queue = broker.queues["orders"]
-        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
-        tag, _ref = sink.delivered[3]
-        broker.acknowledge(queue, [consumer.take(tag)])
-        durable = broker.flush()
-        assert [r.ordinals for r in store.cursor_records] == [(3,)]
+        setup = await Subscribed.start(tmp_path, 10)
+        setup.ack(3)
+        durable = setup.broker.flush()
+        assert [r.ordinals for r in setup.store.cursor_records] == [(3,)]
         await durable
-        await close(broker, store, pages)
+        await setup.close()
 
     run(body)
 
 
 def test_committed_paged_acks_are_written_with_the_commit(tmp_path: Path) -> None:
     async def body() -> None:
-        broker, store, pages = await paging_broker(tmp_path)
-        await fill(broker, 5)
-        sink = Collector()
-        queue = broker.queues["orders"]
-        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        setup = await Subscribed.start(tmp_path, 5)
         tx = Transaction("tx1")
-        tx.acks.extend((consumer, consumer.take(tag)) for tag, _ref in sink.delivered[:2])
-        committed = broker.commit(tx)
-        assert [r.ordinals for r in store.cursor_records] == [(0, 1)]
+        tx.acks.extend((setup.consumer, setup.consumer.take(tag)) for tag, _ref in setup.sink.delivered[:2])
+        committed = setup.broker.commit(tx)
+        assert [r.ordinals for r in setup.store.cursor_records] == [(0, 1)]
         assert committed is not None
         await committed
-        await close(broker, store, pages)
+        await setup.close()
 
     run(body)
 
 
 def test_gathered_acks_survive_a_restart(tmp_path: Path) -> None:
     async def first() -> None:
-        broker, store, pages = await paging_broker(tmp_path)
-        await fill(broker, 20)
-        sink = Collector()
-        queue = broker.queues["orders"]
-        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
-        for tag, ref in sink.delivered:
-            if int(ref.message.headers["n"]) % 2 == 0:
-                broker.acknowledge(queue, [consumer.take(tag)])
-        await broker.flush()
-        await close(broker, store, pages)
+        setup = await Subscribed.start(tmp_path, 20)
+        for index in range(0, 20, 2):
+            setup.ack(index)
+        await setup.broker.flush()
+        await setup.close()
 
     async def second() -> None:
         broker, store, pages = await paging_broker(tmp_path)
-        sink = Collector()
-        broker.subscribe(broker.queues["orders"], sink, ack_mode=AckMode.INDIVIDUAL)
-        assert [ref.message.headers["n"] for _tag, ref in sink.delivered] == [str(n) for n in range(1, 20, 2)]
-        await close(broker, store, pages)
+        again = Subscribed(broker, store, pages)
+        assert [ref.message.headers["n"] for _tag, ref in again.sink.delivered] == [
+            str(n) for n in range(1, 20, 2)
+        ]
+        await again.close()
 
     run(first)
     run(second)
@@ -166,18 +172,14 @@ def test_gathered_acks_survive_a_restart(tmp_path: Path) -> None:
 
 def test_a_completed_page_leaves_no_cursor_records(tmp_path: Path) -> None:
     async def body() -> None:
-        broker, store, pages = await paging_broker(tmp_path)
-        await fill(broker, 10)
-        sink = Collector()
-        queue = broker.queues["orders"]
-        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
-        for tag, _ref in sink.delivered:
-            broker.acknowledge(queue, [consumer.take(tag)])
-        await broker.flush()
+        setup = await Subscribed.start(tmp_path, 10)
+        for index in range(10):
+            setup.ack(index)
+        await setup.broker.flush()
         await asyncio.sleep(0.05)  # the page file's deletion, then its records'
-        await broker.flush()
-        assert store.journal.stats()["live_records"] <= 2  # the address and the queue
-        await close(broker, store, pages)
+        await setup.broker.flush()
+        assert setup.store.journal.stats()["live_records"] <= 2  # the address and the queue
+        await setup.close()
 
     run(body)
 
