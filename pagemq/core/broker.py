@@ -107,14 +107,13 @@ class Broker:
     def acks_to_write(self, cursor: PageCursor) -> None:
         """`cursor` gathered acks of paged messages: write them at the end of this loop turn
         (at once when no loop runs), one record per page for all of the turn's ACKs."""
-        if not self._unwritten_acks:
+        first = not self._unwritten_acks
+        self._unwritten_acks[cursor] = None
+        if first:
             try:
                 asyncio.get_running_loop().call_soon(self.write_acks)
             except RuntimeError:
-                self._unwritten_acks[cursor] = None
                 self.write_acks()
-                return
-        self._unwritten_acks[cursor] = None
 
     def write_acks(self) -> None:
         cursors, self._unwritten_acks = self._unwritten_acks, {}
@@ -320,6 +319,25 @@ class Broker:
         Raises `AddressFull` (FAIL policy), `Blocked` (BLOCK policy: retry later) or another
         `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
         """
+        routed = self._route(address_name, routing_type, headers, body, persistent, priority, expiration)
+        if routed is None:
+            return None
+        address, message, queues, decision = routed
+        if decision is PAGE:
+            return self.pager(address).page([(message, queues)])
+        durable = [q.queue_id for q in queues if q.durable] if persistent else []
+        future = None
+        if durable:
+            future = self.store.store_message(message, tuple(durable), sync=True)
+        self._deliver_new(message, queues, len(durable))
+        return future
+
+    def _route(
+        self, address_name: str, routing_type: str, headers: dict[str, str], body: bytes,
+        persistent: bool, priority: int, expiration: int,
+    ) -> tuple[Address, Message, list[Queue], str] | None:
+        """A new message, its queues and where it goes (MEMORY or PAGE); None when it is not
+        stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise."""
         address = self.ensure_address(address_name, routing_type)
         if routing_type == ANYCAST and not address.anycast_queues:
             self.ensure_queue(address, address_name, ANYCAST)
@@ -330,16 +348,9 @@ class Broker:
         if not queues:
             return None
         decision = self.admit(address, message)
-        if decision is PAGE:
-            return self.pager(address).page([(message, queues)])
         if decision is DROP:
             return None
-        durable = [q.queue_id for q in queues if q.durable] if persistent else []
-        future = None
-        if durable:
-            future = self.store.store_message(message, tuple(durable), sync=True)
-        self._deliver_new(message, queues, len(durable))
-        return future
+        return address, message, queues, decision
 
     def admit(self, address: Address, message: Message) -> str:
         """Apply the address-full policy: MEMORY, PAGE or DROP (FAIL and BLOCK raise)."""
@@ -556,21 +567,13 @@ class Broker:
         paged: dict[Address, list[tuple[Message, list[Queue]]]] = {}
         ops: list[StoreOp] = []
         for send in tx.sends:
-            address = self.ensure_address(send.address, send.routing_type)
-            if send.routing_type == ANYCAST and not address.anycast_queues:
-                self.ensure_queue(address, send.address, ANYCAST)
-            message = self.make_message(
-                address, send.headers, send.body, persistent=send.persistent,
-                priority=send.priority, expiration=send.expiration,
-            )
-            queues = address.route(message, send.routing_type)
-            if not queues:
+            routed_send = self._route(send.address, send.routing_type, send.headers, send.body,
+                                      send.persistent, send.priority, send.expiration)
+            if routed_send is None:
                 continue
-            decision = self.admit(address, message)
+            address, message, queues, decision = routed_send
             if decision is PAGE:
                 paged.setdefault(address, []).append((message, queues))
-                continue
-            if decision is DROP:
                 continue
             durable = [q.queue_id for q in queues if q.durable] if send.persistent else []
             if durable:

@@ -125,14 +125,13 @@ class PageSummary:
         return self._stats.get(name)
 
     def names(self) -> Iterator[str]:
-        if self._jms is None:
-            return iter(self._stats)
-        return (name for name in (*self._stats, *JMS_NAMES) if self.stats(name) is not None)
+        return (name for name, _stats in self._all_stats())
 
     def _all_stats(self) -> list[tuple[str, PropertyStats]]:
         if self._jms is None:
             return list(self._stats.items())
-        return [(name, stats) for name in self.names() if (stats := self.stats(name)) is not None]
+        names = (*self._stats, *JMS_NAMES)
+        return [(name, stats) for name in names if (stats := self.stats(name)) is not None]
 
     def to_bytes(self) -> bytes:
         all_stats = self._all_stats()
@@ -197,9 +196,7 @@ class _JmsFold:
         self.persistent = 1 if message.persistent else 0
 
     def fold(self, message: Message) -> None:
-        priority = message.priority
-        if priority not in self.priorities:
-            self.priorities.add(priority)
+        self.priorities.add(message.priority)
         timestamp = message.timestamp
         if timestamp > self.timestamp_max:
             self.timestamp_max = timestamp
