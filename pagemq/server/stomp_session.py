@@ -38,10 +38,12 @@ log = logging.getLogger("pagemq.stomp")
 
 _session_ids = itertools.count(1)
 OUTPUT_HIGH_WATER = 1 << 20
-DURABLE_NAME_HEADERS = ("durable-subscription-name", "activemq.subscriptionName")
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
-ACK_MODES = {mode.value: mode for mode in AckMode}
 BROWSE_BATCH = 256
+
+
+def _durable_name(headers: dict[str, str]) -> str | None:
+    return next((headers[h] for h in ev.DURABLE_NAME_HEADERS if h in headers), None)
 
 
 class Transport(Protocol):
@@ -53,7 +55,7 @@ class Transport(Protocol):
 
 
 class Subscription:
-    __slots__ = ("ack_mode", "browse", "consumer", "destination", "durable_queue", "id", "index")
+    __slots__ = ("ack_mode", "browse", "consumer", "destination", "id", "index")
 
     def __init__(self, sub_id: str, index: int, destination: str, ack_mode: AckMode) -> None:
         self.id = sub_id
@@ -61,7 +63,6 @@ class Subscription:
         self.destination = destination
         self.ack_mode = ack_mode
         self.consumer: Consumer | None = None
-        self.durable_queue: Queue | None = None
         self.browse: Iterator[MessageRef] | None = None
 
 
@@ -210,9 +211,7 @@ class StompSession:
     def _on_subscribe(self, event: ev.Subscribe) -> None:
         if event.id in self.subscriptions:
             raise SubscriptionError(f"subscription id {event.id!r} is already in use")
-        mode = ACK_MODES.get(event.ack)
-        if mode is None:
-            raise SubscriptionError(f"unknown ack mode {event.ack!r}")
+        mode = AckMode(event.ack)  # the event refused any other ack mode
         destination = parse_destination(event.destination)
         compile_filter(event.selector)  # a bad selector is refused before anything changes
         sub = Subscription(event.id, next(self._next_index), event.destination, mode)
@@ -220,8 +219,7 @@ class StompSession:
         if headers.get("browser", "").lower() == "true":
             self._start_browse(sub, destination, event.selector)
         else:
-            queue, selector = self._queue_for(destination, headers, event.selector)
-            sub.durable_queue = queue if queue.durable and destination.routing_type == MULTICAST else None
+            queue, selector = self._queue_for(destination, headers, event.selector, sub.index)
             sub.consumer = self.broker.subscribe(
                 queue, self, key=sub, ack_mode=mode, selector=selector,
                 prefetch=_int_header(headers, PREFETCH_HEADERS, 1000),
@@ -235,16 +233,18 @@ class StompSession:
             self._pump_browse(sub)
 
     def _queue_for(
-        self, destination: Destination, headers: dict[str, str], selector: str | None
+        self, destination: Destination, headers: dict[str, str], selector: str | None, index: int
     ) -> tuple[Queue, str | None]:
-        """The queue a subscription reads, and the selector left for its consumer."""
+        """The queue a subscription reads, and the selector left for its consumer. A plain
+        topic subscription gets its own queue, named by its subscription index (never reused
+        on this connection, so a later subscription cannot land on an earlier one's queue)."""
         broker = self.broker
         address = broker.ensure_address(destination.address, destination.routing_type)
         if destination.routing_type == ANYCAST:
             return broker.ensure_queue(address, destination.address, ANYCAST), selector
-        durable_name = next((headers[h] for h in DURABLE_NAME_HEADERS if h in headers), None)
+        durable_name = _durable_name(headers)
         if durable_name is None:
-            name = f"{destination.address}.{self.session_id}.{len(self._by_index) + 1}"
+            name = f"{destination.address}.{self.session_id}.{index}"
             queue = broker.ensure_queue(
                 address, name, MULTICAST, filter_text=selector, durable=False, temporary=True
             )
@@ -262,7 +262,7 @@ class StompSession:
 
     def _on_unsubscribe(self, event: ev.Unsubscribe) -> None:
         sub = self.subscriptions.pop(event.id or "", None) if event.id else None
-        durable_name = next((event.headers[h] for h in DURABLE_NAME_HEADERS if h in event.headers), None)
+        durable_name = _durable_name(event.headers)
         if sub is None and durable_name is None:
             raise SubscriptionError(f"no subscription with id {event.id!r}")
         if sub is not None:

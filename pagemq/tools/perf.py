@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from pagemq.protocol.stomp.events import ACK_MODES
 from pagemq.tools.perf_client import ClientOptions, PerfError
 from pagemq.tools.perf_runner import PhasePlan, PhaseReport, WorkerPool, split_count
 from pagemq.tools.perf_stats import RoleSummary
@@ -28,7 +29,6 @@ from pagemq.units import ConfigError, parse_duration, parse_size
 __all__ = ["build_parser", "client_options", "main", "phase_plans", "worker_count"]
 
 PHASES = ("produce", "consume", "both", "sequential")
-ACK_MODES = ("auto", "client", "client-individual")
 DEFAULT_DURATION = 10.0
 
 

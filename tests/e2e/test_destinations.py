@@ -73,6 +73,20 @@ def test_two_subscriptions_on_one_connection_each_get_topic_messages(broker, sto
     client.listener.assert_no_more(2)
 
 
+def test_a_topic_subscription_made_after_an_unsubscribe_gets_its_own_copy(broker, stomp_client, queue_name):
+    client = stomp_client(broker)
+    sub_a = client.subscribe(f"/topic/{queue_name}")
+    sub_b = client.subscribe(f"/topic/{queue_name}")
+    client.unsubscribe(sub_a)
+    sub_c = client.subscribe(f"/topic/{queue_name}")
+    for n in range(4):
+        client.send(f"/topic/{queue_name}", f"m{n}", receipt=n == 3)
+    frames = client.wait_for(8)
+    for sub in (sub_b, sub_c):
+        assert bodies(f for f in frames if f.headers["subscription"] == sub) == [f"m{n}" for n in range(4)]
+    client.listener.assert_no_more(8)
+
+
 def test_topic_message_without_subscribers_is_not_kept_for_later_ones(broker, stomp_client, queue_name):
     producer = stomp_client(broker)
     producer.send(f"/topic/{queue_name}", "nobody listens", receipt=True)
