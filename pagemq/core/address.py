@@ -28,13 +28,11 @@ class Address:
         settings: AddressSettings,
         *,
         address_id: int = 0,
-        auto_created: bool = False,
     ) -> None:
         self.name = name
         self.routing_type = routing_type
         self.settings = settings
         self.address_id = address_id
-        self.auto_created = auto_created
         self.queues: dict[str, Queue] = {}
         self.anycast_queues = 0  # kept by the broker: a send to /queue/NAME needs one
         self.bytes_in_memory = 0
@@ -50,7 +48,7 @@ class Address:
         """The queues this message goes to; filters are applied here, at routing time."""
         matching = [
             q for q in self.queues.values()
-            if q.routing_type == routing_type and (q.filter is None or q.accepts(message))
+            if q.routing_type == routing_type and q.accepts(message)
         ]
         if routing_type == MULTICAST or len(matching) <= 1:
             return matching

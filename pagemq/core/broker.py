@@ -206,7 +206,6 @@ class Broker:
         if auto and not self.settings.match(name).auto_create_addresses:
             raise NotFound(f"address {name!r} does not exist and auto-create-addresses is off")
         address = self._create_address(name, routing_type, self.new_id())
-        address.auto_created = auto
         self.store.add_address(AddressRecord(address.address_id, name, routing_type))
         return address
 
@@ -420,8 +419,7 @@ class Broker:
 
     def acknowledge(self, queue: Queue, refs: Iterable[MessageRef]) -> None:
         for ref in refs:
-            queue.counters.acknowledged += 1
-            self._release_ref(queue, ref)
+            self.settle(queue, ref)
         queue.dispatch()
 
     def settle(self, queue: Queue, ref: MessageRef) -> None:

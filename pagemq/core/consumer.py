@@ -12,6 +12,7 @@ import enum
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.errors import UnknownDelivery
+from pagemq.core.selector.properties import message_view
 
 if TYPE_CHECKING:
     from pagemq.core.message import Message
@@ -96,11 +97,7 @@ class Consumer:
 
     def accepts(self, message: Message) -> bool:
         selector = self.selector
-        if selector is None:
-            return True
-        from pagemq.core.selector.properties import message_view
-
-        return selector.matches_headers(message_view(message))
+        return selector is None or selector.matches_headers(message_view(message))
 
     def deliver(self, ref: MessageRef) -> None:
         """Hand one ref to the sink; the queue has already taken it off its pending list."""

@@ -64,7 +64,3 @@ class MemoryAccountant:
         waiters, self._waiters = self._waiters, []
         still = [retry for retry in waiters if not retry()]
         self._waiters = still + self._waiters
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)

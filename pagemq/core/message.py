@@ -19,7 +19,6 @@ _DICT_BASE = sys.getsizeof({})
 _DICT_PER_ITEM = 40                     # amortised hash-table slot + index for small dicts
 _REF_OVERHEAD = 120                     # one queue's reference: the small object + list/heap slot
 
-PERSISTENT_HEADER = "persistent"
 
 
 class Message:

@@ -344,7 +344,6 @@ class AddressPager:
         self._open: dict[int, set[int]] = {}
         # page -> "complete" record ids to delete with the page
         self._complete_ids: dict[int, list[int]] = {}
-        self.bytes_in_memory = 0
         self.records_on_disk = 0
         self.bytes_on_disk = 0
         self._summaries: dict[int, PageSummary | None] = {}
@@ -375,17 +374,14 @@ class AddressPager:
             routed += queues
         page_no, _first, future = self.store.append(records, summary_input=[m for m, _ in items])
         self._on_disk(page_no, len(records), size)
-        holders = self._open.get(page_no)
-        if holders is None:
-            holders = self._open[page_no] = set()
-        cursors = self.cursors
+        holders = self._open.setdefault(page_no, set())
         for queue in routed:
             holders.add(queue.queue_id)
             queue.counters.added += 1
-            (cursors.get(queue.queue_id) or self.cursor(queue)).on_paged(page_no)
+            self.cursor(queue).on_paged(page_no)
         if future is not None:
             self._watch(future, (page_no, routed, len(records), size))
-        for queue in routed if len(routed) == 1 else dict.fromkeys(routed):
+        for queue in dict.fromkeys(routed):
             if queue.consumers:
                 queue.dispatch()
         return future
@@ -447,12 +443,10 @@ class AddressPager:
     # -- memory ---------------------------------------------------------------------------
 
     def charge(self, size: int) -> None:
-        self.bytes_in_memory += size
         self.address.charge(size)
         self.broker.memory.charge(size)
 
     def release(self, size: int) -> None:
-        self.bytes_in_memory -= size
         self.address.release(size)
         self.broker.memory.release(size)
 

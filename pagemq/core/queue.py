@@ -271,5 +271,3 @@ class Queue:
             return True
         return self.filter.matches_headers(message_view(message))
 
-    def has_selective_consumers(self) -> bool:
-        return self._selective > 0
