@@ -406,7 +406,7 @@ class AddressPager:
         if selector is None:
             return True
         if page_no not in self._summaries:
-            info = next((p for p in self.store.pages() if p.page_no == page_no), None)
+            info = self.store.page_info(page_no)
             blob = info.selector_summary if info is not None and info.closed else None
             summary = None
             if blob:
@@ -517,7 +517,7 @@ class AddressPager:
         return sum(c.unread for c in self.cursors.values())
 
     def page_files(self) -> int:
-        return len(self.store.pages())
+        return self.store.page_count()
 
     # -- start-up -------------------------------------------------------------------------
 

@@ -86,8 +86,6 @@ class StoreAck:
 
 StoreOp = StoreMessage | StoreAck
 
-Completion = "asyncio.Future[None] | None"
-
 
 class MessageStore(Protocol):
     def load(self) -> Recovered: ...

@@ -81,7 +81,6 @@ class GroupCommitWriter:
         self._handle_no = -1
         self.flushes = 0
         self.batches = 0
-        self.bytes_written = 0
 
     @property
     def running(self) -> bool:
@@ -104,6 +103,7 @@ class GroupCommitWriter:
                 raise _refusal(self.error)
             if self._closing or self._loop is None:
                 raise JournalError("journal is not running (not started, or closed)")
+            idle = not self._segments and self._future is None  # the writer may be waiting
             if self._segments and self._segments[-1][0] == file_no:
                 self._segments[-1][1].extend(data)
             else:
@@ -115,7 +115,8 @@ class GroupCommitWriter:
                 future = self._future
                 if future is None:
                     future = self._future = self._loop.create_future()
-            self._cond.notify()
+            if idle:
+                self._cond.notify()
             return future
 
     def flush_future(self) -> asyncio.Future[None]:
@@ -177,11 +178,11 @@ class GroupCommitWriter:
             for file_no, data in segments:
                 if file_no != self._handle_no:
                     step = "roll"
-                    created = self._roll(file_no) or created
+                    self._roll(file_no)
+                    created = True
                 assert self._handle is not None
                 step, path, offset = "write", self._handle.path, self._handle.size
                 self._handle.write(data)
-                self.bytes_written += len(data)
             if self._sync and segments and self._handle is not None:
                 step, path, offset = "fsync", self._handle.path, self._handle.size
                 self._handle.fsync()
@@ -199,7 +200,7 @@ class GroupCommitWriter:
         self.batches += 1
         return None
 
-    def _roll(self, file_no: int) -> bool:
+    def _roll(self, file_no: int) -> None:
         """Make the previous file durable before the next one starts, whatever `sync` says.
 
         That keeps a torn tail possible only in the newest file, which is the one file
@@ -212,7 +213,6 @@ class GroupCommitWriter:
         path = self._path_for(file_no)
         self._handle = self._fileio.open_append(path)
         self._handle_no = file_no
-        return True
 
     def _resolve(self, future: asyncio.Future[None] | None, error: JournalError | None) -> None:
         if future is None or self._loop is None:

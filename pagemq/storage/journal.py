@@ -349,30 +349,26 @@ class Journal:
     def add(self, id: int, type: int, payload: bytes, *, sync: bool = False) -> asyncio.Future[None] | None:
         if id in self._records:
             raise DuplicateRecordError(f"journal record {id} is already live")
-        seq = self._next_seq
-        data = rec.AddRecord(seq, id, type, payload).encode()
-        file, offset = self._place(len(data))
-        self._apply_add(file, seq, id, type, offset + _PAYLOAD_AT, len(payload))
-        return self._append(file, data, seq, sync)
+        return self._write_op(OpKind.ADD, id, type, payload, sync)
 
     def update(
         self, id: int, type: int, payload: bytes, *, sync: bool = False
     ) -> asyncio.Future[None] | None:
         if id not in self._records:
             raise UnknownRecordError(f"journal record {id} is not live: cannot update it")
-        seq = self._next_seq
-        data = rec.UpdateRecord(seq, id, type, payload).encode()
-        file, offset = self._place(len(data))
-        self._apply_update(file, seq, id, type, offset + _PAYLOAD_AT, len(payload))
-        return self._append(file, data, seq, sync)
+        return self._write_op(OpKind.UPDATE, id, type, payload, sync)
 
     def delete(self, id: int, *, sync: bool = False) -> asyncio.Future[None] | None:
         if id not in self._records:
             raise UnknownRecordError(f"journal record {id} is not live: cannot delete it")
+        return self._write_op(OpKind.DELETE, id, 0, b"", sync)
+
+    def _write_op(self, kind: OpKind, id: int, type: int, payload: bytes, sync: bool
+                  ) -> asyncio.Future[None] | None:
         seq = self._next_seq
-        data = rec.DeleteRecord(seq, id).encode()
-        file, _offset = self._place(len(data))
-        self._apply_delete(file, seq, id)
+        data = rec.encode_op(kind, seq, id, type, payload)
+        file, offset = self._place(len(data))
+        self._apply(file, seq, kind, id, type, offset + _PAYLOAD_AT, len(payload))
         return self._append(file, data, seq, sync)
 
     def transaction(self, ops: Sequence[Op], *, sync: bool = False) -> asyncio.Future[None] | None:
@@ -495,7 +491,7 @@ class Journal:
         appended to, so without this a drained broker would keep its last file forever."""
         cur = self._cur
         if (cur is None or cur.size < IDLE_ROLL_BYTES or self._writer.error is not None
-                or cur.needed() >= self.compact_min_live_ratio * cur.ops):
+                or not self._sparse(cur)):
             return
         self._roll()
 
@@ -536,13 +532,17 @@ class Journal:
         self._sync_directories(report)
         return True
 
+    def _sparse(self, file: _DataFile) -> bool:
+        """Few enough of its ops are still needed that copying them out is worth it."""
+        return file.needed() < self.compact_min_live_ratio * file.ops
+
     def _pick_sparse(self) -> list[_DataFile]:
         """Files whose needed ops are under the ratio, oldest first, about one file's worth."""
         picked: list[_DataFile] = []
         planned = 0
         for file in sorted(self._files.values(), key=lambda f: f.file_no):
             needed = file.needed()
-            if not needed or needed >= self.compact_min_live_ratio * file.ops or not self._settled(file):
+            if not needed or not self._sparse(file) or not self._settled(file):
                 continue
             estimate = file.size * needed // file.ops
             if picked and planned + estimate > self.file_size:
@@ -593,11 +593,9 @@ class Journal:
         offsets = []
         for seq, kind, id, loc, _target in entries:
             if loc is None:
-                data = rec.DeleteRecord(seq, id).encode()
+                data = rec.encode_op(OpKind.DELETE, seq, id, 0, b"")
             else:
-                payload = payloads[loc.file_no, loc.offset]
-                codec = rec.AddRecord if kind == OpKind.ADD else rec.UpdateRecord
-                data = codec(seq, id, loc.type, payload).encode()
+                data = rec.encode_op(kind, seq, id, loc.type, payloads[loc.file_no, loc.offset])
             offsets.append(position + _PAYLOAD_AT)
             chunks.append(data)
             position += len(data)

@@ -225,8 +225,7 @@ class JournalMessageStore:
         return self.journal.flush()
 
     def cleanup(self) -> dict[str, int]:
-        report = self.journal.cleanup()
-        return dict(vars(report)) if hasattr(report, "__dict__") else dict(report)  # type: ignore[call-overload]
+        return dict(vars(self.journal.cleanup()))
 
     async def close(self) -> None:
         await self.journal.close()

@@ -111,6 +111,13 @@ def _check_fields(id: int, type: int) -> None:
         raise ValueError(f"record type {type} is outside 0..65535")
 
 
+def encode_op(kind: OpKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
+    """One ADD, UPDATE or DELETE record (an op kind equals its record kind). The journal's
+    append path calls this directly rather than building a record object to encode."""
+    _check_fields(id, type)
+    return _frame(RecordKind(kind), seq, id, type, payload)
+
+
 def _frame(kind: RecordKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
     header = RECORD_HEADER.pack(kind, len(payload), seq, id, type)
     crc = zlib.crc32(payload, zlib.crc32(header))
@@ -152,8 +159,7 @@ class AddRecord:
     payload: bytes
 
     def encode(self) -> bytes:
-        _check_fields(self.id, self.type)
-        return _frame(RecordKind.ADD, self.seq, self.id, self.type, self.payload)
+        return encode_op(OpKind.ADD, self.seq, self.id, self.type, self.payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +170,7 @@ class UpdateRecord:
     payload: bytes
 
     def encode(self) -> bytes:
-        _check_fields(self.id, self.type)
-        return _frame(RecordKind.UPDATE, self.seq, self.id, self.type, self.payload)
+        return encode_op(OpKind.UPDATE, self.seq, self.id, self.type, self.payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +179,7 @@ class DeleteRecord:
     id: int
 
     def encode(self) -> bytes:
-        _check_fields(self.id, 0)
-        return _frame(RecordKind.DELETE, self.seq, self.id, 0, b"")
+        return encode_op(OpKind.DELETE, self.seq, self.id, 0, b"")
 
 
 @dataclass(frozen=True, slots=True)

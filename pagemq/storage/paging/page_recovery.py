@@ -95,7 +95,7 @@ def recover_folder(folder: Path, address: str, fileio: FileIO) -> RecoveredFolde
     last = max(pages, default=0)
     for page_no in sorted(pages):
         result.highest_page = max(result.highest_page, page_no)
-        summary = _valid_summary(folder, page_no, address, fileio, pages[page_no], summaries)
+        summary = _valid_summary(page_no, address, fileio, pages[page_no], summaries)
         if summary is not None:                                        # 5
             result.summaries_read += 1
             result.pages.append(
@@ -149,7 +149,7 @@ def _highest_used(folder: Path, fileio: FileIO) -> int:
 
 
 def _valid_summary(
-    folder: Path, page_no: int, address: str, fileio: FileIO, page: Path, summaries: dict[int, Path]
+    page_no: int, address: str, fileio: FileIO, page: Path, summaries: dict[int, Path]
 ) -> PageSummaryRecord | None:
     path = summaries.get(page_no)
     if path is None:

@@ -297,6 +297,13 @@ class PageStore:
     def pages(self) -> list[PageInfo]:
         return [page.info() for page in sorted(self._pages.values(), key=lambda p: p.page_no)]
 
+    def page_info(self, page_no: int) -> PageInfo | None:
+        page = self._pages.get(page_no)
+        return page.info() if page is not None else None
+
+    def page_count(self) -> int:
+        return len(self._pages)
+
     def live_page_no(self) -> int:
         return self._live.page_no
 
