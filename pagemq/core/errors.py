@@ -67,17 +67,3 @@ class StorageFailure(BrokerError):
 
     code = "storage-failure"
     http_status = 503
-
-
-ERROR_KINDS: tuple[type[BrokerError], ...] = (
-    BrokerError,
-    NotFound,
-    InvalidDestination,
-    InvalidSelector,
-    AddressFull,
-    DiskFull,
-    UnknownDelivery,
-    TransactionError,
-    SubscriptionError,
-    StorageFailure,
-)

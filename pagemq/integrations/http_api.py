@@ -83,17 +83,18 @@ def _label(value: str) -> str:
 
 def render_metrics(broker: Broker, stats: dict[str, int]) -> str:
     lines: list[str] = []
+    addresses = [(name, broker.address_info(name)) for name in sorted(broker.addresses)]
+    queues = [(name, broker.queue_info(name)) for name in sorted(broker.queues)]
     for field, kind, help_text in _ADDRESS_METRICS:
         metric = f"pagemq_address_{field}"
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
-        for name in sorted(broker.addresses):
-            value = broker.address_info(name)[field]
+        for name, info in addresses:
+            value = info[field]
             lines.append(f'{metric}{{address="{_label(name)}"}} {int(value)}')  # type: ignore[call-overload]
     for field, kind, help_text in _QUEUE_METRICS:
         metric = f"pagemq_queue_{field}"
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
-        for name in sorted(broker.queues):
-            info = broker.queue_info(name)
+        for name, info in queues:
             lines.append(
                 f'{metric}{{queue="{_label(name)}",address="{_label(str(info["address"]))}"}} '
                 f"{info[field]}"

@@ -16,7 +16,6 @@ import signal
 import time
 from collections.abc import Callable
 
-from pagemq.core.address import ANYCAST
 from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
@@ -130,10 +129,7 @@ class BrokerServer:
         broker = self.broker
         for address_config in self.config.addresses:
             address = broker.ensure_address(address_config.name, address_config.routing_type, auto=False)
-            queues = address_config.queues
-            if not queues and address_config.routing_type == ANYCAST:
-                broker.ensure_queue(address, address_config.name, ANYCAST)
-            for queue_config in queues:
+            for queue_config in address_config.queues:  # an anycast one has at least its own
                 broker.ensure_queue(
                     address, queue_config.name, address_config.routing_type,
                     filter_text=queue_config.filter, durable=queue_config.durable,

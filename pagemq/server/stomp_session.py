@@ -462,9 +462,8 @@ class StompSession:
             self.write(frame)
             return
         self._replies.append((future, frame))
-        if future is not None and future is not self._watched:
-            self._watched = future
-            future.add_done_callback(self._drain_replies)
+        if future is not None:
+            self._watch_failure(future)
 
     def _drain_replies(self, _future: object = None) -> None:
         replies = self._replies

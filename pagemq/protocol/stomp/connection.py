@@ -37,11 +37,11 @@ class VersionMismatch(RemoteProtocolError):
 def _dispatch_tables() -> dict[State, dict[str, tuple[State, Builder | None]]]:
     """Per state: command -> (next state, event builder); None builds a Connect."""
     tables: dict[State, dict[str, tuple[State, Builder | None]]] = {state: {} for state in State}
-    for (state, event_type), target in TRANSITIONS.items():
-        for command, command_event in COMMAND_EVENTS.items():
-            if command_event is event_type:
-                builder = BUILDERS[command][1] if command in BUILDERS else None
-                tables[state][command] = (target, builder)
+    for command, event_type in COMMAND_EVENTS.items():
+        for state in State:
+            target = TRANSITIONS.get((state, event_type))
+            if target is not None:
+                tables[state][command] = (target, BUILDERS.get(command))
     return tables
 
 

@@ -215,16 +215,17 @@ def from_disconnect(headers: dict[str, str], body: bytes, version: str) -> Disco
 
 Builder = Callable[[dict[str, str], bytes, str], Event]
 
-# Command -> (event type, builder) for every frame a client may send once connected.
-# CONNECT/STOMP are built by the connection, which negotiates the version first.
-BUILDERS: dict[str, tuple[type, Builder]] = {
-    "SEND": (Send, from_send),
-    "SUBSCRIBE": (Subscribe, from_subscribe),
-    "UNSUBSCRIBE": (Unsubscribe, from_unsubscribe),
-    "ACK": (Ack, from_ack),
-    "NACK": (Nack, from_nack),
-    "BEGIN": (Begin, from_begin),
-    "COMMIT": (Commit, from_commit),
-    "ABORT": (Abort, from_abort),
-    "DISCONNECT": (Disconnect, from_disconnect),
+# Command -> builder for every frame a client may send once connected (its event type is
+# in state.COMMAND_EVENTS). CONNECT/STOMP are built by the connection, which negotiates the
+# version first.
+BUILDERS: dict[str, Builder] = {
+    "SEND": from_send,
+    "SUBSCRIBE": from_subscribe,
+    "UNSUBSCRIBE": from_unsubscribe,
+    "ACK": from_ack,
+    "NACK": from_nack,
+    "BEGIN": from_begin,
+    "COMMIT": from_commit,
+    "ABORT": from_abort,
+    "DISCONNECT": from_disconnect,
 }
