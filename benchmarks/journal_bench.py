@@ -15,33 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+from pipeline import pipelined
+
 from pagemq.storage.journal import Journal
-
-
-async def _pipelined(journal: Journal, count: int, window: int, append: object) -> None:
-    """Issue appends, awaiting the oldest batch future whenever `window` are outstanding."""
-    pending: collections.deque[tuple[asyncio.Future[None], int]] = collections.deque()
-    outstanding = 0
-    for i in range(count):
-        future = append(i)  # type: ignore[operator]
-        if pending and pending[-1][0] is future:
-            pending[-1] = (future, pending[-1][1] + 1)
-        else:
-            pending.append((future, 1))
-        outstanding += 1
-        while outstanding >= window:
-            oldest, covered = pending.popleft()
-            await oldest
-            outstanding -= covered
-        if i % 256 == 255:
-            await asyncio.sleep(0)  # let resolved futures' callbacks run, as a broker would
-    await asyncio.gather(*(future for future, _ in pending))
 
 
 def _report(name: str, count: int, seconds: float, before: dict[str, int], after: dict[str, int]) -> None:
@@ -60,11 +41,11 @@ async def _bench(directory: Path, count: int, payload_size: int, window: int, sy
     payload = b"p" * payload_size
 
     before, started = journal.stats(), time.perf_counter()
-    await _pipelined(journal, count, window, lambda i: journal.add(i, 1, payload, sync=True))
+    await pipelined(count, window, lambda i: journal.add(i, 1, payload, sync=True))
     _report(f"add {payload_size} B, sync", count, time.perf_counter() - started, before, journal.stats())
 
     before, started = journal.stats(), time.perf_counter()
-    await _pipelined(journal, count, window, lambda i: journal.delete(i, sync=True))
+    await pipelined(count, window, lambda i: journal.delete(i, sync=True))
     _report("delete, sync", count, time.perf_counter() - started, before, journal.stats())
 
     before, started = journal.stats(), time.perf_counter()

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from pipeline import pipelined
 
 from pagemq.core.message import Message
 from pagemq.storage.message_codec import decode_message, encode_message
@@ -57,27 +57,6 @@ def _codec(count: int) -> None:
     print(f"{'codec decode':<30} {decode_rate:>12,.0f} msg/s")
 
 
-async def _pipelined(count: int, window: int, append: Callable[[int], asyncio.Future[None] | None]) -> None:
-    """Issue appends, awaiting the oldest batch future whenever `window` are outstanding."""
-    pending: collections.deque[tuple[asyncio.Future[None], int]] = collections.deque()
-    outstanding = 0
-    for i in range(count):
-        future = append(i)
-        assert future is not None
-        if pending and pending[-1][0] is future:
-            pending[-1] = (future, pending[-1][1] + 1)
-        else:
-            pending.append((future, 1))
-        outstanding += 1
-        while outstanding >= window:
-            oldest, covered = pending.popleft()
-            await oldest
-            outstanding -= covered
-        if i % 256 == 255:
-            await asyncio.sleep(0)  # let resolved futures' callbacks run, as a broker would
-    await asyncio.gather(*(future for future, _ in pending))
-
-
 def _store(directory: Path, page_size: int, sync_timeout: float) -> PageStore:
     store = PageStore(directory, "bench", page_size_bytes=page_size, sync_timeout=sync_timeout)
     store.open()
@@ -98,7 +77,7 @@ async def _append(directory: Path, count: int, window: int, page_size: int, sync
             return store.append([PagedRecord(i, (1, 2), True, payload)])[2]
 
         started = time.perf_counter()
-        await _pipelined(count, window, one)
+        await pipelined(count, window, one)
         seconds = time.perf_counter() - started
         stats = store.stats()
         await store.close()
@@ -126,7 +105,7 @@ async def _fill(directory: Path, count: int, page_size: int, sync_timeout: float
     store = _store(directory, page_size, sync_timeout)
     encoded = encode_message(_message(0))
     started = time.perf_counter()
-    await _pipelined(count, 5000, lambda i: store.append([PagedRecord(i, (1,), True, encoded)])[2])
+    await pipelined(count, 5000, lambda i: store.append([PagedRecord(i, (1,), True, encoded)])[2])
     await store.close()
     seconds = time.perf_counter() - started
     print(f"{'fill for open test':<30} {count / seconds:>12,.0f} msg/s   ({count} messages)")

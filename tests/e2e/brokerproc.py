@@ -313,18 +313,27 @@ class BrokerProcess:
 
     def wait_queue(self, name: str, timeout: float = WAIT, **expected: Any) -> dict[str, Any]:
         """Poll a queue until every given field has the expected value; returns the queue."""
+        return self.wait_api(f"/api/queues/{name}", f"queue {name}", timeout, expected)
+
+    def wait_api(self, path: str, label: str, timeout: float, expected: Mapping[str, Any],
+                 shown: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """Poll a management view until every expected field has its value; returns the view.
+        On timeout the error shows what was last seen (only `expected` + `shown` if given)."""
         seen: dict[str, Any] = {}
 
         def matches() -> bool:
-            status, body = self.http_get(f"/api/queues/{name}")
+            status, body = self.http_get(path)
             seen.clear()
             seen.update(body if isinstance(body, dict) else {"status": status})
             return status == 200 and all(body.get(k) == v for k, v in expected.items())
 
         try:
-            wait_until(matches, timeout, what=f"queue {name} to have {expected}")
+            wait_until(matches, timeout, what=f"{label} to have {dict(expected)}")
         except AssertionError:
-            raise AssertionError(f"queue {name}: expected {expected} within {timeout}s, got {seen}") from None
+            last = seen if shown is None else {k: seen.get(k) for k in (*expected, *shown)}
+            raise AssertionError(
+                f"{label}: expected {dict(expected)} within {timeout}s, got {last}"
+            ) from None
         return dict(seen)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from brokerproc import WAIT, BrokerProcess, StompClient, wait_until
+from brokerproc import WAIT, BrokerProcess, StompClient
 
 KIB = 1024
 SEP = "|"
@@ -57,16 +57,22 @@ def send_all(client: StompClient, destination: str, names: Iterable[str], *, siz
         hdrs["persistent"] = "true"
     if transaction is not None:
         hdrs["transaction"] = transaction
+    send_receipted(client, destination, [(name, hdrs) for name in names], size=size, timeout=timeout)
+    return names
+
+
+def send_receipted(client: StompClient, destination: str, messages: list[tuple[str, dict[str, str]]],
+                   *, size: int, timeout: float) -> None:
+    """Send (label, headers) pairs, receipts pipelined; wait for every receipt (no ERROR)."""
     tag = uuid.uuid4().hex[:8]
-    receipt_ids = [f"send-{tag}-{n}" for n in range(len(names))]
-    for name, receipt_id in zip(names, receipt_ids, strict=True):
+    receipt_ids = [f"send-{tag}-{n}" for n in range(len(messages))]
+    for (name, hdrs), receipt_id in zip(messages, receipt_ids, strict=True):
         client.conn.send(destination, body(name, size), headers={**hdrs, "receipt": receipt_id})
     listener = client.listener
     wanted = set(receipt_ids)
     listener.wait(lambda: wanted <= set(listener.receipts) or bool(listener.errors), timeout,
-                  f"{len(names)} send receipts")
+                  f"{len(messages)} send receipts")
     assert not listener.errors, f"ERROR while sending: {[(e.headers, e.body) for e in listener.errors]}"
-    return names
 
 
 def send_until_error(client: StompClient, destination: str, limit: int, *, size: int = KIB,
@@ -156,20 +162,8 @@ def ack_frames(client: StompClient, frames: list[Any], ack: str = "client-indivi
 
 def wait_address(proc: BrokerProcess, name: str, timeout: float = WAIT, **expected: Any) -> dict[str, Any]:
     """Poll an address until every given field has the expected value; returns the address."""
-    seen: dict[str, Any] = {}
-
-    def matches() -> bool:
-        status, info = proc.http_get(f"/api/addresses/{name}")
-        seen.clear()
-        seen.update(info if isinstance(info, dict) else {"status": status})
-        return status == 200 and all(info.get(k) == v for k, v in expected.items())
-
-    try:
-        wait_until(matches, timeout, what=f"address {name} to have {expected}")
-    except AssertionError:
-        raise AssertionError(f"address {name}: expected {expected} within {timeout}s, got "
-                             f"{ {k: seen.get(k) for k in (*expected, 'paging', 'messages')} }") from None
-    return dict(seen)
+    return proc.wait_api(f"/api/addresses/{name}", f"address {name}", timeout, expected,
+                         shown=("paging", "messages"))
 
 
 # -- disk ---------------------------------------------------------------------------------

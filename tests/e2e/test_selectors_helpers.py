@@ -8,12 +8,11 @@ message gets its own headers, and a drain that acknowledges as it goes. Every wa
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from brokerproc import StompClient
-from test_paging_helpers import KIB, body, label, labels
+from test_paging_helpers import KIB, label, labels, send_receipted
 
 
 def is_browser_end(frame: Any) -> bool:
@@ -63,22 +62,14 @@ def send_each(client: StompClient, destination: str,
               messages: Iterable[tuple[str, Mapping[str, Any]]], *, size: int = KIB,
               persistent: bool = True, timeout: float = 10.0) -> list[str]:
     """Send (label, headers) pairs with pipelined receipts; wait for all (no ERROR)."""
-    messages = list(messages)
-    tag = uuid.uuid4().hex[:8]
-    receipt_ids = []
-    for n, (name, headers) in enumerate(messages):
+    prepared = []
+    for name, headers in messages:
         hdrs = {k: str(v) for k, v in headers.items()}
         if persistent:
             hdrs["persistent"] = "true"
-        receipt_id = f"each-{tag}-{n}"
-        receipt_ids.append(receipt_id)
-        client.conn.send(destination, body(name, size), headers={**hdrs, "receipt": receipt_id})
-    listener = client.listener
-    wanted = set(receipt_ids)
-    listener.wait(lambda: wanted <= set(listener.receipts) or bool(listener.errors), timeout,
-                  f"{len(messages)} send receipts")
-    assert not listener.errors, f"ERROR while sending: {[(e.headers, e.body) for e in listener.errors]}"
-    return [name for name, _ in messages]
+        prepared.append((name, hdrs))
+    send_receipted(client, destination, prepared, size=size, timeout=timeout)
+    return [name for name, _ in prepared]
 
 
 def drain(client: StompClient, destination: str, count: int, *, headers: Mapping[str, Any] | None = None,
