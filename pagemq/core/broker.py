@@ -433,11 +433,21 @@ class Broker:
             queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
             return
         message = ref.message
+        last = self._durable_release(queue, message)
+        if last is not None:
+            self.store.acknowledge(message.message_id, queue.queue_id, last=last)
+        self._unhold(queue, message)
+
+    def _durable_release(self, queue: Queue, message: Message) -> bool | None:
+        """Count `queue`'s durable hold on `message` off: whether it was the last one, or
+        None when the queue held no durable record of it."""
         if message.persistent and queue.durable and message.durable_refs > 0:
             message.durable_refs -= 1
-            self.store.acknowledge(
-                message.message_id, queue.queue_id, last=message.durable_refs == 0
-            )
+            return message.durable_refs == 0
+        return None
+
+    def _unhold(self, queue: Queue, message: Message) -> None:
+        """Count `queue`'s hold on `message` off; the last one frees its memory."""
         message.refs -= 1
         if message.refs == 0:
             size = message.memory_size
@@ -528,9 +538,9 @@ class Broker:
             queue = consumer.queue
             if ref.page_pos is not None:
                 continue
-            if message.persistent and queue.durable and message.durable_refs > 0:
-                message.durable_refs -= 1
-                ops.append(StoreAck(message.message_id, queue.queue_id, message.durable_refs == 0))
+            last = self._durable_release(queue, message)
+            if last is not None:
+                ops.append(StoreAck(message.message_id, queue.queue_id, last))
         futures.append(self.store.transaction(ops, sync=True) if ops else None)
         for message, queues, durable in routed:
             self._deliver_new(message, queues, durable)
@@ -544,11 +554,7 @@ class Broker:
                 queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
                 paged_acks = True
                 continue
-            message = ref.message
-            message.refs -= 1
-            if message.refs == 0:
-                queue.address.release(message.memory_size)
-                self.memory.release(message.memory_size)
+            self._unhold(queue, ref.message)
         if paged_acks:
             futures.append(self.flush())  # the COMMIT's receipt promises these acks too
         for queue in touched:
