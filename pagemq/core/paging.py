@@ -115,11 +115,7 @@ class PageCursor:
             ref = self._next_ref()
             if ref is None:
                 return
-            size = ref.message.memory_size
-            self.unread -= 1
-            self.in_memory += 1
-            self.bytes_in_memory += size
-            self.pager.charge(size)
+            self._into_memory(ref.message.memory_size)
             queue.add_depaged(ref)
         self.pager.maybe_leave_paging()
 
@@ -210,14 +206,18 @@ class PageCursor:
             if not consumer.accepts(message):
                 continue
             page.claimed.add(ordinal)
-            self.unread -= 1
-            self.in_memory += 1
-            self.bytes_in_memory += message.memory_size
-            self.pager.charge(message.memory_size)
+            self._into_memory(message.memory_size)
             consumer.deliver(self._ref(message, page_no, ordinal))
             if not consumer.has_credit():
                 return False
         return True
+
+    def _into_memory(self, size: int) -> None:
+        """One record read from disk is now held in memory (charged to the budgets)."""
+        self.unread -= 1
+        self.in_memory += 1
+        self.bytes_in_memory += size
+        self.pager.charge(size)
 
     def _ref(self, message: Message, page_no: int, ordinal: int) -> MessageRef:
         ref = MessageRef(message, (page_no, ordinal))
