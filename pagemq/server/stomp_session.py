@@ -25,6 +25,7 @@ from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.broker import Blocked, Broker, compile_filter
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, SubscriptionError, TransactionError, UnknownDelivery
+from pagemq.core.message import Message
 from pagemq.core.queue import Queue
 from pagemq.core.selector import Selector
 from pagemq.core.selector.properties import message_view
@@ -374,21 +375,26 @@ class StompSession:
         sub: Subscription = consumer.key  # type: ignore[assignment]
         message = ref.message
         message_id = str(message.message_id)
+        extra = []
+        if self.protocol.version == "1.2":
+            extra.append(("ack", f"{sub.index}.{tag}"))
+        elif sub.ack_mode is not AckMode.AUTO:
+            self._msgid_acks[message_id] = (sub.index, tag)
+        if ref.delivery_count > 1:
+            extra.append(("redelivered", "true"))
+        self.write(self._message_frame(sub, message, message_id, extra))
+
+    def _message_frame(self, sub: Subscription, message: Message, message_id: str,
+                       extra: list[tuple[str, str]]) -> bytes:
+        """A MESSAGE frame: our own headers, then the producer's (minus those we set)."""
         headers = [
             ("message-id", message_id),
             ("destination", sub.destination),
             ("subscription", sub.id),
+            *extra,
         ]
-        if self.protocol.version == "1.2":
-            headers.append(("ack", f"{sub.index}.{tag}"))
-        elif sub.ack_mode is not AckMode.AUTO:
-            self._msgid_acks[message_id] = (sub.index, tag)
-        if ref.delivery_count > 1:
-            headers.append(("redelivered", "true"))
-        for item in message.headers.items():
-            if item[0] not in _OWN_HEADERS:
-                headers.append(item)
-        self.write(self.protocol.message(headers, message.body))
+        headers.extend([item for item in message.headers.items() if item[0] not in _OWN_HEADERS])
+        return self.protocol.message(headers, message.body)
 
     # -- browsing -------------------------------------------------------------------------
 
@@ -408,13 +414,7 @@ class StompSession:
             return
         for sent, ref in enumerate(browse, 1):
             message = ref.message
-            headers = [
-                ("message-id", str(message.message_id)),
-                ("destination", sub.destination),
-                ("subscription", sub.id),
-            ]
-            headers.extend(i for i in message.headers.items() if i[0] not in _OWN_HEADERS)
-            self.write(self.protocol.message(headers, message.body))
+            self.write(self._message_frame(sub, message, str(message.message_id), []))
             if not self._writable:
                 return  # set_writable(True) resumes this browse
             if sent >= BROWSE_BATCH:
