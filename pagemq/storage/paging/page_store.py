@@ -307,6 +307,18 @@ class PageStore:
     def live_page_no(self) -> int:
         return self._live.page_no
 
+    def fully_readable(self, page_no: int) -> bool:
+        """Whether `read_page` would now see every record appended to the page so far.
+
+        False while a batch for it is still queued or being written: a reader made now would
+        end early, and a cursor must wait for `flush()` rather than take the page as read.
+        """
+        page = self._pages.get(page_no)
+        if page is None or page.previous_run:
+            return True
+        visible = self._writer.visible_size(page_no) if self._writer is not None else None
+        return visible is not None and visible >= page.stats.good_size
+
     def read_page(self, page_no: int, start_ordinal: int = 0) -> Iterator[tuple[int, PagedRecord]]:
         """(ordinal, record) from `start_ordinal` on, of records readable now (see module doc).
 
