@@ -10,8 +10,12 @@ number followed by K, M, G (and, as an extension, T), each optionally followed b
 `"10M"`, `"10MB"` and `"10MiB"` are all 10 * 1024**2 bytes; pagemq keeps that meaning so that
 values copied from a broker.xml mean the same thing here. -1 means "disabled".
 
-Durations are a number with a unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`) or an integer
-number of nanoseconds, as Artemis' `page-sync-timeout`; they come back as float seconds.
+Durations are a number with a unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`) or a bare
+integer, which counts in the unit Artemis (or ActiveMQ Classic) uses for that key: the caller
+says which (`bare_unit`), because one unit for every key is wrong for most of them. Artemis
+spells `page-sync-timeout` in nanoseconds but its periods (`disk-scan-period`, KahaDB's
+`cleanupInterval`) in milliseconds, so `disk-scan-period = 5000` copied from a broker.xml must
+mean 5 s, not 5 us. They come back as float seconds.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import TypeGuard
 
 __all__ = [
     "DISABLED",
+    "MILLISECONDS",
+    "NANOSECONDS",
     "ConfigError",
     "format_size",
     "key_path",
@@ -52,7 +58,9 @@ _SECONDS_PER_UNIT = {
     "min": 60.0,
     "h": 3600.0,
 }
-_DURATION_HINT = '(use integer nanoseconds or a unit like "5s" or "3ms")'
+NANOSECONDS = "ns"
+MILLISECONDS = "ms"
+_UNIT_NAMES = {NANOSECONDS: "nanoseconds", MILLISECONDS: "milliseconds"}
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -140,19 +148,48 @@ def parse_int(value: object, key: str, *, disabled_ok: bool = True, minimum: int
     return _check_limit(value, value, key, disabled_ok=disabled_ok, minimum=minimum)
 
 
-def parse_duration(value: object, key: str, *, positive: bool = False) -> float:
-    """Seconds from a unit string or integer nanoseconds (Artemis spells timeouts in ns)."""
+def parse_duration(
+    value: object, key: str, *, bare_unit: str = NANOSECONDS, minimum: float = 0.0
+) -> float:
+    """Seconds from a unit string, or from a bare number counted in `bare_unit`.
+
+    `bare_unit` is the unit Artemis uses for this key (`NANOSECONDS` or `MILLISECONDS`); it
+    applies to a TOML integer and to a string without a unit alike (`5000` = `"5000"`).
+    `minimum` (seconds) is the smallest value that makes sense for the key; below it the
+    error names the key and that minimum.
+    """
+    if bare_unit not in _SECONDS_PER_UNIT:
+        raise ValueError(f"unknown duration unit {bare_unit!r}")
     if _is_int(value):
-        seconds = value / 1e9
+        seconds = value * _SECONDS_PER_UNIT[bare_unit]
     elif isinstance(value, str) and (match := _DURATION.match(value)) is not None:
-        unit = (match.group(2) or "ns").lower()
+        unit = (match.group(2) or bare_unit).lower()
         seconds = float(match.group(1)) * _SECONDS_PER_UNIT[unit]
     else:
-        raise ConfigError(key, f"{show_value(value)} is not a duration {_DURATION_HINT}")
-    if seconds < 0 or (positive and seconds == 0):
-        need = "greater than zero" if positive else "zero or more"
-        raise ConfigError(key, f"{show_value(value)} is out of range (must be {need})")
+        raise ConfigError(key, f"{show_value(value)} is not a duration {_duration_hint(bare_unit)}")
+    if seconds < 0:
+        raise ConfigError(key, f"{show_value(value)} is out of range (must be zero or more)")
+    if seconds < minimum:
+        raise ConfigError(
+            key,
+            f"{show_value(value)} is too short (must be at least {_format_seconds(minimum)}; "
+            f"{_duration_hint(bare_unit)[1:-1]})",
+        )
     return seconds
+
+
+def _duration_hint(bare_unit: str) -> str:
+    name = _UNIT_NAMES.get(bare_unit, bare_unit)
+    return f'(a bare integer counts {name}; or use a unit like "5s" or "3ms")'
+
+
+def _format_seconds(seconds: float) -> str:
+    """`1ms`, `5s`: the largest unit that spells `seconds` as a whole number, for messages."""
+    for unit in ("h", "m", "s", "ms", "us", "ns"):
+        count = seconds / _SECONDS_PER_UNIT[unit]
+        if count >= 1 and abs(count - round(count)) < 1e-9:
+            return f"{round(count)}{unit}"
+    return f"{seconds}s"
 
 
 def parse_bool(value: object, key: str) -> bool:

@@ -19,6 +19,8 @@ from typing import TypeVar
 from pagemq.core.settings import SECTION as SETTINGS_SECTION
 from pagemq.core.settings import AddressSettingsRepository, unknown_key_problem
 from pagemq.units import (
+    MILLISECONDS,
+    NANOSECONDS,
     ConfigError,
     key_path,
     parse_bool,
@@ -53,6 +55,9 @@ ROUTING_TYPES = ("anycast", "multicast")
 DISABLED_ACCEPTOR = "off"
 # Artemis refuses journal files under 1 KiB (JournalConstants.MIN_FILE_SIZE); so do we.
 _MIN_JOURNAL_FILE_SIZE = 1024
+# A periodic task scheduled more often than this is a busy loop on an idle broker, never a
+# tuning anyone wants: the usual cause is a bare integer read in the wrong unit.
+_MIN_PERIOD = 1e-3
 
 _BROKER_DEFAULTS: dict[str, object] = {
     "data-directory": "data",
@@ -238,7 +243,7 @@ def _broker(raw: object, data_dir_flag: str | None) -> BrokerConfig:
         max_disk_usage=table.get("max-disk-usage", _percent, d["max-disk-usage"]),
         min_disk_free=table.get("min-disk-free", parse_size, d["min-disk-free"]),
         disk_scan_period=table.get("disk-scan-period", _period, d["disk-scan-period"]),
-        page_sync_timeout=table.get("page-sync-timeout", parse_duration, d["page-sync-timeout"]),
+        page_sync_timeout=table.get("page-sync-timeout", _nanos_timeout, d["page-sync-timeout"]),
         journal_file_size=table.get("journal-file-size", _journal_size, d["journal-file-size"]),
         journal_sync=table.get("journal-sync", parse_bool, d["journal-sync"]),
         archive_data_logs=table.get("archive-data-logs", parse_bool, d["archive-data-logs"]),
@@ -255,7 +260,21 @@ def _percent(value: object, key: str) -> int:
 
 
 def _period(value: object, key: str) -> float:
-    return parse_duration(value, key, positive=True)
+    """How often a periodic task runs (`disk-scan-period`, `cleanup-period`).
+
+    A bare integer is milliseconds, as Artemis' `disk-scan-period` (default 5000) and
+    ActiveMQ Classic KahaDB's `cleanupInterval` (default 30000, seed 004's clean-up period);
+    at least 1 ms.
+    """
+    return parse_duration(value, key, bare_unit=MILLISECONDS, minimum=_MIN_PERIOD)
+
+
+def _nanos_timeout(value: object, key: str) -> float:
+    """`page-sync-timeout`: a bare integer is nanoseconds, as Artemis (default 3333333).
+
+    0 is allowed: every page write batch is fsynced at once, without waiting for more.
+    """
+    return parse_duration(value, key, bare_unit=NANOSECONDS)
 
 
 def _journal_size(value: object, key: str) -> int:

@@ -68,6 +68,17 @@ def test_bad_duration_exits_2_naming_the_key(tmp_path):
     assert "disk-scan-period" in _one_line_error(result)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("cleanup-period", 0), ("disk-scan-period", "100us")],
+)
+def test_a_period_under_1ms_exits_2_naming_the_key(tmp_path, key, value):
+    result = _serve_with_config(tmp_path, to_toml({"broker": {key: value}}))
+    assert result.returncode == 2, result.stderr
+    line = _one_line_error(result)
+    assert key in line and "at least 1ms" in line
+
+
 def test_bad_policy_exits_2_naming_the_key(tmp_path):
     config = {"address-settings": {"#": {"address-full-policy": "SHRUG"}}}
     result = _serve_with_config(tmp_path, to_toml(config))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pagemq.units import (
+    MILLISECONDS,
+    NANOSECONDS,
     ConfigError,
     format_size,
     key_path,
@@ -86,6 +88,7 @@ def test_minus_one_is_rejected_where_a_size_cannot_be_disabled() -> None:
         ("2m", 120.0),
         ("1h", 3600.0),
         ("1.5s", 1.5),
+        (" 5 S ", 5.0),
         (3333333, 0.003333333),
         ("3333333", 0.003333333),
         (0, 0.0),
@@ -95,17 +98,53 @@ def test_durations_are_unit_strings_or_integer_nanoseconds(value: object, second
     assert parse_duration(value, "broker.page-sync-timeout") == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("bad", ["soon", "5 parsecs", "s", "-1s", 1.5, False, [1]])
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (5000, 5.0),
+        ("5000", 5.0),
+        (30000, 30.0),
+        (1, 0.001),
+        ("2.5", 0.0025),
+        # A unit always wins over the key's bare unit.
+        ("5s", 5.0),
+        ("3333333ns", 0.003333333),
+    ],
+)
+def test_a_bare_number_counts_in_the_unit_the_caller_names(value: object, seconds: float) -> None:
+    parsed = parse_duration(value, "broker.disk-scan-period", bare_unit=MILLISECONDS)
+    assert parsed == pytest.approx(seconds)
+
+
+def test_the_bare_unit_is_explicit_nanoseconds_by_default() -> None:
+    assert parse_duration(5000, "k", bare_unit=NANOSECONDS) == pytest.approx(5e-6)
+    assert parse_duration(5000, "k") == pytest.approx(5e-6)
+    with pytest.raises(ValueError, match="unknown duration unit"):
+        parse_duration(5, "k", bare_unit="fortnights")
+
+
+@pytest.mark.parametrize("bad", ["soon", "5 parsecs", "s", "-1s", "1e3", 1.5, False, [1]])
 def test_a_bad_duration_names_the_key(bad: object) -> None:
     with pytest.raises(ConfigError, match=r"^broker\.disk-scan-period: .*(not a duration|range)"):
         parse_duration(bad, "broker.disk-scan-period")
 
 
-def test_negative_and_zero_durations_are_checked() -> None:
+def test_the_hint_names_the_unit_of_a_bare_integer() -> None:
+    with pytest.raises(ConfigError, match="a bare integer counts milliseconds"):
+        parse_duration("soon", "k", bare_unit=MILLISECONDS)
+    with pytest.raises(ConfigError, match="a bare integer counts nanoseconds"):
+        parse_duration("soon", "k", bare_unit=NANOSECONDS)
+
+
+def test_negative_and_too_short_durations_are_checked() -> None:
     with pytest.raises(ConfigError, match="must be zero or more"):
         parse_duration(-5, "k")
-    with pytest.raises(ConfigError, match="must be greater than zero"):
-        parse_duration("0s", "k", positive=True)
+    with pytest.raises(ConfigError, match=r'^k: "0s" is too short \(must be at least 1ms;'):
+        parse_duration("0s", "k", minimum=0.001)
+    with pytest.raises(ConfigError, match=r"^k: 999999 is too short \(must be at least 1ms;"):
+        parse_duration(999999, "k", minimum=0.001)
+    assert parse_duration("1ms", "k", minimum=0.001) == pytest.approx(0.001)
+    assert parse_duration(1000000, "k", minimum=0.001) == pytest.approx(0.001)
 
 
 def test_counts_are_integers_with_minus_one_for_disabled() -> None:

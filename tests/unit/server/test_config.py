@@ -240,7 +240,11 @@ def test_unknown_sections_and_keys_are_named_with_their_full_path(
         ("[broker]\nglobal-max-messages = -3\n", "broker.global-max-messages", "out of range"),
         ("[broker]\nmax-disk-usage = 101\n", "broker.max-disk-usage", "percentage"),
         ("[broker]\nmin-disk-free = true\n", "broker.min-disk-free", "not a size"),
-        ("[broker]\ndisk-scan-period = '0s'\n", "broker.disk-scan-period", "greater than zero"),
+        ("[broker]\ndisk-scan-period = '0s'\n", "broker.disk-scan-period", "at least 1ms"),
+        ("[broker]\ndisk-scan-period = 0\n", "broker.disk-scan-period", "at least 1ms"),
+        ("[broker]\ncleanup-period = '500us'\n", "broker.cleanup-period", "at least 1ms"),
+        ("[broker]\ncleanup-period = -1\n", "broker.cleanup-period", "zero or more"),
+        ("[broker]\npage-sync-timeout = -1\n", "broker.page-sync-timeout", "zero or more"),
         ('[broker]\npage-sync-timeout = "soon"\n', "broker.page-sync-timeout", "not a duration"),
         ("[broker]\njournal-file-size = 100\n", "broker.journal-file-size", "must be >= 1024"),
         ("[broker]\njournal-file-size = -1\n", "broker.journal-file-size", "out of range"),
@@ -293,6 +297,36 @@ def test_bad_values_give_one_line_naming_the_key(
     message = error_for(tmp_path, text)
     assert message.startswith(f"{key}: "), message
     assert problem in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "seconds"),
+    [
+        # Periods take Artemis' milliseconds: disk-scan-period (default 5000) and the
+        # clean-up period (KahaDB's cleanupInterval, default 30000).
+        ("disk-scan-period", 5000, 5.0),
+        ("disk-scan-period", 1, 0.001),
+        ("cleanup-period", 30000, 30.0),
+        ("cleanup-period", 30, 0.03),
+        ("cleanup-period", '"30s"', 30.0),
+        # page-sync-timeout takes Artemis' nanoseconds (default 3333333 with ASYNCIO).
+        ("page-sync-timeout", 3333333, 0.003333333),
+        ("page-sync-timeout", 0, 0.0),
+        ("page-sync-timeout", '"3ms"', 0.003),
+    ],
+)
+def test_a_bare_integer_duration_is_in_artemis_unit_for_its_key(
+    tmp_path: Path, key: str, value: object, seconds: float
+) -> None:
+    broker = load_config(write(tmp_path, f"[broker]\n{key} = {value}\n")).broker
+    assert getattr(broker, key.replace("-", "_")) == pytest.approx(seconds)
+
+
+def test_a_period_error_says_what_a_bare_integer_means(tmp_path: Path) -> None:
+    problem = error_for(tmp_path, "[broker]\ncleanup-period = 0\n")
+    assert problem.startswith("broker.cleanup-period: 0 is too short (must be at least 1ms;")
+    assert "a bare integer counts milliseconds" in problem
+    assert "\n" not in problem
 
 
 def test_invalid_toml_reports_the_file_and_line(tmp_path: Path) -> None:
