@@ -76,6 +76,8 @@ class PageCursor:
         self._read_ordinal = 0     # next ordinal to read in it
         self._page_read_out = False
         self._reader: Iterator[tuple[int, PagedRecord]] | None = None
+        # The reader covers the whole page: made after it closed and every batch was written.
+        self._reader_final = False
         self._waiting_for_write = False
         self._scans: dict[object, _Scan] = {}
         # Delivery counts of claimed refs that went back to disk unacknowledged.
@@ -131,6 +133,9 @@ class PageCursor:
                         return None
                     self._read_page, self._read_ordinal = page_no, 0
                     self._page_read_out = False
+                self._reader_final = (
+                    self._read_page != store.live_page_no() and store.fully_readable(self._read_page)
+                )
                 self._reader = store.read_page(self._read_page, self._read_ordinal)
             page = self.pages.get(self._read_page)
             for ordinal, record in self._reader:
@@ -142,11 +147,16 @@ class PageCursor:
                 message = decode_message(record.message, self.pager.address.name)
                 return self._ref(message, self._read_page, ordinal)
             self._reader = None
-            if self._read_page == store.live_page_no() and self._next_page() is None:
-                # The live page's newest records are appended but not written yet.
+            if self._reader_final:
+                self._page_read_out = True
+                continue
+            # The reader saw the page as it was when made: the page may have grown (and
+            # closed) since. Read on from here once what was appended is written.
+            if not store.fully_readable(self._read_page):
                 self._wait_for_write()
                 return None
-            self._page_read_out = True
+            if self._read_page == store.live_page_no():
+                return None  # everything appended so far is read
 
     def _next_page(self) -> int | None:
         later = [p for p in self.pages if p > self._read_page]
@@ -294,7 +304,10 @@ class PageCursor:
             self.pager.broker.acks_to_write(self)
         page.unwritten.append(ordinal)
         if len(page.acked) >= page.count:
-            self._complete(page_no)
+            if page_no != self.pager.store.live_page_no():
+                self._complete(page_no)
+            else:
+                self.pager.live_page_caught_up(page_no)
 
     def write_acks(self) -> None:
         """Write the acks gathered since the last call, one cursor-acks record per page.
@@ -312,6 +325,16 @@ class PageCursor:
         store.cursor_ack(CursorAck(record_id, self.queue.queue_id, page_no, tuple(page.unwritten)))
         page.ack_ids.append(record_id)
         page.unwritten.clear()
+
+    def complete_closed(self, live_page_no: int) -> None:
+        """Complete the pages before the live one that this queue has fully acknowledged.
+
+        A page is never completed while it is the live page: records for this queue may
+        still be appended to it, and a "complete" record would hide them at the next start.
+        """
+        for page_no in [p for p, page in self.pages.items()
+                        if p < live_page_no and len(page.acked) >= page.count]:
+            self._complete(page_no)
 
     def _complete(self, page_no: int) -> None:
         page = self.pages[page_no]
@@ -348,6 +371,7 @@ class AddressPager:
         self.bytes_on_disk = 0
         self._summaries: dict[int, PageSummary | None] = {}
         self._page_sizes: dict[int, tuple[int, int]] = {}  # page -> (records, bytes) on disk
+        self._live_seen = store.live_page_no()
         # write batch -> its appends (page, queues, records, bytes), undone if it fails
         self._unsynced: dict[asyncio.Future[None], list[tuple[int, list[Queue], int, int]]] = {}
 
@@ -373,6 +397,7 @@ class AddressPager:
             ))
             routed += queues
         page_no, _first, future = self.store.append(records, summary_input=[m for m, _ in items])
+        self._note_live_page()
         self._on_disk(page_no, len(records), size)
         holders = self._open.setdefault(page_no, set())
         for queue in routed:
@@ -426,6 +451,27 @@ class AddressPager:
         counted = self._page_sizes.get(page_no, (0, 0))
         self._page_sizes[page_no] = (counted[0] + records, counted[1] + size)
 
+    def live_page_caught_up(self, page_no: int) -> None:
+        """A queue acknowledged all it has on the live page: once every queue with records
+        in it has, the page is closed (and so completed and deleted), as Artemis forces a
+        new page rather than delete the live one."""
+        for queue_id in self._open.get(page_no, ()):
+            cursor = self.cursors.get(queue_id)
+            page = cursor.pages.get(page_no) if cursor is not None else None
+            if page is not None and len(page.acked) < page.count:
+                return
+        self.store.roll()
+        self._note_live_page()
+
+    def _note_live_page(self) -> None:
+        """After the page store may have rolled: pages that closed can now be completed."""
+        live = self.store.live_page_no()
+        if live == self._live_seen:
+            return
+        self._live_seen = live
+        for cursor in list(self.cursors.values()):
+            cursor.complete_closed(live)
+
     def _append_failed(self, page_no: int, queues: list[Queue], records: int, size: int) -> None:
         """The page store truncated a failed batch away: its records will never be read."""
         self._on_disk(page_no, -records, -size)
@@ -437,8 +483,10 @@ class AddressPager:
                 continue
             cursor.unread -= 1
             page.count -= 1
-            if page.count <= len(page.acked):
-                cursor._complete(page_no)
+        self._note_live_page()
+        live = self.store.live_page_no()
+        for cursor in list(self.cursors.values()):
+            cursor.complete_closed(live)
 
     # -- memory ---------------------------------------------------------------------------
 
@@ -476,6 +524,7 @@ class AddressPager:
         if page_no == self.store.live_page_no():
             self.store.roll()
         self.store.delete_page(page_no)
+        self._note_live_page()
         record_ids = ack_ids + self._complete_ids.pop(page_no, [])
         if not record_ids:
             return

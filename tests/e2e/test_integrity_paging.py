@@ -1,0 +1,109 @@
+"""Integrity of paged data with several queues, read limits and restarts (issue: integrity).
+
+Each test is a user scenario that lost or stranded receipted messages before its fix:
+a page completed for a queue while it was still being written, a cursor that stopped reading
+a page that rolled under it, receipts that came before the address's records were durable.
+"""
+
+from __future__ import annotations
+
+from brokerproc import unique
+from test_paging_helpers import (
+    body,
+    durable,
+    label,
+    labels,
+    numbered,
+    send_all,
+    take,
+    wait_frames,
+    wait_no_page_files,
+)
+
+PAGE_ALL = {"address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "16KiB"}}}
+
+
+def test_durable_subscriber_keeps_messages_sent_while_away_across_a_clean_restart(
+    start_broker, stomp_client
+):
+    proc = start_broker(PAGE_ALL)
+    topic = unique("topic")
+    a_id, b_id = unique("a"), unique("b")
+    durable(stomp_client, proc, b_id, topic, "sub").disconnect()
+    a = durable(stomp_client, proc, a_id, topic, "sub")
+    producer = stomp_client(proc)
+    first = send_all(producer, f"/topic/{topic}", numbered("m", 5))
+    assert take(a, 5) == first
+    a.disconnect()
+    later = send_all(producer, f"/topic/{topic}", numbered("m", 5, start=5))
+    producer.disconnect()
+
+    proc.restart()
+    a = durable(stomp_client, proc, a_id, topic, "sub")
+    assert take(a, 5) == later
+    b = durable(stomp_client, proc, b_id, topic, "sub")
+    assert take(b, 10) == first + later
+
+
+def test_durable_subscribers_keep_receipted_paged_sends_after_kill(start_broker, stomp_client):
+    proc = start_broker({"address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "8KiB"}}})
+    topic = unique("topic")
+    ids = [unique(f"s{n}") for n in range(3)]
+    for client_id in ids:
+        durable(stomp_client, proc, client_id, topic, "sub").disconnect()
+    sent = send_all(stomp_client(proc), f"/topic/{topic}", numbered("m", 3))
+    proc.restart(kill=True)
+    for client_id in ids:
+        subscriber = durable(stomp_client, proc, client_id, topic, "sub")
+        assert take(subscriber, 3) == sent, client_id
+        subscriber.disconnect()
+
+
+def test_paged_messages_are_not_stranded_behind_a_read_limit(start_broker, stomp_client):
+    proc = start_broker({"address-settings": {"#": {
+        "max-size-bytes": 0, "page-size-bytes": "8KiB", "max-read-page-messages": 2,
+    }}})
+    queue = unique("limited")
+    producer = stomp_client(proc)
+    sent = send_all(producer, f"/queue/{queue}", numbered("m", 3))
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual",
+                       headers={"activemq.prefetchSize": 1})
+    sent += send_all(producer, f"/queue/{queue}", numbered("m", 20, start=3))
+    assert take(consumer, 23, timeout=15) == sent
+    proc.wait_queue(queue, messages=0)
+    wait_no_page_files(proc, queue)
+    assert not proc.address(queue)["paging"]
+
+
+def test_one_consuming_subscriber_is_not_stalled_by_two_holding_their_prefetch(
+    start_broker, stomp_client
+):
+    proc = start_broker({"address-settings": {"#": {
+        "max-size-bytes": 0, "page-size-bytes": "8KiB", "max-read-page-messages": 5,
+    }}})
+    topic = unique("topic")
+    holders = []
+    for n in range(2):
+        holder = stomp_client(proc, client_id=unique(f"h{n}"))
+        holder.subscribe(f"/topic/{topic}", ack="client-individual", headers={
+            "durable-subscription-name": "sub", "activemq.prefetchSize": 3})
+        holders.append(holder)
+    consumer = durable(stomp_client, proc, unique("c"), topic, "sub")
+    sent = send_all(stomp_client(proc), f"/topic/{topic}", numbered("m", 100))
+    assert take(consumer, 100, timeout=20) == sent
+    for holder in holders:
+        assert labels(wait_frames(holder, 3)) == sent[:3]
+
+
+def test_paged_send_to_a_new_address_survives_a_kill_right_after_its_receipt(
+    start_broker, stomp_client
+):
+    proc = start_broker(PAGE_ALL)
+    queue = unique("fresh")
+    producer = stomp_client(proc)
+    producer.send(f"/queue/{queue}", body("only"), headers={"persistent": "true"}, receipt=True)
+    proc.restart(kill=True)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual")
+    assert label(wait_frames(consumer, 1)[0]) == "only"
