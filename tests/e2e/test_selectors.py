@@ -420,3 +420,15 @@ def test_jms_delivery_mode_tells_persistent_from_non_persistent(broker, stomp_cl
     assert _selected(broker, stomp_client, address, "JMSDeliveryMode = 'PERSISTENT'", 20) == persistent
     assert _selected(broker, stomp_client, address, "JMSDeliveryMode = 'NON_PERSISTENT'", 10) == transient
     broker.wait_queue(address, messages=0)
+
+
+@ADDRESS_KINDS
+def test_a_quoted_identifier_selects_on_a_dotted_header(broker, stomp_client, prefix, queue_name):
+    # Artemis' quoted identifiers: "a.test" is the header `a.test`, not `a` and `test`.
+    address = f"{prefix}{queue_name}"
+    tests = ["other"] * 20 + ["value", "other", "value"] + ["other"] * 20
+    send_each(stomp_client(broker), f"/queue/{address}",
+              [(f"m{n}", {"a.test": t, "a": "value"}) for n, t in enumerate(tests)])
+    got = _selected(broker, stomp_client, address, "\"a.test\" = 'value'", 2)
+    assert got == ["m20", "m22"]
+    broker.wait_queue(address, messages=len(tests) - 2)

@@ -5,6 +5,12 @@ as "the integer literal syntax" and "the floating-point literal syntax of the Ja
 programming language": decimal, hex (`0x1F`) and octal (`017`) integers with an optional
 `L`, and floats such as `7.`, `.5`, `1.5e3`. Java's `F`/`D` float suffixes, binary
 literals and `_` digit separators are not accepted (ActiveMQ's grammar refuses them too).
+
+Identifiers are Java identifiers, plus Artemis' quoted identifiers (ARTEMIS-2761, after
+Qpid JMS): `"a.test"` names the property `a.test`, whatever characters it holds, with `""`
+standing for one `"` inside. A quoted identifier is never a keyword (`"AND"` is a property)
+and reads exactly like the unquoted name when that is a valid identifier (`"JMSPriority"`
+is JMSPriority).
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ def tokenize(text: str) -> list[Token]:
         ch = text[pos]
         if ch == "'":
             token = _string(text, pos)
+        elif ch == '"':
+            token = _quoted_identifier(text, pos)
         elif "0" <= ch <= "9" or (ch == "." and "0" <= text[pos + 1 : pos + 2] <= "9"):
             token = _number(text, pos)
         elif is_identifier_start(ch):
@@ -97,6 +105,22 @@ def _string(text: str, start: int) -> Token:
             pos = end + 2
             continue
         return Token(STRING, "".join(parts), start, text[start : end + 1])
+
+
+def _quoted_identifier(text: str, start: int) -> Token:
+    """A double-quoted property name (Artemis' StrictParser QUOTED_ID); `""` is one quote."""
+    parts: list[str] = []
+    pos = start + 1
+    while True:
+        end = text.find('"', pos)
+        if end < 0:
+            raise SelectorError("unterminated quoted identifier", start, text)
+        parts.append(text[pos:end])
+        if text.startswith('""', end):
+            parts.append('"')
+            pos = end + 2
+            continue
+        return Token(IDENT, "".join(parts), start, text[start : end + 1])
 
 
 def _word(text: str, start: int) -> Token:

@@ -203,6 +203,28 @@ def test_may_match_uses_ranges_when_values_are_too_many() -> None:
     assert not compile("tag > 1").may_match(page)     # no tag reads as a number
 
 
+def test_pages_are_pruned_by_properties_named_with_quoted_identifiers() -> None:
+    from pagemq.core.message import Message
+
+    odd_name = 'x "y" z'
+    summary = PageSummary()
+    for i in range(3):
+        summary.fold(Message(i, "a", {"a.test": "value", odd_name: str(i)}, b""))
+    # A page of another run: the summary file is what the broker reads back.
+    page = PageSummary.from_bytes(summary.to_bytes())
+    stats = page.stats("a.test")
+    assert stats is not None and stats.values == {"value"} and stats.present == 3
+    assert compile('"a.test" = \'value\'').may_match(page)
+    assert not compile('"a.test" = \'other\'').may_match(page)
+    assert not compile('"a.test" IS NULL').may_match(page)
+    # `a.test` is one property, not `a` then `test`; and `a` is absent from the page.
+    assert not compile("a = 'value'").may_match(page)
+    assert compile("a IS NULL").may_match(page)
+    assert not compile('"x ""y"" z" > 2').may_match(page)
+    assert compile('"x ""y"" z" = 1 AND "a.test" = \'value\'').may_match(page)
+    assert not compile('"x ""y"" z" = 1 AND "a.test" <> \'value\'').may_match(page)
+
+
 def test_may_match_on_an_empty_page_is_false() -> None:
     assert not compile("TRUE").may_match(PageSummary())
 

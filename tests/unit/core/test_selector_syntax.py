@@ -88,6 +88,72 @@ def test_identifiers_follow_java_rules() -> None:
     assert compile("ORDER = 1 AND notice = 2 AND ISBN = 3").identifiers == {"ORDER", "notice", "ISBN"}
 
 
+# Artemis' quoted identifiers (ARTEMIS-2761, SelectorTest.testDottedProperty).
+
+
+def test_a_double_quoted_identifier_names_a_property_with_any_characters() -> None:
+    assert matches('"a.test" = \'value\'', **{"a.test": "value"})
+    assert not matches('"a.test" = \'value\'', a="value")
+    assert compile('"a.test" = \'value\'').identifiers == {"a.test"}
+    assert matches('"x-y:z w" > 2 AND "żółw/1" IS NULL', **{"x-y:z w": 3})
+    assert matches('"1st" = 1', **{"1st": 1})   # not a Java identifier: fine when quoted
+
+
+def test_a_doubled_double_quote_is_one_quote_in_the_name() -> None:
+    assert compile('"say ""hi""" = 1').identifiers == {'say "hi"'}
+    assert matches('"a""b"=1', **{'a"b': 1})
+    assert compile('"""" IS NULL').identifiers == {'"'}
+
+
+def test_a_quoted_identifier_is_never_a_keyword_and_quoting_changes_nothing_else() -> None:
+    assert matches('"AND" = 1 AND "null" IS NOT NULL', **{"AND": 1, "null": "x"})
+    assert compile('"name" = 1').identifiers == compile("name = 1").identifiers
+    # A bare quoted identifier is a condition, as a bare property is.
+    assert matches('"a.flag"', **{"a.flag": True})
+    assert not matches('"a.flag"', **{"a.flag": False})
+    # Single quotes still make a string: this compares the property with the text.
+    assert matches("\"a.b\" = 'a.b'", **{"a.b": "a.b"})
+    assert not matches("\"a.b\" = \"a.c\"", **{"a.b": "1"})   # two properties; a.c is NULL
+
+
+def test_quoted_identifiers_work_in_every_construct() -> None:
+    props = {"a.n": 5, "a.s": "abc", "a.m": 2}
+    assert matches('"a.n" BETWEEN 1 AND 9 AND "a.s" LIKE \'a%\' AND "a.s" IN (\'abc\')', **props)
+    assert matches('"a.n" + "a.m" * 2 = 9 AND -"a.n" < 0 AND NOT "a.n" = 4', **props)
+    assert compile('"a.n" = 5').evaluate({"a.n": 5}) is True
+    assert compile('"a.n" = 5').matches_headers({"a.n": "5"})
+
+
+def test_quoted_jms_names_read_the_jms_header() -> None:
+    from pagemq.core.message import Message
+    from pagemq.core.selector.properties import message_view
+
+    view = message_view(Message(1, "a", {"JMSPriority": "0"}, b"", priority=7))
+    assert compile('"JMSPriority" = 7').matches_headers(view)
+    assert compile("JMSPriority = 7").matches_headers(view)
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [('"a.test = 1', 0), ('x = 1 AND "a""', 10), ('"', 0)],
+)
+def test_an_unterminated_quoted_identifier_is_an_error_at_its_quote(text: str, position: int) -> None:
+    with pytest.raises(SelectorError, match="unterminated quoted identifier") as info:
+        compile(text)
+    assert info.value.position == position
+
+
+def test_source_generation_is_safe_for_any_quoted_name() -> None:
+    # The name reaches generated Python only as a repr(): quotes, backslashes and newlines
+    # in it cannot change the code.
+    name = "a\\'\")\n import os #"
+    text = '"' + name.replace('"', '""') + '" = 1'
+    selector = compile(text)
+    assert selector.identifiers == {name}
+    assert selector.matches({name: 1}) and not selector.matches({})
+    assert selector.matches_headers({name: "1"})
+
+
 @pytest.mark.parametrize("keyword", ["NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN",
                                      "IS", "ESCAPE"])
 def test_keyword_cannot_be_an_identifier(keyword: str) -> None:
