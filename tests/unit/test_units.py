@@ -116,7 +116,7 @@ def test_a_bare_number_counts_in_the_unit_the_caller_names(value: object, second
     assert parsed == pytest.approx(seconds)
 
 
-def test_the_bare_unit_is_explicit_nanoseconds_by_default() -> None:
+def test_the_bare_unit_defaults_to_nanoseconds() -> None:
     assert parse_duration(5000, "k", bare_unit=NANOSECONDS) == pytest.approx(5e-6)
     assert parse_duration(5000, "k") == pytest.approx(5e-6)
     with pytest.raises(ValueError, match="unknown duration unit"):
