@@ -39,6 +39,9 @@ class Address:
         self.messages_in_memory = 0
         self.dropped_messages = 0
         self.paging = False
+        # Sends of a commit being admitted that will page: counted against page limits.
+        self.staged_records = 0
+        self.staged_bytes = 0
         self.pager: object | None = None  # core.paging.AddressPager once it has paged
         self._anycast_next = 0
 

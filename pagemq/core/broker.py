@@ -21,6 +21,7 @@ from pagemq.core.address import ANYCAST, MULTICAST, Address
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
 from pagemq.core.errors import (
     AddressFull,
+    BrokerError,
     InvalidDestination,
     InvalidSelector,
     NotFound,
@@ -88,6 +89,9 @@ class Broker:
         self.stale_records: list[int] = []
         # Cursors holding acks of paged messages not yet written; see acks_to_write().
         self._unwritten_acks: dict[PageCursor, None] = {}
+        # Address/queue records written since the last paged send; see _after_bindings().
+        self._bindings_dirty = False
+        self._bindings_durable: asyncio.Future[None] | None = None
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -207,6 +211,7 @@ class Broker:
             raise NotFound(f"address {name!r} does not exist and auto-create-addresses is off")
         address = self._create_address(name, routing_type, self.new_id())
         self.store.add_address(AddressRecord(address.address_id, name, routing_type))
+        self._bindings_dirty = True
         return address
 
     def _create_queue(
@@ -258,6 +263,7 @@ class Broker:
             self.store.add_queue(
                 QueueRecord(queue.queue_id, name, address.name, routing_type, filter_text)
             )
+            self._bindings_dirty = True
         return queue
 
     def delete_queue(self, queue: Queue) -> None:
@@ -319,12 +325,14 @@ class Broker:
         `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
         """
         routed = self._route(address_name, routing_type, headers, body, persistent, priority, expiration)
-        if routed is None:
-            return None
+        return self._store_routed(routed) if routed is not None else None
+
+    def _store_routed(self, routed: tuple[Address, Message, list[Queue], str]) -> asyncio.Future[None] | None:
+        """Store a routed message (page file or journal) and hand it to its queues."""
         address, message, queues, decision = routed
         if decision is PAGE:
-            return self.pager(address).page([(message, queues)])
-        durable = [q.queue_id for q in queues if q.durable] if persistent else []
+            return self._after_bindings(self.pager(address).page([(message, queues)]))
+        durable = [q.queue_id for q in queues if q.durable] if message.persistent else []
         future = None
         if durable:
             future = self.store.store_message(message, tuple(durable), sync=True)
@@ -333,10 +341,11 @@ class Broker:
 
     def _route(
         self, address_name: str, routing_type: str, headers: dict[str, str], body: bytes,
-        persistent: bool, priority: int, expiration: int,
+        persistent: bool, priority: int, expiration: int, *, internal: bool = False,
     ) -> tuple[Address, Message, list[Queue], str] | None:
         """A new message, its queues and where it goes (MEMORY or PAGE); None when it is not
-        stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise."""
+        stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise.
+        `internal` (a dead-letter or expiry move) pages where a policy would refuse."""
         address = self.ensure_address(address_name, routing_type)
         if routing_type == ANYCAST and not address.anycast_queues:
             self.ensure_queue(address, address_name, ANYCAST)
@@ -346,18 +355,45 @@ class Broker:
         queues = address.route(message, routing_type)
         if not queues:
             return None
-        decision = self.admit(address, message)
+        decision = self.admit(address, message, internal=internal)
         if decision is DROP:
             return None
         return address, message, queues, decision
 
-    def admit(self, address: Address, message: Message) -> str:
-        """Apply the address-full policy: MEMORY, PAGE or DROP (FAIL and BLOCK raise)."""
+    def _after_bindings(self, future: asyncio.Future[None] | None) -> asyncio.Future[None] | None:
+        """A paged message's durability also needs its address and queue records, which are
+        in the journal, not the page file: its future waits for them too while they are
+        unsynced (one journal flush covers every record written before it)."""
+        if future is None:
+            return None
+        if self._bindings_dirty:
+            self._bindings_dirty = False
+            self._bindings_durable = self.store.flush()
+        bindings = self._bindings_durable
+        if bindings is None:
+            return future
+        if bindings.done() and not bindings.cancelled() and bindings.exception() is None:
+            self._bindings_durable = None
+            return future
+        return all_of([future, bindings])
+
+    def admit(self, address: Address, message: Message, *, internal: bool = False) -> str:
+        """Apply the address-full policy: MEMORY, PAGE or DROP (FAIL and BLOCK raise).
+
+        An `internal` message (moved by the broker) is paged where the policy would drop,
+        fail or block it, and ignores page limits: the broker never destroys what it moves.
+        """
         if address.paging:
-            return self._page_limit(address, message)
+            return PAGE if internal else self._page_limit(address, message)
         size = message.memory_size
         if not (address.is_full(size) or self.memory.would_exceed(size)):
             return MEMORY
+        if internal:
+            if self._page_stores is None:
+                return MEMORY
+            address.paging = True
+            log.info("address %r entered page mode", address.name)
+            return PAGE
         policy = address.settings.address_full_policy
         if policy == "DROP":
             address.dropped_messages += 1
@@ -378,8 +414,8 @@ class Broker:
         pager = address.pager
         if pager is None or (settings.page_limit_bytes < 0 and settings.page_limit_messages < 0):
             return PAGE
-        over_messages = 0 <= settings.page_limit_messages <= pager.records_on_disk
-        over_bytes = 0 <= settings.page_limit_bytes <= pager.bytes_on_disk
+        over_messages = 0 <= settings.page_limit_messages <= pager.records_on_disk + address.staged_records
+        over_bytes = 0 <= settings.page_limit_bytes <= pager.bytes_on_disk + address.staged_bytes
         if not (over_messages or over_bytes):
             return PAGE
         if settings.page_full_policy == "DROP":
@@ -446,6 +482,13 @@ class Broker:
             return message.durable_refs == 0
         return None
 
+    def _unhold_all(self, address: Address, message: Message) -> None:
+        """Undo `_hold` of a message that never reached its queues (a refused commit)."""
+        message.refs = 0
+        size = message.memory_size
+        address.release(size)
+        self.memory.release(size)
+
     def _unhold(self, queue: Queue, message: Message) -> None:
         """Count `queue`'s hold on `message` off; the last one frees its memory."""
         message.refs -= 1
@@ -455,33 +498,64 @@ class Broker:
             self.memory.release(size)
 
     def exhausted(self, queue: Queue, ref: MessageRef) -> bool:
-        """Dead-letter a ref returned unacknowledged once too often; True if it was moved."""
+        """Dead-letter a ref returned unacknowledged once too often; True if it was moved.
+
+        False (the ref goes back to its queue) when the dead-letter address cannot take it
+        at all: a message is never destroyed because its dead-letter address is unusable.
+        """
         limit = queue.address.settings.max_delivery_attempts
         if limit <= 0 or ref.delivery_count < limit:
             return False
+        if not self._move(queue, ref, queue.address.settings.dead_letter_address):
+            return False
         queue.counters.killed += 1
-        self._move(queue, ref, queue.address.settings.dead_letter_address)
         return True
 
     def expire(self, queue: Queue, ref: MessageRef) -> None:
+        """Move an expired ref to the expiry address; with none usable it is discarded
+        (it has expired: as Artemis without an expiry address), with a warning."""
         queue.counters.expired += 1
-        self._move(queue, ref, queue.address.settings.expiry_address)
+        if not self._move(queue, ref, queue.address.settings.expiry_address):
+            self._release_ref(queue, ref)
 
-    def _move(self, queue: Queue, ref: MessageRef, target: str) -> None:
-        """Send a copy to `target` (an anycast address) and settle the original."""
+    def _move(self, queue: Queue, ref: MessageRef, target: str) -> bool:
+        """Send a copy to `target` (an anycast address), then settle the original once the
+        copy is durable; False, with the original untouched, if `target` cannot take it.
+
+        The copy is admitted past the target's full policy (DROP, FAIL and BLOCK page it
+        instead), so a full dead-letter queue never destroys what is moved into it.
+        """
         message = ref.message
-        if target and target != queue.address.name:
-            headers = dict(message.headers)
-            headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
-            headers["destination"] = target
-            try:
-                self.send(
-                    target, ANYCAST, headers, message.body, persistent=message.persistent,
-                    priority=message.priority, expiration=0,
-                )
-            except (Blocked, AddressFull) as exc:
-                log.warning("could not move message %s to %s: %s", message.message_id, target, exc)
-        self._release_ref(queue, ref)
+        if not target or target == queue.address.name:
+            self._release_ref(queue, ref)
+            return True
+        headers = dict(message.headers)
+        headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
+        headers["destination"] = target
+        try:
+            routed = self._route(target, ANYCAST, headers, message.body, message.persistent,
+                                 message.priority, 0, internal=True)
+            future = self._store_routed(routed) if routed is not None else None
+        except (BrokerError, Blocked, OSError) as exc:
+            log.warning("message %s stays in queue %r: it cannot be moved to %r: %s",
+                        message.message_id, queue.name, target, exc)
+            return False
+        if future is None:
+            self._release_ref(queue, ref)
+            return True
+
+        def copied(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self._release_ref(queue, ref)
+                return
+            log.warning("message %s stays in queue %r: its copy to %r was not stored",
+                        message.message_id, queue.name, target)
+            if not queue.deleted:
+                queue.return_refs([ref], dead_letter=False)
+                queue.dispatch()
+
+        future.add_done_callback(copied)
+        return True
 
     def expire_scan(self) -> int:
         """Expire pending refs whose time has passed (queues without consumers see no dispatch)."""
@@ -530,9 +604,16 @@ class Broker:
     # -- transactions ---------------------------------------------------------------------
 
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
-        """Apply a transaction's sends and acks atomically: one store transaction."""
+        """Apply a transaction's sends and acks atomically: one store transaction.
+
+        Every send is admitted before anything is stored, each against what the earlier
+        ones of the transaction already take (memory held, page-limit room), so a commit
+        of 100 sends to an address holding 10 pages 90 of them, and a FAIL (or BLOCK)
+        policy refuses (or delays) the whole commit, leaving nothing behind.
+        """
         routed, paged, ops = self._route_sends(tx)
-        futures = [self.pager(address).page(items) for address, items in paged.items()]
+        futures = [self._after_bindings(self.pager(address).page(items))
+                   for address, items in paged.items()]
         for consumer, ref in tx.acks:
             message = ref.message
             queue = consumer.queue
@@ -542,8 +623,9 @@ class Broker:
             if last is not None:
                 ops.append(StoreAck(message.message_id, queue.queue_id, last))
         futures.append(self.store.transaction(ops, sync=True) if ops else None)
-        for message, queues, durable in routed:
-            self._deliver_new(message, queues, durable)
+        for message, queues, _durable in routed:
+            for queue in queues:
+                queue.add(MessageRef(message))
         touched: set[Queue] = set()
         paged_acks = False
         for consumer, ref in tx.acks:
@@ -570,19 +652,32 @@ class Broker:
         routed: list[tuple[Message, list[Queue], int]] = []
         paged: dict[Address, list[tuple[Message, list[Queue]]]] = {}
         ops: list[StoreOp] = []
-        for send in tx.sends:
-            routed_send = self._route(send.address, send.routing_type, send.headers, send.body,
-                                      send.persistent, send.priority, send.expiration)
-            if routed_send is None:
-                continue
-            address, message, queues, decision = routed_send
-            if decision is PAGE:
-                paged.setdefault(address, []).append((message, queues))
-                continue
-            durable = [q.queue_id for q in queues if q.durable] if send.persistent else []
-            if durable:
-                ops.append(StoreMessage(message, tuple(durable)))
-            routed.append((message, queues, len(durable)))
+        try:
+            for send in tx.sends:
+                routed_send = self._route(send.address, send.routing_type, send.headers, send.body,
+                                          send.persistent, send.priority, send.expiration)
+                if routed_send is None:
+                    continue
+                address, message, queues, decision = routed_send
+                if decision is PAGE:
+                    paged.setdefault(address, []).append((message, queues))
+                    address.staged_records += 1
+                    address.staged_bytes += len(message.body)
+                    continue
+                durable = [q.queue_id for q in queues if q.durable] if send.persistent else []
+                if durable:
+                    ops.append(StoreMessage(message, tuple(durable)))
+                # Held (charged) now, so the next send of the transaction is admitted
+                # against it; the refs are added once the store transaction is written.
+                self._hold(message, queues, durable=len(durable))
+                routed.append((message, queues, len(durable)))
+        except BaseException:
+            for message, queues, _durable in routed:
+                self._unhold_all(queues[0].address, message)
+            raise
+        finally:
+            for address in paged:
+                address.staged_records = address.staged_bytes = 0
         return routed, paged, ops
 
     def rollback(self, tx: Transaction) -> None:

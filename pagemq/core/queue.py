@@ -113,11 +113,11 @@ class Queue:
         self.add_depaged(ref)
         self.counters.added += 1
 
-    def return_refs(self, refs: list[MessageRef]) -> None:
+    def return_refs(self, refs: list[MessageRef], *, dead_letter: bool = True) -> None:
         """Put unacknowledged refs back at the head, oldest first, or dead-letter them."""
         cursor = self.cursor
         for ref in reversed(refs):
-            if self.broker.exhausted(self, ref):
+            if dead_letter and self.broker.exhausted(self, ref):
                 continue
             if cursor is not None and ref.page_pos is not None and cursor.is_ahead(ref):  # type: ignore[attr-defined]
                 cursor.put_back(ref)  # type: ignore[attr-defined]
