@@ -107,3 +107,89 @@ def test_paged_send_to_a_new_address_survives_a_kill_right_after_its_receipt(
     consumer = stomp_client(proc)
     consumer.subscribe(f"/queue/{queue}", ack="client-individual")
     assert label(wait_frames(consumer, 1)[0]) == "only"
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+
+def test_commit_of_many_sends_holds_no_more_than_max_size_messages_in_memory(
+    start_broker, stomp_client
+):
+    proc = start_broker({"address-settings": {"#": {"max-size-messages": 10, "page-size-bytes": "16KiB"}}})
+    queue = unique("tx")
+    producer = stomp_client(proc)
+    producer.begin("t1")
+    names = numbered("m", 100)
+    for name in names:
+        producer.send(f"/queue/{queue}", body(name, 256), headers={"persistent": "true",
+                                                                  "transaction": "t1"})
+    producer.commit("t1")
+    info = proc.address(queue)
+    assert info["messages_in_memory"] <= 10
+    assert info["messages"] == 100
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 5})
+    assert take(consumer, 100, timeout=20) == names
+
+
+def test_fail_policy_refuses_a_whole_commit_that_does_not_fit(start_broker, stomp_client):
+    proc = start_broker({"address-settings": {"#": {"max-size-messages": 10,
+                                                    "address-full-policy": "FAIL"}}})
+    queue = unique("tx")
+    producer = stomp_client(proc)
+    producer.begin("t1")
+    for name in numbered("m", 20):
+        producer.send(f"/queue/{queue}", body(name, 256), headers={"persistent": "true",
+                                                                  "transaction": "t1"})
+    producer.commit("t1", receipt=False)
+    error = producer.listener.wait_for_error()
+    assert "full" in error.headers["message"]
+    assert proc.queue(queue)["messages"] == 0
+    assert proc.address(queue)["messages_in_memory"] == 0
+
+
+# -- dead letters ---------------------------------------------------------------------------
+
+
+def test_message_moved_to_a_full_fail_policy_dead_letter_queue_is_kept(start_broker, stomp_client):
+    proc = start_broker({"address-settings": {
+        "#": {"max-delivery-attempts": 1, "page-size-bytes": "16KiB"},
+        "DLQ": {"max-size-messages": 1, "address-full-policy": "FAIL"},
+    }})
+    queue = unique("poison")
+    producer = stomp_client(proc)
+    send_all(producer, "/queue/DLQ", ["filler"])
+    send_all(producer, f"/queue/{queue}", numbered("p", 3))
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 10})
+    for frame in wait_frames(consumer, 3):
+        consumer.nack(frame, receipt=True)
+    assert not consumer.listener.errors
+    proc.wait_queue(queue, messages=0, messages_killed=3)
+    proc.wait_queue("DLQ", messages=4)
+    reader = stomp_client(proc)
+    reader.subscribe("/queue/DLQ", ack="client-individual", headers={"activemq.prefetchSize": 10})
+    assert sorted(labels(wait_frames(reader, 4))) == sorted(["filler", "p0", "p1", "p2"])
+
+
+def test_message_whose_dead_letter_address_cannot_be_created_stays_in_its_queue(
+    start_broker, stomp_client
+):
+    proc = start_broker({"address-settings": {
+        "#": {"max-delivery-attempts": 1, "dead-letter-address": "nowhere"},
+        "nowhere": {"auto-create-addresses": False},
+    }})
+    queue = unique("poison")
+    producer = stomp_client(proc)
+    send_all(producer, f"/queue/{queue}", ["p0"])
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual",
+                       headers={"activemq.prefetchSize": 1})
+    first = wait_frames(consumer, 1)[0]
+    assert label(first) == "p0"
+    consumer.nack(first, receipt=True)
+    assert not consumer.listener.errors
+    second = wait_frames(consumer, 2)[1]
+    assert label(second) == "p0"
+    consumer.ack(second, receipt=True)
+    proc.wait_queue(queue, messages=0, messages_killed=0)
