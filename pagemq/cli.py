@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 EXIT_CONFIG = 2
+EXIT_LOCKED = 1  # another broker holds the data directory (docs/storage-format.md)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,10 +45,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"pagemq: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     from pagemq.server.app import serve
+    from pagemq.storage.lock import DataDirectoryLocked
     from pagemq.storage.message_codec import CodecError
 
     try:
         return serve(config)
+    except DataDirectoryLocked as exc:
+        print(f"pagemq: cannot start: {exc}", file=sys.stderr)
+        return EXIT_LOCKED
     except OSError as exc:
         print(f"pagemq: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -24,6 +24,8 @@ from pagemq.integrations.http_api import start_http
 from pagemq.server.config import Config
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
+from pagemq.storage.fileio import REAL_FILE_IO
+from pagemq.storage.lock import DataDirectoryLock
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_store import PageStore
 
@@ -63,16 +65,19 @@ class BrokerServer:
         self._http = None
         self._tasks: list[asyncio.Task[None]] = []
         self._trimmer = MemoryTrimmer()
+        self._lock = DataDirectoryLock(broker_config.data_directory)
         self.stopped = asyncio.Event()
 
     async def start(self) -> None:
         started = time.monotonic()
         broker_config = self.config.broker
+        # Before any other file is read or written: one broker per data directory.
+        self._lock.acquire()
         for directory in (
             broker_config.data_directory, broker_config.journal_directory,
             broker_config.paging_directory,
         ):
-            directory.mkdir(parents=True, exist_ok=True)
+            REAL_FILE_IO.makedirs(directory)  # each new level's parent fsynced
         recovered = self.broker.recover()
         self.store.start(asyncio.get_running_loop())
         if stale := self.broker.forget_stale():
@@ -166,6 +171,7 @@ class BrokerServer:
         for page_store in self._page_stores:
             await page_store.close()
         await self.store.close()
+        self._lock.release()
         log.info("stopped")
         self.stopped.set()
 

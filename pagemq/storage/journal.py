@@ -500,7 +500,8 @@ class Journal:
         """Copy the live ops and needed DELETEs of sparse files into one new file.
 
         Crash-safe by ordering: the new file is written under a temp name and fsynced, then
-        renamed into place, and only then are its sources retired. Its first record names
+        renamed into place and the directory fsynced, and only then are its sources retired
+        (then the directory is fsynced again). Its first record names
         the sources, so a load after a crash between rename and retirement finishes the
         job, and a temp file left by a crash before the rename is simply removed. Ops keep
         their seqs, so replay order is right wherever the new file sits.
@@ -529,7 +530,7 @@ class Journal:
         report.compacted_files += len(sources)
         report.compacted_records += len(entries)
         self._counters["compactions"] += 1
-        self._sync_directories(report)
+        self._sync_directories(report)  # 4. the removals (or moves to the archive) are durable
         return True
 
     def _sparse(self, file: _DataFile) -> bool:
@@ -600,13 +601,16 @@ class Journal:
             chunks.append(data)
             position += len(data)
         temp = self.directory / rec.temp_name(file_no)
-        handle = self._fileio.open_append(temp)
+        handle = self._fileio.open_append(temp)  # 1. write the copy under a temp name, fsync it
         try:
             handle.write(b"".join(chunks))
             handle.fsync()
         finally:
             handle.close()
-        self._fileio.rename(temp, self._path(file_no))
+        self._fileio.rename(temp, self._path(file_no))  # 2. give it its name
+        # 3. make that name durable before any source goes: a crash that kept the removal
+        # of a source but not this rename would lose the source's live records.
+        self._fileio.fsync_directory(self.directory)
         return position, offsets
 
     def _install(self, file_no: int, size: int, base_seq: int, sources: list[_DataFile],

@@ -245,7 +245,9 @@ class PageStore:
         """Resolves when everything asked so far (appends, closes, deletes) is done.
 
         Done means written, and fsynced where a persistent record or a page close needs it;
-        a caller may delete journal records that refer to a deleted page once this resolves.
+        a caller may delete journal records that refer to a deleted page once this resolves
+        without an exception. It fails when a write, close, delete or directory sync failed
+        since the last flush future was settled.
         """
         future = self._writer.flush() if self._writer is not None else None
         if future is not None:
@@ -254,14 +256,19 @@ class PageStore:
         done.set_result(None)
         return done
 
-    def delete_page(self, page_no: int) -> None:
-        """Remove (or archive) a page and its summary; the live page is rolled first."""
+    def delete_page(self, page_no: int) -> asyncio.Future[None] | None:
+        """Remove (or archive) a page and its summary; the live page is rolled first.
+
+        The future resolves once the removal is durable and carries the OSError when it
+        failed (the page then stays on disk); `flush()` fails likewise. None for an unknown
+        page or when the writer thread is not running.
+        """
         if page_no == self._live.page_no:
             self.roll()
         if self._pages.pop(page_no, None) is None:
             log.debug("paging %r: delete of unknown page %d ignored", self.address, page_no)
-            return
-        self._require_writer().delete_page(page_no)
+            return None
+        return self._require_writer().delete_page(page_no)
 
     async def close(self) -> None:
         """Close the live page (so the next open reads its summary) and drain the writer."""

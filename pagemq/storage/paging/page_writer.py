@@ -65,6 +65,7 @@ class CloseOp:
 @dataclass(slots=True)
 class DeleteOp:
     page_no: int
+    future: asyncio.Future[None] | None = None  # resolved once the removal is durable
 
 
 Op = WriteOp | CloseOp | DeleteOp
@@ -73,7 +74,8 @@ Op = WriteOp | CloseOp | DeleteOp
 @dataclass(slots=True)
 class _Batch:
     ops: list[Op] = field(default_factory=list)
-    future: asyncio.Future[None] | None = None
+    future: asyncio.Future[None] | None = None  # persistent appends: write and fsync errors
+    flush_future: asyncio.Future[None] | None = None  # flush(): also close/delete errors
     needs_sync: bool = False
     urgent: bool = False
     bytes: int = 0
@@ -119,6 +121,7 @@ class PageWriter:
         self._dirty: set[int] = set()
         self._failed: set[int] = set()
         self._dir_dirty = False
+        self._op_failures: list[OSError] = []  # under _cond: close/delete failures not yet reported
         self._last_start = 0.0
         self.on_failure: Callable[[set[int], OSError], None] = lambda _pages, _exc: None
         self.on_resummarised: Callable[[PageSummaryRecord], None] = lambda _summary: None
@@ -175,20 +178,35 @@ class PageWriter:
     def close_page(self, summary: PageSummaryRecord) -> None:
         self._submit(CloseOp(summary.page_no, summary), urgent=True)
 
-    def delete_page(self, page_no: int) -> None:
-        self._submit(DeleteOp(page_no), urgent=False)
+    def delete_page(self, page_no: int) -> asyncio.Future[None] | None:
+        """Queue the removal; the future (None when the thread is not running) resolves once
+        the page and its summary are gone durably, and carries the OSError if they are not."""
+        future = self._loop.create_future() if self._loop is not None and self._thread else None
+        self._submit(DeleteOp(page_no, future), urgent=False)
+        return future
 
     def flush(self) -> asyncio.Future[None] | None:
-        """A future for everything queued so far (None when nothing is queued or in flight)."""
+        """A future for everything queued so far (None when nothing is queued or in flight
+        and nothing failed since the last flush).
+
+        It fails if a write, a page close, a delete or the directory sync that makes them
+        durable failed since the last flush future was settled, so a caller that deletes
+        journal records once a page deletion is durable does not when it is not.
+        """
         if self._loop is None:
             return None
         with self._cond:
             if not self._pending.ops and not self._busy:
-                return None
-            if self._pending.future is None:
-                self._pending.future = self._loop.create_future()
+                if not self._op_failures:
+                    return None
+                failures, self._op_failures = self._op_failures, []
+                failed = self._loop.create_future()
+                failed.set_exception(_op_error(self.address, failures))
+                return failed
+            if self._pending.flush_future is None:
+                self._pending.flush_future = self._loop.create_future()
             self._cond.notify()
-            return self._pending.future
+            return self._pending.flush_future
 
     def _submit(self, op: Op, *, urgent: bool) -> None:
         if self._thread is None:
@@ -245,7 +263,8 @@ class PageWriter:
                     self._busy = False
 
     def _has_work(self) -> bool:
-        return bool(self._pending.ops) or self._pending.future is not None
+        pending = self._pending
+        return bool(pending.ops) or pending.future is not None or pending.flush_future is not None
 
     def _process(self, batch: _Batch) -> None:
         """1. write every frame, 2. one fsync per page written, 3. closes and deletes."""
@@ -263,14 +282,30 @@ class PageWriter:
             with self._cond:
                 for page_no in before:
                     self._visible[page_no] = self._sizes[page_no]
+        failures: list[OSError] = []
+        deletes: list[tuple[DeleteOp, OSError | None]] = []
         for op in batch.ops:
             if isinstance(op, CloseOp):
-                self._guarded("close", op.page_no, lambda op=op: self._close(op))
+                failed = self._guarded("close", op.page_no, lambda op=op: self._close(op))
             elif isinstance(op, DeleteOp):
-                self._guarded("delete", op.page_no, lambda op=op: self._delete(op))
-        if self._dir_dirty:
-            self._guarded("directory sync", None, self._sync_folders)
+                failed = self._guarded("delete", op.page_no, lambda op=op: self._delete(op))
+                deletes.append((op, failed))
+            else:
+                continue
+            if failed is not None:
+                failures.append(failed)
+        synced = self._guarded("directory sync", None, self._sync_folders) if self._dir_dirty else None
+        if synced is not None:
+            failures.append(synced)
+        for op, failed in deletes:
+            self._settle(op.future, failed or synced)
+        with self._cond:
+            self._op_failures.extend(failures)
+            reported: list[OSError] = []
+            if batch.flush_future is not None:
+                reported, self._op_failures = self._op_failures, []
         self._settle(batch.future, error)
+        self._settle(batch.flush_future, error or (_op_error(self.address, reported) if reported else None))
 
     def _write_all(self, batch: _Batch, before: dict[int, int]) -> None:
         for op in batch.ops:
@@ -314,10 +349,14 @@ class PageWriter:
         return handle
 
     def _create_folder(self, folder: Path) -> None:
-        """address.txt first, durably, so a folder holding pages always says whose they are."""
+        """address.txt first, durably, so a folder holding pages always says whose they are.
+
+        `makedirs` fsyncs the parent of each level it creates (the paging directory, the
+        address folder), `write_atomic` the folder itself: after a crash the folder, its
+        address.txt and any page made durable in it are all there.
+        """
         self.fileio.makedirs(folder)
         self.fileio.write_atomic(folder / ADDRESS_FILE, self.address.encode("utf-8", "surrogatepass"))
-        self.fileio.fsync_directory(folder.parent)
 
     def _sync(self, before: dict[int, int]) -> None:
         for page_no in sorted(before):
@@ -433,8 +472,9 @@ class PageWriter:
             self.fileio.fsync_directory(self.archive_folder)
         self._dir_dirty = False
 
-    def _guarded(self, what: str, page_no: int | None, step: Callable[[], None]) -> None:
-        """Close/delete failures are logged, never raised: the pages they concern stay on disk."""
+    def _guarded(self, what: str, page_no: int | None, step: Callable[[], None]) -> OSError | None:
+        """Close/delete failures are logged and returned, never raised: the pages they concern
+        stay on disk, and the next flush future (and the delete's own) carries the error."""
         try:
             step()
         except OSError as exc:
@@ -442,6 +482,10 @@ class PageWriter:
             where = self._name(page_no) if page_no is not None else str(self.folder)
             log.error("paging %r: %s of %s failed: %s (the file stays; the next start "
                       "re-checks it)", self.address, what, where, exc)
+            failure = OSError(exc.errno or errno.EIO, f"{what} of {where} failed: {exc.strerror or exc}")
+            failure.__cause__ = exc
+            return failure
+        return None
 
     def _name(self, page_no: int) -> str:
         return str(self.folder / page_file_name(page_no))
@@ -467,6 +511,16 @@ class PageWriter:
             self._loop.call_soon_threadsafe(callback, *args)
         except RuntimeError:
             log.debug("paging %r: event loop closed before a failure report", self.address)
+
+
+def _op_error(address: str, failures: list[OSError]) -> OSError:
+    """One error for a flush that covers failed closes or deletes (the first one's errno)."""
+    detail = "; ".join(str(f) for f in failures[:3])
+    if len(failures) > 3:
+        detail += f"; +{len(failures) - 3} more"
+    error = OSError(failures[0].errno or errno.EIO, f"paging {address!r}: {detail}")
+    error.__cause__ = failures[0]
+    return error
 
 
 def _resolve(future: asyncio.Future[None], error: OSError | None) -> None:
