@@ -37,6 +37,9 @@ class DataDirectoryLocked(OSError):
         self.directory = directory
         self.pid = pid
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 class DataDirectoryLock:
     """The lock on one data directory; `acquire()` once, `release()` at exit."""

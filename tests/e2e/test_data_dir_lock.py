@@ -1,0 +1,51 @@
+"""One broker per data directory (issue 13, defect 12): a second `pagemq serve` on a data
+directory in use refuses to start, with one line naming the running broker's pid, before it
+touches any file; the lock goes with the process, kill -9 included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from brokerproc import HOST, broker_still_serves, free_port, run_cli, unique
+
+
+def _files(directory: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _second_serve(data_dir: Path, cwd: Path):
+    return run_cli("serve", "--data-dir", str(data_dir), "--stomp", f"{HOST}:{free_port()}",
+                   "--http", f"{HOST}:{free_port()}", cwd=cwd, timeout=20)
+
+
+def test_a_second_broker_on_the_same_data_directory_refuses_to_start_naming_the_pid(
+    start_broker, stomp_client, tmp_path
+):
+    first = start_broker()
+    queue = unique("locked")
+    producer = stomp_client(first)
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"m{n}", headers={"persistent": "true"}, receipt=True)
+    before = _files(first.data_dir)
+
+    second = _second_serve(first.data_dir, tmp_path)
+
+    assert second.returncode == 1, second.stderr
+    lines = [line for line in second.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, second.stderr
+    assert "Traceback" not in second.stderr
+    assert f"pid {first.proc.pid}" in lines[0] and str(first.data_dir) in lines[0], lines[0]
+    assert _files(first.data_dir) == before  # nothing touched: no new journal file, no cleanup
+    assert first.queue(queue)["messages"] == 5
+    broker_still_serves(first.stomp_port)
+
+
+def test_the_lock_goes_with_a_killed_broker(start_broker, stomp_client, tmp_path):
+    first = start_broker()
+    queue = unique("relock")
+    stomp_client(first).send(f"/queue/{queue}", "kept", headers={"persistent": "true"}, receipt=True)
+    first.kill()
+    first.start()  # same data directory: the kernel dropped the dead process's lock
+    assert first.queue(queue)["messages"] == 1
+    assert (first.data_dir / "server.lock").read_text().strip() == str(first.proc.pid)
