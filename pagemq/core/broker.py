@@ -27,6 +27,7 @@ from pagemq.core.errors import (
     NotFound,
     StorageFailure,
     SubscriptionError,
+    TransactionError,
 )
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.message import Message
@@ -45,7 +46,7 @@ from pagemq.storage.api import (
 
 if TYPE_CHECKING:
     from pagemq.core.settings import AddressSettings, AddressSettingsRepository
-    from pagemq.core.transactions import Transaction
+    from pagemq.core.transactions import PendingSend, Transaction
     from pagemq.storage.paging.page_store import PageStore
 
 log = logging.getLogger("pagemq.broker")
@@ -603,6 +604,29 @@ class Broker:
 
     # -- transactions ---------------------------------------------------------------------
 
+    def stage(self, tx: Transaction, send: PendingSend) -> None:
+        """Hold a transactional SEND until COMMIT, charged to the one memory budget.
+
+        Pending sends are memory like any other: they count toward `global-max-size` (so
+        other traffic pages sooner), and the pending sends of all open transactions together
+        may not pass it: the SEND that would is refused and the rest of the broker goes on.
+        """
+        size = send.memory_size
+        limit = self.memory.max_bytes
+        if limit >= 0 and self.memory.staged_bytes + size > limit:
+            raise TransactionError(
+                f"transaction {tx.name!r} cannot hold this send: pending transactional sends "
+                f"would pass global-max-size ({limit} bytes); commit in smaller transactions"
+            )
+        tx.sends.append(send)
+        tx.staged_bytes += size
+        self.memory.stage(size)
+
+    def _unstage(self, tx: Transaction) -> None:
+        if tx.staged_bytes:
+            self.memory.unstage(tx.staged_bytes, len(tx.sends))
+            tx.staged_bytes = 0
+
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         """Apply a transaction's sends and acks atomically: one store transaction.
 
@@ -611,6 +635,7 @@ class Broker:
         of 100 sends to an address holding 10 pages 90 of them, and a FAIL (or BLOCK)
         policy refuses (or delays) the whole commit, leaving nothing behind.
         """
+        self._unstage(tx)
         routed, paged, ops = self._route_sends(tx)
         futures = [self._after_bindings(self.pager(address).page(items))
                    for address, items in paged.items()]
@@ -682,6 +707,7 @@ class Broker:
 
     def rollback(self, tx: Transaction) -> None:
         """Discard the sends; acknowledged deliveries go back to their queues, in order."""
+        self._unstage(tx)
         by_queue: dict[Queue, list[MessageRef]] = {}
         for consumer, ref in tx.acks:
             by_queue.setdefault(consumer.queue, []).append(ref)

@@ -17,13 +17,14 @@ from collections.abc import Callable
 class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
-    __slots__ = ("_waiters", "max_bytes", "max_messages", "used_bytes", "used_messages")
+    __slots__ = ("_waiters", "max_bytes", "max_messages", "staged_bytes", "used_bytes", "used_messages")
 
     def __init__(self, max_bytes: int = -1, max_messages: int = -1) -> None:
         self.max_bytes = max_bytes
         self.max_messages = max_messages
         self.used_bytes = 0
         self.used_messages = 0
+        self.staged_bytes = 0  # pending transactional sends (also in used_bytes)
         self._waiters: list[Callable[[], bool]] = []
 
     def would_exceed(self, size: int) -> bool:
@@ -47,6 +48,15 @@ class MemoryAccountant:
         self.used_messages -= messages
         if self._waiters:
             self._wake()
+
+    def stage(self, size: int) -> None:
+        """A transactional send held until commit: counted like a held message."""
+        self.staged_bytes += size
+        self.charge(size)
+
+    def unstage(self, size: int, messages: int) -> None:
+        self.staged_bytes -= size
+        self.release(size, messages)
 
     def wait(self, retry: Callable[[], bool]) -> None:
         """Register `retry`; it is called after releases and removed once it returns True."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pagemq.core.consumer import Consumer, MessageRef
+from pagemq.core.message import estimate_memory
 
 
 @dataclass(slots=True)
@@ -22,9 +23,15 @@ class PendingSend:
     priority: int
     expiration: int
 
+    @property
+    def memory_size(self) -> int:
+        return estimate_memory(self.headers, self.body)
+
 
 @dataclass(slots=True)
 class Transaction:
     name: str
     sends: list[PendingSend] = field(default_factory=list)
     acks: list[tuple[Consumer, MessageRef]] = field(default_factory=list)
+    # Charged to the broker's memory budget by `Broker.stage` until commit or rollback.
+    staged_bytes: int = 0
