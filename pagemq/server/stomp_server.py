@@ -3,12 +3,26 @@
 Kept thin on purpose (hypercorn's tcp_server is the model): it moves bytes, runs the
 heart-beat timer and relays transport flow control. Output the session buffers during one
 loop iteration is written with a single `transport.write`.
+
+Dead peers are dropped, not waited for:
+- a peer silent past its heart-beat timeout is aborted (its write buffer discarded), so the
+  session's unacknowledged deliveries go back to their queues at once;
+- a close (after an ERROR or a DISCONNECT) lets the write buffer drain for `CLOSE_GRACE`
+  seconds, then aborts;
+- while the session has stopped reading the socket (its read-ahead is full), bytes arriving
+  in the kernel's receive buffer or leaving our write buffer count as signs of life; while
+  it waits for memory (BLOCK) the peer waits on us, so the timeout does not run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import socket
+import struct
+import termios
 from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
@@ -22,6 +36,9 @@ log = logging.getLogger("pagemq.stomp")
 
 SERVER_HEARTBEAT_MS = (500, 500)  # the floor: clients get the intervals they ask for, down to this
 HEARTBEAT_GRACE = 2.0  # a peer may be this many intervals late before we give up on it
+CLOSE_GRACE = 3.0  # seconds a closing connection gets to take its last frames before an abort
+WRITE_HIGH_WATER = 1 << 20  # transport write buffer: above it the session stops producing
+WRITE_LOW_WATER = 1 << 18
 
 
 class StompServerProtocol(asyncio.Protocol):
@@ -33,7 +50,10 @@ class StompServerProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         self._paused_writing = False
+        self._reading_paused = False
+        self._socket_seen = (0, 0)  # (unread bytes in the kernel, our write buffer) when last looked
         self._heartbeat: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
         self._last_read = 0.0
         self._last_write = 0.0
         self.session: StompSession | None = None
@@ -44,7 +64,7 @@ class StompServerProtocol(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport; they implement its methods.
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
-        transport.set_write_buffer_limits(high=1 << 20, low=1 << 18)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         protocol = StompConnection(
             server_heartbeat=SERVER_HEARTBEAT_MS,
             max_frame_size=self._limits.max_frame_size,
@@ -70,6 +90,8 @@ class StompServerProtocol(asyncio.Protocol):
         self._connections.discard(self)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._close_timer is not None:
+            self._close_timer.cancel()
         if self.session is not None:
             self.session.connection_lost()
 
@@ -103,22 +125,49 @@ class StompServerProtocol(asyncio.Protocol):
         data = session.take_output()
         if data:
             self.write(data)
-        if not self._paused_writing and not session.closing_hard and not session._writable:
+        if not self._paused_writing and not session.closing_hard and not session.writable:
             session.set_writable(True)
 
     def pause_reading(self) -> None:
-        if self._transport is not None:
-            self._transport.pause_reading()
+        transport = self._transport
+        if transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self._socket_seen = self._socket_state(transport)
+            transport.pause_reading()
 
     def resume_reading(self) -> None:
+        if not self._reading_paused:
+            return
+        self._reading_paused = False
+        self._last_read = self._loop.time()  # the peer could not be heard while we did not read
         if self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()
 
     def close(self) -> None:
-        """Write what is buffered (an ERROR frame, a last RECEIPT), then close."""
+        """Write what is buffered (an ERROR frame, a last RECEIPT), then close; a peer that
+        does not take it within CLOSE_GRACE seconds is aborted."""
         self._flush()
-        if self._transport is not None:
-            self._transport.close()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+            self._close_timer = self._loop.call_later(CLOSE_GRACE, self._abort_close)
+
+    def _abort_close(self) -> None:
+        """The close has not completed (connection_lost cancels this timer)."""
+        log.info("%s: peer did not take its last frames within %.0fs, aborting",
+                 self.session.session_id if self.session else "?", CLOSE_GRACE)
+        self._abort()
+
+    def _abort(self) -> None:
+        """Drop the connection now: unsent bytes are discarded and the peer gets a reset (a
+        plain close would leave the kernel holding them, probing a peer that never reads)."""
+        transport = self._transport
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
 
     # -- heart-beats ----------------------------------------------------------------------
 
@@ -134,20 +183,46 @@ class StompServerProtocol(asyncio.Protocol):
 
     def _beat(self) -> None:
         session = self.session
-        if session is None or self._transport is None or self._transport.is_closing():
+        transport = self._transport
+        if session is None or transport is None or transport.is_closing():
             return
         protocol = session.protocol
         now = self._loop.time()
         expect = protocol.expect_heartbeat_ms / 1000
         if expect and now - self._last_read > expect * HEARTBEAT_GRACE:
-            log.info("%s: no heart-beat for %.1fs, closing", session.session_id, now - self._last_read)
-            self._transport.close()
-            return
+            if self._reading_paused and (session.blocked or self._peer_stirred(transport)):
+                self._last_read = now  # not reading it is our doing; the socket says it lives
+            else:
+                log.info("%s: no heart-beat for %.1fs, dropping the connection",
+                         session.session_id, now - self._last_read)
+                self._abort()  # its deliveries go back to their queues now
+                return
         send = protocol.send_heartbeat_ms / 1000
         if send and now - self._last_write >= send * 0.9:
             self.write(b"\n")
         intervals = [ms for ms in (protocol.send_heartbeat_ms, protocol.expect_heartbeat_ms) if ms]
         self._heartbeat = self._loop.call_later(min(intervals) / 2000, self._beat)
+
+    def _peer_stirred(self, transport: asyncio.Transport) -> bool:
+        """Since we last looked: did bytes arrive in the kernel (we are not reading them),
+        or did the peer take some of what we wrote?"""
+        state = self._socket_state(transport)
+        before, self._socket_seen = self._socket_seen, state
+        return state[0] > before[0] or state[1] < before[1]
+
+    @staticmethod
+    def _socket_state(transport: asyncio.Transport) -> tuple[int, int]:
+        return _unread_bytes(transport), transport.get_write_buffer_size()
+
+
+def _unread_bytes(transport: asyncio.BaseTransport) -> int:
+    """Bytes waiting in the kernel's receive buffer of the transport's socket (-1: unknown)."""
+    sock = transport.get_extra_info("socket")
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (AttributeError, OSError, ValueError):
+        return -1
+    return struct.unpack("i", raw)[0]
 
 
 async def start_stomp_server(

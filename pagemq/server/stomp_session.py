@@ -7,7 +7,16 @@ close. Output is buffered and flushed once per loop iteration, so a burst of del
 costs one write.
 
 Receipts go out in the order their frames arrived: a RECEIPT for a persistent SEND waits for
-the journal's group commit, and any later receipt waits behind it.
+the journal's group commit, and any later receipt waits behind it. An ERROR waits too: every
+RECEIPT already due (its write made durable) goes out first, then the ERROR, then the close.
+
+Input is *held* (a bounded read-ahead, `_backlog`) while a SEND is blocked by the BLOCK
+policy or while the peer does not read what we write (the transport's write buffer is over
+its high-water mark). The socket is still read, so heart-beats keep arriving, and ACK/NACK
+frames outside a transaction are carried out at once, ahead of the held frames: they are
+what frees the memory a blocked SEND waits for (Artemis gets the same effect from separate
+flow control). Everything else keeps its order. Past `READ_AHEAD_BYTES` of held frames the
+socket stops being read, so TCP bounds what a blocked or non-reading client can make us hold.
 
 Loop-only: every method runs on the event loop thread.
 """
@@ -18,7 +27,8 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from pagemq.core.address import ANYCAST, MULTICAST
@@ -39,6 +49,7 @@ log = logging.getLogger("pagemq.stomp")
 
 _session_ids = itertools.count(1)
 OUTPUT_HIGH_WATER = 1 << 20
+READ_AHEAD_BYTES = 1 << 20  # held frames (about) past which the socket is no longer read
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_BATCH = 256
 
@@ -67,6 +78,27 @@ class Subscription:
         self.browse: Iterator[MessageRef] | None = None
 
 
+@dataclass(slots=True)
+class StompTransaction(Transaction):
+    """A client transaction plus its NACKs, which take effect at COMMIT (ABORT undoes them,
+    as it undoes ACKs: the messages go back to their queues)."""
+
+    nacks: list[tuple[Consumer, MessageRef]] = field(default_factory=list)
+
+
+class _Failure:
+    """A protocol error met while frames before it were held: raised when its turn comes."""
+
+    __slots__ = ("message", "receipt_id")
+
+    def __init__(self, message: str, receipt_id: str | None) -> None:
+        self.message = message
+        self.receipt_id = receipt_id
+
+
+Reply = tuple["asyncio.Future[None] | None", bytes, "str | None"]
+
+
 class StompSession:
     """Server side of one STOMP connection, bound to a broker."""
 
@@ -79,24 +111,41 @@ class StompSession:
         self.subscriptions: dict[str, Subscription] = {}
         self._by_index: dict[int, Subscription] = {}
         self._next_index = itertools.count(1)
-        self.transactions: dict[str, Transaction] = {}
-        self._msgid_acks: dict[str, tuple[int, int]] = {}
+        self.transactions: dict[str, StompTransaction] = {}
+        # STOMP 1.0/1.1 acknowledge by message-id: message-id -> {subscription index: tag}
+        # (one message can be in flight on several subscriptions of this connection).
+        self._msgid_acks: dict[str, dict[int, int]] = {}
         self._out: list[bytes] = []
         self._out_bytes = 0
-        self._replies: deque[tuple[asyncio.Future[None] | None, bytes]] = deque()
+        self._replies: deque[Reply] = deque()
         self._watched: asyncio.Future[None] | None = None
-        self._backlog: deque[object] = deque()
-        self._blocked_retry: object | None = None
+        # Held input: (event or _Failure, its size in bytes), in arrival order.
+        self._backlog: deque[tuple[object, int]] = deque()
+        self._backlog_bytes = 0
+        self._blocked_retry: Callable[[], bool] | None = None
+        self._drain_scheduled = False
+        self._reading_paused = False
+        self._input_closed = False  # a bad frame was read: later bytes are not looked at
         self._writable = True
         self._after_replies: Callable[[], None] | None = None
-        self.closing = False
-        self.closing_hard = False
+        self._error: tuple[str, str | None] | None = None
+        self.closing = False  # no more frames are carried out
+        self.closing_hard = False  # the ERROR (or nothing, the socket being gone) was written
+
+    @property
+    def blocked(self) -> bool:
+        """A SEND waits for memory (BLOCK policy): the peer waits on us, not we on it."""
+        return self._blocked_retry is not None
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
 
     # -- input ----------------------------------------------------------------------------
 
     def receive(self, data: bytes) -> None:
         """Bytes from the socket; any protocol or broker error ends the connection."""
-        if self.closing:
+        if self.closing or self._input_closed:
             return
         try:
             events = self.protocol.receive_data(data)
@@ -105,30 +154,101 @@ class StompSession:
             return
         except ProtocolError as exc:
             # Frames before the bad one in the same read were valid: they take effect first.
-            self._process(deque(getattr(exc, "events", ())))
-            if not self.closing:
+            self._input_closed = True
+            self._accept(getattr(exc, "events", ()))
+            if self.closing:
+                return
+            if self._backlog:
+                self._backlog.append((_Failure(exc.message, exc.receipt_id), 0))
+                self._schedule_drain()  # held only by the write side: carried out at once
+            else:
                 self.fail(exc.message, exc.receipt_id)
             return
-        if self._backlog or self._blocked_retry is not None:
-            self._backlog.extend(events)
-            return
-        self._process(deque(events))
+        self._accept(events)
 
-    def _process(self, events: deque[object]) -> None:
-        while events and not self.closing:
-            event = events.popleft()
-            try:
-                self._handle(event)
-            except Blocked as blocked:
-                events.appendleft(event)
-                self._block(blocked, events)
+    def _accept(self, events: Iterable[object]) -> None:
+        if self._backlog or self._blocked_retry is not None or not self._writable:
+            self._hold(events)
+            return
+        for event in events:
+            if self.closing:
                 return
-            except BrokerError as exc:
-                self.fail(exc.message, getattr(event, "receipt", None))
+            if self._backlog:
+                self._hold_one(event)
+            elif not self._run(event):
+                size = _size(event)
+                self._backlog.append((event, size))
+                self._backlog_bytes += size
+        self._check_read_ahead()
+
+    def _hold(self, events: Iterable[object]) -> None:
+        for event in events:
+            if self.closing:
                 return
-            except ProtocolError as exc:
-                self.fail(exc.message, exc.receipt_id or getattr(event, "receipt", None))
-                return
+            self._hold_one(event)
+        self._check_read_ahead()
+
+    def _hold_one(self, event: object) -> None:
+        """Queue a frame behind the held ones, except an ACK/NACK outside a transaction,
+        which is carried out now: it frees memory, and a blocked SEND may be waiting for it."""
+        if type(event) in _GOES_AHEAD and event.transaction is None:  # type: ignore[attr-defined]
+            self._run(event)
+            return
+        size = _size(event)
+        self._backlog.append((event, size))
+        self._backlog_bytes += size
+
+    def _check_read_ahead(self) -> None:
+        if self._backlog_bytes > READ_AHEAD_BYTES and not self._reading_paused and not self.closing:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            asyncio.get_event_loop().call_soon(self._drain_backlog)
+
+    def _drain_backlog(self) -> None:
+        """Carry out held frames in order while nothing holds them (an ERROR behind them
+        is reached even while the peer does not read: it is what closes the connection)."""
+        self._drain_scheduled = False
+        backlog = self._backlog
+        while backlog and not self.closing and self._blocked_retry is None:
+            if not self._writable and not self._input_closed:
+                break
+            event, size = backlog.popleft()
+            self._backlog_bytes -= size
+            if isinstance(event, _Failure):
+                self.fail(event.message, event.receipt_id)
+                break
+            if not self._run(event):
+                backlog.appendleft((event, size))
+                self._backlog_bytes += size
+                break
+        if not backlog:
+            self._backlog_bytes = 0
+        if self._reading_paused and self._backlog_bytes <= READ_AHEAD_BYTES // 2 and not self.closing:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _run(self, event: object) -> bool:
+        """Carry out one frame; False when a SEND is blocked (retried once memory is freed)."""
+        try:
+            self._handle(event)
+        except Blocked as blocked:
+            self._blocked_retry = self.broker.wait_for_memory(blocked.address, self._unblock)
+            return False
+        except BrokerError as exc:
+            self.fail(exc.message, getattr(event, "receipt", None))
+        except ProtocolError as exc:
+            self.fail(exc.message, exc.receipt_id or getattr(event, "receipt", None))
+        except OSError as exc:  # the journal or a page file refused a write
+            log.error("%s: storage failure: %s", self.session_id, exc)
+            self.fail(f"storage failure: {exc}", getattr(event, "receipt", None))
+        except Exception as exc:  # a bug: the client still gets an ERROR, the broker goes on
+            log.exception("%s: internal error handling %s", self.session_id, type(event).__name__)
+            self.fail(f"internal error: {type(exc).__name__}: {exc}", getattr(event, "receipt", None))
+        return True
 
     def _handle(self, event: object) -> None:
         if isinstance(event, ev.Send):
@@ -152,25 +272,11 @@ class StompSession:
         elif isinstance(event, ev.Disconnect):
             self._on_disconnect(event)
 
-    # -- BLOCK policy ---------------------------------------------------------------------
-
-    def _block(self, blocked: Blocked, events: deque[object]) -> None:
-        """Stop reading this producer until the address has room (TCP slows the client)."""
-        self._backlog = events
-        self.transport.pause_reading()
-        self._blocked_retry = self.broker.wait_for_memory(blocked.address, self._unblock)
-
     def _unblock(self) -> None:
+        """The address has room again (called while memory is being released)."""
         self._blocked_retry = None
-        events, self._backlog = self._backlog, deque()
-        asyncio.get_event_loop().call_soon(self._resume_after_block, events)
+        self._schedule_drain()
 
-    def _resume_after_block(self, events: deque[object]) -> None:
-        if self.closing:
-            return
-        self._process(events)
-        if self._blocked_retry is None and not self.closing:
-            self.transport.resume_reading()
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -182,6 +288,7 @@ class StompSession:
         if event.receipt is not None:
             self._reply(None, self.protocol.receipt(event.receipt))
         self.closing = True
+        self._end()  # nothing more is delivered; unacknowledged deliveries go back now
         self._when_replied(self.transport.close)
 
     def _on_send(self, event: ev.Send) -> None:
@@ -205,9 +312,9 @@ class StompSession:
                 persistent=persistent, priority=priority, expiration=expiration,
             )
         if event.receipt is not None:
-            self._reply(future, self.protocol.receipt(event.receipt))
+            self._reply(future, self.protocol.receipt(event.receipt), event.receipt)
         elif future is not None:
-            self._watch_failure(future)
+            self._watch(future)  # a failed write is reported even without a receipt
 
     def _on_subscribe(self, event: ev.Subscribe) -> None:
         if event.id in self.subscriptions:
@@ -217,10 +324,11 @@ class StompSession:
         compile_filter(event.selector)  # a bad selector is refused before anything changes
         sub = Subscription(event.id, next(self._next_index), event.destination, mode)
         headers = event.headers
+        changed = False
         if headers.get("browser", "").lower() == "true":
             self._start_browse(sub, destination, event.selector)
         else:
-            queue, selector = self._queue_for(destination, headers, event.selector, sub.index)
+            queue, selector, changed = self._queue_for(destination, headers, event.selector, sub.index)
             sub.consumer = self.broker.subscribe(
                 queue, self, key=sub, ack_mode=mode, selector=selector,
                 prefetch=_int_header(headers, PREFETCH_HEADERS, 1000),
@@ -229,37 +337,45 @@ class StompSession:
         self.subscriptions[event.id] = sub
         self._by_index[sub.index] = sub
         if event.receipt is not None:
-            self._reply(None, self.protocol.receipt(event.receipt))
+            # A RECEIPT for a SUBSCRIBE that created (or replaced) an address or a durable
+            # queue promises it survives a crash: it waits for those records to be durable.
+            self._reply(self.broker.flush() if changed else None,
+                        self.protocol.receipt(event.receipt), event.receipt)
         if sub.browse is not None:
             self._pump_browse(sub)
 
     def _queue_for(
         self, destination: Destination, headers: dict[str, str], selector: str | None, index: int
-    ) -> tuple[Queue, str | None]:
-        """The queue a subscription reads, and the selector left for its consumer. A plain
-        topic subscription gets its own queue, named by its subscription index (never reused
-        on this connection, so a later subscription cannot land on an earlier one's queue)."""
+    ) -> tuple[Queue, str | None, bool]:
+        """The queue a subscription reads, the selector left for its consumer, and whether a
+        durable record (address, queue) was written or deleted to get it. A plain topic
+        subscription gets its own queue, named by its subscription index (never reused on
+        this connection, so a later subscription cannot land on an earlier one's queue)."""
         broker = self.broker
+        changed = destination.address not in broker.addresses
         address = broker.ensure_address(destination.address, destination.routing_type)
         if destination.routing_type == ANYCAST:
-            return broker.ensure_queue(address, destination.address, ANYCAST), selector
+            changed = changed or destination.address not in broker.queues
+            return broker.ensure_queue(address, destination.address, ANYCAST), selector, changed
         durable_name = _durable_name(headers)
         if durable_name is None:
             name = f"{destination.address}.{self.session_id}.{index}"
             queue = broker.ensure_queue(
                 address, name, MULTICAST, filter_text=selector, durable=False, temporary=True
             )
-            return queue, None
+            return queue, None, changed
         if not self.client_id:
             raise SubscriptionError("a durable subscription needs a client-id on CONNECT")
         name = f"{self.client_id}.{durable_name}"
         queue = broker.queues.get(name)
         if queue is not None and (queue.filter_text or None) != (selector or None):
             broker.delete_queue(queue)  # a new selector makes a new subscription (JMS)
+            queue = None
+        changed = changed or queue is None
         queue = broker.ensure_queue(address, name, MULTICAST, filter_text=selector)
         if queue.consumers:
             raise SubscriptionError(f"durable subscription {name!r} already has a subscriber")
-        return queue, None
+        return queue, None, changed
 
     def _on_unsubscribe(self, event: ev.Unsubscribe) -> None:
         sub = self.subscriptions.pop(event.id or "", None) if event.id else None
@@ -268,23 +384,37 @@ class StompSession:
             raise SubscriptionError(f"no subscription with id {event.id!r}")
         if sub is not None:
             self._close_subscription(sub)
+        removed = False
         if durable_name is not None and self.client_id:
             queue = self.broker.queues.get(f"{self.client_id}.{durable_name}")
             if queue is not None:
                 self.broker.delete_queue(queue)
+                removed = True
         if event.receipt is not None:
-            self._reply(None, self.protocol.receipt(event.receipt))
+            # Removing a durable subscription is promised only once its deletion is durable.
+            self._reply(self.broker.flush() if removed else None,
+                        self.protocol.receipt(event.receipt), event.receipt)
 
     def _close_subscription(self, sub: Subscription) -> None:
         self._by_index.pop(sub.index, None)
         sub.browse = None
-        if sub.consumer is not None:
-            self.broker.close_consumer(sub.consumer)
+        consumer = sub.consumer
+        if consumer is None:
+            return
+        if self._msgid_acks:
+            for ref in consumer.in_flight.values():
+                self._forget_msgid(str(ref.message.message_id), sub.index)
+        self.broker.close_consumer(consumer)
 
     # -- acknowledgements -----------------------------------------------------------------
 
     def _locate(self, event: ev.Ack | ev.Nack) -> tuple[Subscription, int]:
+        """The subscription and tag an ACK/NACK names. STOMP 1.2 names them in the `ack` id
+        we gave the MESSAGE; 1.0/1.1 name the `message-id` (plus, optionally, the
+        `subscription`: a topic message can be in flight on several subscriptions)."""
         ack_id = event.id
+        sub: Subscription | None = None
+        tag_no = 0
         if self.protocol.version == "1.2":
             sub_index, _, tag = ack_id.partition(".")
             try:
@@ -292,12 +422,16 @@ class StompSession:
                 tag_no = int(tag)
             except ValueError:
                 sub = None
-                tag_no = 0
         else:
-            sub_index_tag = self._msgid_acks.get(ack_id)
-            sub, tag_no = (None, 0) if sub_index_tag is None else (
-                self._by_index.get(sub_index_tag[0]), sub_index_tag[1]
-            )
+            deliveries = self._msgid_acks.get(ack_id)
+            if deliveries:
+                if event.subscription is not None:
+                    named = self.subscriptions.get(event.subscription)
+                    if named is not None and named.index in deliveries:
+                        sub, tag_no = named, deliveries[named.index]
+                else:
+                    index, tag_no = next(iter(deliveries.items()))
+                    sub = self._by_index.get(index)
         if sub is None or sub.consumer is None:
             raise UnknownDelivery(f"ACK/NACK of unknown id {ack_id!r}")
         return sub, tag_no
@@ -310,8 +444,15 @@ class StompSession:
         refs = consumer.take_through(tag) if sub.ack_mode is AckMode.CLIENT else [consumer.take(tag)]
         if self._msgid_acks:
             for ref in refs:
-                self._msgid_acks.pop(str(ref.message.message_id), None)
+                self._forget_msgid(str(ref.message.message_id), sub.index)
         return refs
+
+    def _forget_msgid(self, message_id: str, sub_index: int) -> None:
+        deliveries = self._msgid_acks.get(message_id)
+        if deliveries is not None:
+            deliveries.pop(sub_index, None)
+            if not deliveries:
+                del self._msgid_acks[message_id]
 
     def _on_ack(self, event: ev.Ack) -> None:
         sub, tag = self._locate(event)
@@ -327,20 +468,23 @@ class StompSession:
             durable = self.broker.flush() if event.receipt is not None else None
         if event.receipt is not None:
             # The RECEIPT of an ACK promises it will not be redelivered after a crash.
-            self._reply(durable, self.protocol.receipt(event.receipt))
+            self._reply(durable, self.protocol.receipt(event.receipt), event.receipt)
 
     def _on_nack(self, event: ev.Nack) -> None:
         sub, tag = self._locate(event)
         consumer = sub.consumer
         assert consumer is not None
-        refs = self._take(sub, tag)
-        self.broker.nack(consumer, refs)
+        if event.transaction is not None:
+            tx = self._transaction(event.transaction)  # before taking: a bad name changes nothing
+            tx.nacks.extend((consumer, ref) for ref in self._take(sub, tag))
+        else:
+            self.broker.nack(consumer, self._take(sub, tag))
         if event.receipt is not None:
-            self._reply(None, self.protocol.receipt(event.receipt))
+            self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
 
     # -- transactions ---------------------------------------------------------------------
 
-    def _transaction(self, name: str) -> Transaction:
+    def _transaction(self, name: str) -> StompTransaction:
         tx = self.transactions.get(name)
         if tx is None:
             raise TransactionError(f"transaction {name!r} was not begun")
@@ -349,25 +493,35 @@ class StompSession:
     def _on_begin(self, event: ev.Begin) -> None:
         if event.transaction in self.transactions:
             raise TransactionError(f"transaction {event.transaction!r} is already active")
-        self.transactions[event.transaction] = Transaction(event.transaction)
+        self.transactions[event.transaction] = StompTransaction(event.transaction)
         if event.receipt is not None:
-            self._reply(None, self.protocol.receipt(event.receipt))
+            self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
 
     def _on_commit(self, event: ev.Commit) -> None:
         tx = self._transaction(event.transaction)
         future = self.broker.commit(tx)
         del self.transactions[event.transaction]
+        for consumer, refs in _by_consumer(tx.nacks):
+            self.broker.nack(consumer, refs)
         if event.receipt is not None:
-            self._reply(future, self.protocol.receipt(event.receipt))
+            self._reply(future, self.protocol.receipt(event.receipt), event.receipt)
         elif future is not None:
-            self._watch_failure(future)
+            self._watch(future)
 
     def _on_abort(self, event: ev.Abort) -> None:
         tx = self._transaction(event.transaction)
         del self.transactions[event.transaction]
-        self.broker.rollback(tx)
+        self._rollback(tx)
         if event.receipt is not None:
-            self._reply(None, self.protocol.receipt(event.receipt))
+            self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
+
+    def _rollback(self, tx: StompTransaction) -> None:
+        """ABORT (or the connection gone): acknowledged and nacked deliveries alike go back
+        to their queues, oldest first."""
+        if tx.nacks:
+            tx.acks = sorted(tx.acks + tx.nacks, key=lambda item: item[1].message.message_id)
+            tx.nacks = []
+        self.broker.rollback(tx)
 
     # -- deliveries (DeliverySink) --------------------------------------------------------
 
@@ -379,9 +533,12 @@ class StompSession:
         if self.protocol.version == "1.2":
             extra.append(("ack", f"{sub.index}.{tag}"))
         elif sub.ack_mode is not AckMode.AUTO:
-            self._msgid_acks[message_id] = (sub.index, tag)
-        if ref.delivery_count > 1:
-            extra.append(("redelivered", "true"))
+            deliveries = self._msgid_acks.get(message_id)
+            if deliveries is None:
+                self._msgid_acks[message_id] = {sub.index: tag}
+            else:
+                deliveries[sub.index] = tag
+        extra.append(("redelivered", "true" if ref.delivery_count > 1 else "false"))
         self.write(self._message_frame(sub, message, message_id, extra))
 
     def _message_frame(self, sub: Subscription, message: Message, message_id: str,
@@ -414,7 +571,9 @@ class StompSession:
             return
         for sent, ref in enumerate(browse, 1):
             message = ref.message
-            self.write(self._message_frame(sub, message, str(message.message_id), []))
+            redelivered = "true" if ref.delivery_count > 0 else "false"
+            self.write(self._message_frame(sub, message, str(message.message_id),
+                                           [("redelivered", redelivered)]))
             if not self._writable:
                 return  # set_writable(True) resumes this browse
             if sent >= BROWSE_BATCH:
@@ -444,7 +603,9 @@ class StompSession:
         return data
 
     def set_writable(self, writable: bool) -> None:
-        """Transport flow control: consumers of this connection get no credit while False."""
+        """Transport flow control: while False, consumers of this connection get no credit
+        and its input is held (ACK/NACK excepted), so a peer that does not read what we
+        write cannot make us buffer without bound."""
         self._writable = writable
         for sub in self._by_index.values():
             if sub.consumer is not None:
@@ -455,29 +616,41 @@ class StompSession:
                     sub.consumer.queue.dispatch()
                 elif sub.browse is not None:
                     self._pump_browse(sub)
+            if self._backlog:
+                self._schedule_drain()
 
-    def _reply(self, future: asyncio.Future[None] | None, frame: bytes) -> None:
+    def _reply(self, future: asyncio.Future[None] | None, frame: bytes,
+               receipt_id: str | None = None) -> None:
         """Send `frame` once `future` (and every earlier reply) is complete."""
         if future is None and not self._replies:
             self.write(frame)
             return
-        self._replies.append((future, frame))
+        self._replies.append((future, frame, receipt_id))
         if future is not None:
-            self._watch_failure(future)
+            self._watch(future)
 
-    def _drain_replies(self, _future: object = None) -> None:
+    def _drain_replies(self) -> None:
+        """Write the replies that are due, in order; a reply whose write failed is dropped
+        (and ends the connection). Once none is left, an ERROR waiting for them goes out."""
         replies = self._replies
         while replies and not self.closing_hard:
-            future, frame = replies[0]
+            future, frame, receipt_id = replies[0]
             if future is not None:
                 if not future.done():
                     return
-                if future.exception() is not None:
-                    self.fail(f"message could not be stored: {future.exception()}", None)
-                    return
+                problem = _failure_of(future)
+                if problem is not None:
+                    replies.popleft()
+                    self._note_error(f"message could not be stored: {problem}", receipt_id)
+                    continue
             replies.popleft()
             self.write(frame)
-        if not replies and self._after_replies is not None:
+        if replies or self.closing_hard:
+            return
+        if self._error is not None:
+            message, receipt_id = self._error
+            self._fail_raw(self.protocol.error(message, receipt_id=receipt_id))
+        elif self._after_replies is not None:
             callback, self._after_replies = self._after_replies, None
             callback()
 
@@ -487,43 +660,108 @@ class StompSession:
         else:
             asyncio.get_event_loop().call_soon(callback)
 
-    def _watch_failure(self, future: asyncio.Future[None]) -> None:
-        if future is not self._watched:
+    def _watch(self, future: asyncio.Future[None]) -> None:
+        """Hear when `future` completes: replies may be due, or its write failed. One
+        callback per future is enough (a group commit's future is shared by many frames)."""
+        if future is not self._watched or future.done():
             self._watched = future
-            future.add_done_callback(self._drain_replies)
+            future.add_done_callback(self._settled)
+
+    def _settled(self, future: asyncio.Future[None]) -> None:
+        problem = _failure_of(future)
+        if problem is not None and self._error is None and not self.closing_hard:
+            receipt_id = next((rid for f, _, rid in self._replies if f is future), None)
+            self._note_error(f"message could not be stored: {problem}", receipt_id)
+        self._drain_replies()
 
     # -- errors and close -----------------------------------------------------------------
 
     def fail(self, message: str, receipt_id: str | None) -> None:
-        """ERROR frame, then close (STOMP 1.2); nothing this client was promised is lost."""
-        log.info("%s: ERROR %s", self.session_id, message)
-        self._fail_raw(self.protocol.error(message, receipt_id=receipt_id))
+        """ERROR frame, then close (STOMP 1.2); nothing this client was promised is lost:
+        every RECEIPT already due is written before the ERROR."""
+        self._note_error(message, receipt_id)
+        self._drain_replies()
+
+    def _note_error(self, message: str, receipt_id: str | None) -> None:
+        """Stop carrying out frames; the first problem is the one the ERROR reports."""
+        if self.closing_hard:
+            return
+        if self._error is None:
+            log.info("%s: ERROR %s", self.session_id, message)
+            self._error = (message, receipt_id)
+        else:
+            log.info("%s: also: %s", self.session_id, message)
+        self.closing = True
+        self._input_closed = True
+        self._end()
 
     def _fail_raw(self, frame: bytes) -> None:
         self.closing = True
         self.closing_hard = True
+        self._end()
         self.write(frame)
         self.transport.close()
+
+    def _end(self) -> None:
+        """No more frames are carried out: held frames are dropped, transactions roll back,
+        subscriptions close (their unacknowledged deliveries return to their queues)."""
+        self._backlog.clear()
+        self._backlog_bytes = 0
+        if self._reading_paused:  # bytes are ignored from now on; heart-beats still count
+            self._reading_paused = False
+            self.transport.resume_reading()
+        if self._blocked_retry is not None:
+            self.broker.memory.cancel(self._blocked_retry)
+            self._blocked_retry = None
+        for tx in self.transactions.values():
+            self._rollback(tx)
+        self.transactions.clear()
+        for sub in list(self.subscriptions.values()):
+            self._close_subscription(sub)
+        self.subscriptions.clear()
+        self._by_index.clear()
+        self._msgid_acks.clear()
 
     def connection_lost(self) -> None:
         """Socket gone: unacknowledged deliveries return to their queues, transactions roll back."""
         self.closing = True
         self.closing_hard = True
-        if self._blocked_retry is not None:
-            self.broker.memory.cancel(self._blocked_retry)  # type: ignore[arg-type]
-            self._blocked_retry = None
-        for tx in self.transactions.values():
-            self.broker.rollback(tx)
-        self.transactions.clear()
-        for sub in list(self.subscriptions.values()):
-            self._close_subscription(sub)
-        self.subscriptions.clear()
+        self._replies.clear()
+        self._after_replies = None
+        self._end()
 
+
+_GOES_AHEAD = (ev.Ack, ev.Nack)
 
 _OWN_HEADERS = frozenset(
     {"message-id", "destination", "subscription", "ack", "redelivered", "receipt",
      "transaction", "content-length"}
 )
+
+
+def _size(event: object) -> int:
+    """About what a held frame costs in memory: its body, headers, receipt and other fields."""
+    size = 64
+    for name in getattr(type(event), "__slots__", ()):
+        value = getattr(event, name, None)
+        if isinstance(value, str | bytes):
+            size += len(value)
+        elif isinstance(value, dict):
+            size += sum(len(key) + len(item) for key, item in value.items())
+    return size
+
+
+def _failure_of(future: asyncio.Future[None]) -> BaseException | None:
+    if future.cancelled():
+        return asyncio.CancelledError("the write was cancelled")
+    return future.exception()
+
+
+def _by_consumer(pairs: list[tuple[Consumer, MessageRef]]) -> list[tuple[Consumer, list[MessageRef]]]:
+    grouped: dict[Consumer, list[MessageRef]] = {}
+    for consumer, ref in pairs:
+        grouped.setdefault(consumer, []).append(ref)
+    return list(grouped.items())
 
 
 def _browse_refs(queue: Queue | None, selector: Selector | None) -> Iterator[MessageRef]:

@@ -116,6 +116,7 @@ class StompConnection:
         )
         self._dispatch = _DISPATCH[self.state]
         self._pending_connect: Connect | None = None
+        self._error_sent = False
 
     @property
     def heartbeats_received(self) -> int:
@@ -191,9 +192,13 @@ class StompConnection:
 
         `heart-beat` carries the negotiated intervals (send, expect): a client computing
         max(cx, sy) and max(sx, cy) from them gets the same figures the server uses.
+
+        A CONNECT decoded before a bad frame in the same `receive_data` call (it rode on the
+        exception's `events`) is still answered: the client gets CONNECTED, then the ERROR
+        about the bad frame. Once `error()` has been called there is nothing left to answer.
         """
         connect = self._pending_connect
-        if connect is None or self.state is State.ERRORED:
+        if connect is None or self._error_sent:
             raise LocalProtocolError("connected() needs a CONNECT frame to answer")
         self._pending_connect = None
         headers = [("version", connect.version), ("session", session), ("server", self.server_name)]
@@ -239,6 +244,7 @@ class StompConnection:
         client libraries show their users.
         """
         self._enter(State.ERRORED)
+        self._error_sent = True
         version = self.version or "1.0"
         if version == "1.0":  # no escaping: a line break would end the header
             message = message.replace("\r", " ").replace("\n", " ")
