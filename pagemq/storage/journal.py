@@ -92,6 +92,7 @@ class CleanupReport:
     compacted_files: int = 0
     compacted_records: int = 0
     bytes_reclaimed: int = 0
+    set_aside: int = 0  # spent files with damaged bytes, renamed *.jnl.damaged
     errors: int = 0
 
 
@@ -130,8 +131,8 @@ class _Live:
 class _DataFile:
     """Per-file bookkeeping that decides when the file may be deleted or compacted."""
 
-    __slots__ = ("compacted_from", "file_no", "first_seq", "killed_seq", "killers", "kills",
-                 "last_seq", "live", "ops", "path", "size")
+    __slots__ = ("compacted_from", "damaged", "file_no", "first_seq", "killed_seq", "killers",
+                 "kills", "last_seq", "live", "ops", "path", "size")
 
     def __init__(self, file_no: int, path: Path, size: int, first_seq: int) -> None:
         self.file_no, self.path, self.size = file_no, path, size
@@ -143,6 +144,7 @@ class _DataFile:
         self.kills: dict[int, list[tuple[int, int]]] = {}  # file -> (seq, id) of needed DELETEs
         self.killers: set[int] = set()  # files whose `kills` point here
         self.compacted_from: tuple[int, ...] | None = None
+        self.damaged = False  # holds unreadable bytes: set aside, never deleted, when spent
 
     def needed(self) -> int:
         return self.live + sum(len(entries) for entries in self.kills.values())
@@ -174,7 +176,7 @@ class Journal:
         self._next_file_no = 1
         self._loaded = False
         self._closed = False
-        self._stale: list[Path] = []
+        self._stale: list[tuple[Path, bool]] = []
         self._counters = {"records_written": 0, "compactions": 0, "files_deleted": 0,
                           "files_archived": 0}
         self._writer = self._new_writer(0)
@@ -225,6 +227,8 @@ class Journal:
         self._next_file_no = max(self._next_file_no, file_no + 1)
 
     def _remove_temp_files(self, repair: bool) -> None:
+        for path in self._fileio.list(self.directory, rec.DAMAGED_SUFFIX):
+            self._note_number(rec.parse_file_number(path.name) or 0)  # never reuse its number
         for path in self._fileio.list(self.directory, rec.TEMP_SUFFIX):
             file_no = rec.parse_file_number(path.name)
             if file_no is not None:
@@ -245,7 +249,7 @@ class Journal:
                 continue
             self._note_number(file_no)
             scan = rec.FileScan(path, self._fileio.size(path))
-            records = rec.scan_file(self._fileio, path, scan)
+            records = rec.scan_file(self._fileio, path, scan, file_no=file_no)
             first = next(records, None)
             if scan.header is not None and scan.header.file_no != file_no:
                 scan.error = rec.CorruptRecord(f"header says file {scan.header.file_no}", 0)
@@ -268,7 +272,7 @@ class Journal:
             elif repair:
                 log.warning("journal: finishing an interrupted compaction: %s was replaced by %s",
                             o.scan.path.name, rec.file_name(by))
-                self._retire(o.scan.path, CleanupReport())
+                self._retire(o.scan.path, CleanupReport(), damaged=bool(o.scan.damage))
         return keep
 
     def _replay(self, opened: list[_Opened]) -> tuple[int, int]:
@@ -311,25 +315,29 @@ class Journal:
 
     def _report_damage(self, opened: list[_Opened], damaged: list[rec.FileScan],
                        dropped: list[str], repair: bool) -> None:
-        """Only the newest appended-to file can hold a torn tail; cut it. Report the rest."""
+        """Only the newest appended-to file can hold a torn tail; cut it. Report the rest.
+
+        Damage anywhere else costs only its own bytes: the scan read on past it, and the
+        file is marked damaged, so cleanup sets it aside (`*.jnl.damaged`) instead of
+        deleting it once it is spent: bytes nobody could read are never thrown away.
+        """
         appended = [o.file_no for o in opened if o.scan.sources is None]
         newest = max([*appended, *(rec.parse_file_number(s.path.name) or 0 for s in damaged)], default=0)
         for o in opened:
             scan = o.scan
-            if scan.error is None:
-                continue
-            lost = scan.size - scan.good_end
-            if o.file_no == newest and scan.torn:
-                message = (f"{scan.path.name}: torn tail at offset {scan.good_end}: "
-                           f"{lost} bytes dropped ({scan.error})")
-                if repair:
-                    self._fileio.truncate(scan.path, scan.good_end)
-                    self._files[o.file_no].size = scan.good_end
-            else:
-                message = (f"{scan.path.name}: damaged record at offset {scan.error.offset} "
-                           f"({scan.error}); the {lost} bytes from there on are skipped")
-            log.warning("journal: %s", message)
-            dropped.append(message)
+            tail = scan.tail
+            for damage in scan.damage:
+                if damage is tail and o.file_no == newest and not scan.header_damaged:
+                    message = (f"{scan.path.name}: torn tail at offset {damage.offset}: "
+                               f"{damage.length} bytes dropped ({damage.reason} at offset {damage.offset})")
+                    if repair:
+                        self._fileio.truncate(scan.path, damage.offset)
+                        self._files[o.file_no].size = damage.offset
+                else:
+                    self._files[o.file_no].damaged = True
+                    message = _damage_message(scan, damage)
+                log.warning("journal: %s", message)
+                dropped.append(message)
         for scan in damaged:
             torn = rec.parse_file_number(scan.path.name) == newest and scan.size < rec.FILE_HEADER.size
             if torn and repair:
@@ -525,7 +533,7 @@ class Journal:
         self._install(file_no, size, base_seq, sources, entries, offsets)
         for source in sources:
             self._forget(source)
-            self._retire(source.path, report, size=source.size)
+            self._retire(source.path, report, size=source.size, damaged=source.damaged)
         report.bytes_reclaimed -= size
         report.compacted_files += len(sources)
         report.compacted_records += len(entries)
@@ -641,9 +649,9 @@ class Journal:
             for file in sorted(self._files.values(), key=lambda f: f.file_no):
                 if file.live == 0 and not file.kills and self._settled(file):
                     self._forget(file)
-                    self._retire(file.path, report, size=file.size)
+                    self._retire(file.path, report, size=file.size, damaged=file.damaged)
                     changed = True
-        if report.deleted or report.archived:
+        if report.deleted or report.archived or report.set_aside:
             self._sync_directories(report)
 
     def _forget(self, file: _DataFile) -> None:
@@ -658,10 +666,17 @@ class Journal:
             if held is not None:
                 held.killers.discard(file.file_no)
 
-    def _retire(self, path: Path, report: CleanupReport, *, size: int = 0) -> bool:
-        """Delete a data file, or move it into the archive directory (archive-data-logs)."""
+    def _retire(self, path: Path, report: CleanupReport, *, size: int = 0, damaged: bool = False) -> bool:
+        """Delete a data file, or move it into the archive directory (archive-data-logs); a
+        file that held damaged bytes is renamed `*.jnl.damaged` instead, and kept."""
         try:
-            if self.archive_directory is not None:
+            if damaged:
+                aside = path.with_name(path.name.removesuffix(rec.FILE_SUFFIX) + rec.DAMAGED_SUFFIX)
+                self._fileio.rename(path, aside)
+                report.set_aside += 1
+                log.warning("journal: %s held damaged bytes; spent now, set aside as %s (kept for "
+                            "inspection, never deleted)", path.name, aside.name)
+            elif self.archive_directory is not None:
                 self._fileio.makedirs(self.archive_directory)
                 self._fileio.rename(path, self.archive_directory / path.name)
                 report.archived += 1
@@ -674,15 +689,15 @@ class Journal:
             log.error("journal cleanup: cannot %s %s: %s; will retry",
                       "archive" if self.archive_directory else "delete", path, exc)
             report.errors += 1
-            self._stale.append(path)
+            self._stale.append((path, damaged))
             return False
         report.bytes_reclaimed += size
         return True
 
     def _retry_stale(self, report: CleanupReport) -> None:
         stale, self._stale = self._stale, []
-        for path in stale:
-            self._retire(path, report)
+        for path, damaged in stale:
+            self._retire(path, report, damaged=damaged)
 
     def _sync_directories(self, report: CleanupReport) -> None:
         directories = [self.directory]
@@ -730,6 +745,20 @@ class Journal:
             for f in sorted(self._files.values(), key=lambda f: f.file_no)
         ]
 
+
+
+def _damage_message(scan: rec.FileScan, damage: rec.Damage) -> str:
+    where = (f"{scan.path.name}: damaged bytes at offset {damage.offset} ({damage.reason}): "
+             f"{damage.length} bytes unreadable")
+    if not damage.resumed:
+        return f"{where} to the end of the file; the file is kept (set aside, never deleted)"
+    lost = ""
+    appended = scan.sources is None and not scan.header_damaged
+    if appended and damage.next_seq is not None and damage.next_seq > damage.floor + 1:
+        first, last = damage.floor + 1, damage.next_seq - 1
+        lost = f"; ops seq {first}..{last} lost" if last > first else f"; op seq {first} lost"
+    return (f"{where}, read on from offset {damage.end}{lost}; "
+            "the file is kept (set aside, never deleted)")
 
 
 class _Opened:

@@ -49,7 +49,7 @@ def _describe_file(fileio: FileIO, path: Path, info: DataFileInfo | None, verbos
     types: Counter[int] = Counter()
     seqs: list[int] = []
     details: list[str] = []
-    for offset, record in rec.scan_file(fileio, path, scan):
+    for offset, record in rec.scan_file(fileio, path, scan, file_no=rec.parse_file_number(path.name)):
         kinds[type(record).__name__.removesuffix("Record").upper()] += 1
         for op in rec.record_ops(record, offset):
             seqs.append(op.seq)
@@ -68,10 +68,10 @@ def _describe_file(fileio: FileIO, path: Path, info: DataFileInfo | None, verbos
            f"records: {counts}; add/update ops by type: {by_type}; {live}")
     if scan.sources is not None:
         yield f"  compacted from files {', '.join(str(n) for n in scan.sources) or '(none)'}"
-    if scan.error is not None:
+    for damage in scan.damage:
         what = "torn tail" if scan.torn else "damage"
-        yield (f"  {what} at offset {scan.error.offset}: {scan.error.reason}; "
-               f"{scan.size - scan.good_end} bytes not read")
+        after = f", read on from offset {damage.end}" if damage.resumed else " (to the end of the file)"
+        yield f"  {what} at offset {damage.offset}: {damage.reason}; {damage.length} bytes unreadable{after}"
     yield from details
 
 

@@ -8,17 +8,19 @@ down next to the code). Unlike Artemis, whose records end in a size check, each 
 here ends in a CRC32 over header and payload, so a torn or flipped byte is detected.
 
 `scan_file` reads a data file through a `FileIO` in bounded chunks and yields its records
-in order, stopping at the first damaged byte and saying where and why; recovery
-(`journal.py`) and `pagemq data print` (`journal_print.py`) both read files through it.
+in order; at a damaged record it notes where and why and resynchronises on the next valid
+record, so damage costs the damaged bytes only. Recovery (`journal.py`), `pagemq data
+print` and `pagemq data check` all read files through it.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pagemq.storage.fileio import FileIO
@@ -27,6 +29,7 @@ MAGIC = b"PGMQJRNL"
 FORMAT_VERSION = 1
 FILE_SUFFIX = ".jnl"
 TEMP_SUFFIX = ".jnl.cmp"
+DAMAGED_SUFFIX = ".jnl.damaged"  # a spent file that held damaged bytes, set aside instead of deleted
 _NAME_PREFIX = "pagemq-"
 _NAME_DIGITS = 10
 
@@ -87,6 +90,13 @@ class CorruptRecord(RecordError):
     """A complete-looking record whose bytes are wrong (bad CRC, unknown kind, bad seq)."""
 
 
+class UnsupportedVersion(CorruptRecord):
+    """A file written by another format version: not damage, not readable here."""
+
+
+_SUFFIXES = (FILE_SUFFIX, TEMP_SUFFIX, DAMAGED_SUFFIX)
+
+
 def file_name(file_no: int) -> str:
     return f"{_NAME_PREFIX}{file_no:0{_NAME_DIGITS}d}{FILE_SUFFIX}"
 
@@ -99,7 +109,7 @@ def parse_file_number(name: str) -> int | None:
     """Zero-padded numbers make name order equal number order; None for a foreign name."""
     digits = name[len(_NAME_PREFIX):len(_NAME_PREFIX) + _NAME_DIGITS]
     rest = name[len(_NAME_PREFIX) + _NAME_DIGITS:]
-    if not name.startswith(_NAME_PREFIX) or not digits.isdigit() or rest not in (FILE_SUFFIX, TEMP_SUFFIX):
+    if not name.startswith(_NAME_PREFIX) or not digits.isdigit() or rest not in _SUFFIXES:
         return None
     return int(digits)
 
@@ -147,7 +157,7 @@ class FileHeader:
         if zlib.crc32(data[:FILE_HEADER.size - RECORD_CRC.size]) != crc:
             raise CorruptRecord("bad file header CRC", 0)
         if version != FORMAT_VERSION:
-            raise CorruptRecord(f"unsupported format version {version}", 0)
+            raise UnsupportedVersion(f"unsupported format version {version}", 0)
         return cls(file_no, base_seq, version)
 
 
@@ -332,48 +342,105 @@ def last_seq(record: Record) -> int:
     return record.seq
 
 
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes of a data file from which no record could be read.
+
+    `offset` is where the first bad record starts; reading resumed at `end` (a valid record
+    starts there) when `resumed`, otherwise the damage runs to the end of the file. `floor`
+    is the last seq read before it and `next_seq` the first seq read after it, so for an
+    appended file (whose seqs are consecutive) the ops lost are `floor + 1 .. next_seq - 1`.
+    """
+
+    offset: int
+    end: int
+    reason: str
+    resumed: bool
+    floor: int = 0
+    next_seq: int | None = None
+
+    @property
+    def length(self) -> int:
+        return self.end - self.offset
+
+
 @dataclass(slots=True)
 class FileScan:
-    """What `scan_file` found: the header, where good data ends, and why it stopped."""
+    """What `scan_file` found: the header, the damaged stretches, and where good data ends."""
 
     path: Path
     size: int
     header: FileHeader | None = None
-    good_end: int = 0
-    error: RecordError | None = None
-    valid_record_after_error: bool = False
+    good_end: int = 0  # end of the last valid record (or of the header)
+    error: RecordError | None = None  # the first failure met, if any
+    damage: list[Damage] = field(default_factory=list)
+    header_damaged: bool = False  # header unreadable; records were found after it anyway
     sources: tuple[int, ...] | None = None  # set when the file is a compaction result
 
     @property
+    def tail(self) -> Damage | None:
+        """Damage that runs to the end of the file with nothing valid after it."""
+        return self.damage[-1] if self.damage and not self.damage[-1].resumed else None
+
+    @property
+    def resumed_damage(self) -> list[Damage]:
+        """Damage with valid records after it (never what an interrupted append leaves)."""
+        return [d for d in self.damage if d.resumed]
+
+    @property
     def torn(self) -> bool:
-        """True when nothing valid follows the damage: an interrupted append, not rot."""
-        return self.error is not None and not self.valid_record_after_error
+        """Only a torn tail: the file ends in bytes nothing valid follows, and has no other
+        damage. What an interrupted append leaves, not rot."""
+        return self.tail is not None and len(self.damage) == 1 and not self.header_damaged
 
 
-def scan_file(fileio: FileIO, path: Path, scan: FileScan) -> Iterator[tuple[int, Record]]:
-    """Yield (offset, record) in file order until the end or the first damage.
+def scan_file(fileio: FileIO, path: Path, scan: FileScan, *,
+              file_no: int | None = None) -> Iterator[tuple[int, Record]]:
+    """Yield (offset, record) in file order, reading past damage.
 
-    Steps: (1) read and check the file header; (2) read records in turn, each whole and
-    CRC-checked, its seq above the previous record's; (3) on damage set `scan.error` and
-    look ahead for any later valid record, so recovery can tell a torn tail (nothing valid
-    follows: safe to cut) from damage in the middle (valid data follows: keep the bytes).
+    Steps: (1) read and check the file header; if it is damaged (and `file_no`, from the
+    file name, is given) look for records after it anyway; (2) read records in turn, each
+    whole and CRC-checked, its seq above the previous record's; (3) at a bad record note
+    the damage and resynchronise: take the next offset where a valid record starts (see
+    `_ChunkReader.resync`) and go on from there. The damage ends the scan only when nothing
+    valid follows it: that is what a torn tail looks like, and only then may recovery cut.
     """
     reader = _ChunkReader(fileio, path, scan.size)
+    offset = scan.good_end = FILE_HEADER.size
     try:
         scan.header = FileHeader.decode(reader.read(0, FILE_HEADER.size))
-    except RecordError as exc:
+    except UnsupportedVersion as exc:
         scan.error = exc
         return
-    offset = scan.good_end = FILE_HEADER.size
+    except RecordError as exc:
+        scan.error = exc
+        if file_no is None or isinstance(exc, TornRecord):
+            return
+        # A damaged header: records may follow it (a compaction marker only right after it).
+        resume = FILE_HEADER.size if reader.intact(FILE_HEADER.size) else reader.resync(0, 0, tight=False)
+        scan.damage.append(Damage(0, resume if resume is not None else scan.size, exc.reason,
+                                  resume is not None))
+        if resume is None:
+            return
+        scan.header, scan.header_damaged = FileHeader(file_no, 0), True
+        offset = resume
     floor = scan.header.base_seq - 1
     while offset < scan.size:
         try:
             record, end = reader.record(offset)
             floor = _check_order(record, offset, floor, scan)
         except RecordError as exc:
-            scan.error = exc
-            scan.valid_record_after_error = reader.valid_record_after(offset, floor)
-            return
+            if scan.error is None:
+                scan.error = exc
+            tight = scan.sources is None and not scan.header_damaged
+            resume = reader.resync(offset, floor, tight=tight)
+            next_seq = reader.seq_at(resume) if resume is not None else None
+            scan.damage.append(Damage(offset, resume if resume is not None else scan.size,
+                                      exc.reason, resume is not None, floor, next_seq))
+            if resume is None:
+                return
+            offset = resume
+            continue
         yield offset, record
         offset = scan.good_end = end
 
@@ -388,6 +455,11 @@ def _check_order(record: Record, offset: int, floor: int, scan: FileScan) -> int
     if record.seq <= floor:
         raise CorruptRecord(f"seq {record.seq} not above previous {floor}", offset)
     return last_seq(record)
+
+
+_KIND_BYTE = re.compile(b"[" + bytes(sorted(_DATA_KINDS)) + b"]")
+_MIN_OP_BYTES = OP_HEADER.size  # the smallest op: a DELETE inside a transaction
+_CHAIN = 2  # valid records that must follow a resync candidate (or the file must end)
 
 
 class _ChunkReader:
@@ -425,21 +497,73 @@ class _ChunkReader:
             raise type(exc)(exc.reason, offset) from None
         return record, offset + end
 
-    def valid_record_after(self, offset: int, floor: int) -> bool:
-        """Probe later offsets for a record that decodes and continues the seq order.
+    def intact(self, offset: int) -> bool:
+        try:
+            self.record(offset)
+        except RecordError:
+            return False
+        return True
 
-        A header must pass cheap checks (data kind, seq just above `floor`, length within
-        the file) before its CRC is computed, so probing garbage stays linear.
+    def seq_at(self, offset: int) -> int | None:
+        head = self.read(offset, RECORD_HEADER.size)
+        return RECORD_HEADER.unpack_from(head, 0)[2] if len(head) == RECORD_HEADER.size else None
+
+    def resync(self, offset: int, floor: int, *, tight: bool) -> int | None:
+        """The first offset after the bad record at `offset` where reading can go on.
+
+        First the bad record's own length is tried (damage inside a payload leaves the
+        header intact, and skipping by it never looks inside the payload, which may hold
+        anything a client sent); then every later offset holding a data-kind byte. A
+        candidate must carry a seq above `floor` — for an appended file (`tight`), whose
+        seqs are consecutive, at most one per 15 bytes skipped above it — a length within
+        the file and a good CRC, and be followed by `_CHAIN` valid records in seq order or
+        by the end of the file (a torn record at the end counts as the end). None when
+        nothing valid follows: the damage runs to the end of the file.
         """
-        for candidate in range(offset + 1, self._size - RECORD_OVERHEAD + 1):
-            head = self.read(candidate, RECORD_HEADER.size)
-            kind, length, seq, _id, _type = RECORD_HEADER.unpack_from(head, 0)
-            if (kind not in _DATA_KINDS or not floor < seq <= floor + _SEQ_PROBE_WINDOW
-                    or candidate + RECORD_OVERHEAD + length > self._size):
-                continue
+        head = self.read(offset, RECORD_HEADER.size)
+        if len(head) == RECORD_HEADER.size:
+            skip = offset + RECORD_OVERHEAD + RECORD_HEADER.unpack_from(head, 0)[1]
+            if skip < self._size and self._candidate(skip, floor, offset, tight):
+                return skip
+        position = offset + 1
+        last = self._size - RECORD_OVERHEAD
+        while position <= last:
+            view = self.read(position, _SCAN_CHUNK)
+            base = position
+            for match in _KIND_BYTE.finditer(view):
+                candidate = base + match.start()
+                if candidate > last:
+                    return None
+                if self._candidate(candidate, floor, offset, tight):
+                    return candidate
+            position = base + len(view)
+        return None
+
+    def _candidate(self, at: int, floor: int, damaged_at: int, tight: bool) -> bool:
+        head = self.read(at, RECORD_HEADER.size)
+        if len(head) < RECORD_HEADER.size:
+            return False
+        kind, length, seq, _id, _type = RECORD_HEADER.unpack_from(head, 0)
+        ceiling = floor + 1 + (at - damaged_at) // _MIN_OP_BYTES if tight else floor + _SEQ_PROBE_WINDOW
+        if kind not in _DATA_KINDS or not floor < seq <= ceiling:
+            return False
+        if at + RECORD_OVERHEAD + length > self._size:
+            return False
+        try:
+            record, end = self.record(at)
+        except RecordError:
+            return False
+        floor = last_seq(record)
+        for _ in range(_CHAIN):
+            if end >= self._size:
+                return True
             try:
-                self.record(candidate)
+                record, end = self.record(end)
+            except TornRecord:
+                return True  # valid up to a torn end
             except RecordError:
-                continue
-            return True
-        return False
+                return False
+            if isinstance(record, CompactedRecord) or record.seq <= floor:
+                return False
+            floor = last_seq(record)
+        return True

@@ -51,7 +51,7 @@ def test_damage_is_reported_and_nothing_is_changed(tmp_path: Path) -> None:
     data = path.read_bytes()[:-3]
     path.write_bytes(data)
     lines = list(describe_journal(tmp_path))
-    assert any(line.startswith("  torn tail at offset ") and "bytes not read" in line for line in lines)
+    assert any(line.startswith("  torn tail at offset ") and "bytes unreadable" in line for line in lines)
     assert lines[-1].endswith("1 damaged")
     assert path.read_bytes() == data
 

@@ -135,16 +135,57 @@ def test_scan_file_yields_records_and_stops_at_damage(tmp_path: Path) -> None:
     assert scan.torn
 
 
-def test_scan_file_tells_damage_with_valid_records_after_from_a_torn_tail(tmp_path: Path) -> None:
+def test_scan_file_reads_on_past_a_damaged_record_and_says_where(tmp_path: Path) -> None:
     path = tmp_path / rec.file_name(1)
     first, second = rec.AddRecord(1, 1, 1, b"aaaa").encode(), rec.AddRecord(2, 2, 1, b"bb").encode()
     damaged = bytearray(first)
     damaged[25] ^= 0xFF
     _write(path, rec.FileHeader(1, 1).encode(), bytes(damaged), second)
     scan = rec.FileScan(path, path.stat().st_size)
-    assert list(rec.scan_file(REAL_FILE_IO, path, scan)) == []
+    assert [r.id for _, r in rec.scan_file(REAL_FILE_IO, path, scan)] == [2]  # type: ignore[union-attr]
     assert scan.error is not None and scan.error.offset == 32
-    assert not scan.torn
+    assert scan.damage == [rec.Damage(32, 32 + len(first), "bad record CRC", True, 0, 2)]
+    assert not scan.torn and scan.tail is None
+
+
+def test_resync_skips_a_damaged_payload_by_its_length_never_reading_inside_it(tmp_path: Path) -> None:
+    """A client's message body may hold bytes that look like a record: skipping by the bad
+    record's own length never looks there."""
+    path = tmp_path / rec.file_name(1)
+    inside = rec.AddRecord(2, 666, 1, b"forged").encode()  # a valid record as payload bytes
+    carrier = bytearray(rec.AddRecord(1, 1, 1, b"<" + inside + b">").encode())
+    carrier[-1] ^= 0x01  # its CRC no longer matches
+    after = rec.AddRecord(2, 2, 1, b"real").encode()
+    _write(path, rec.FileHeader(1, 1).encode(), bytes(carrier), after)
+    scan = rec.FileScan(path, path.stat().st_size)
+    assert [r.id for _, r in rec.scan_file(REAL_FILE_IO, path, scan)] == [2]  # type: ignore[union-attr]
+    assert scan.damage[0].end == 32 + len(carrier)
+
+
+def test_resync_finds_the_next_record_when_the_length_field_is_damaged(tmp_path: Path) -> None:
+    path = tmp_path / rec.file_name(1)
+    records = [rec.AddRecord(i, i, 1, bytes([i]) * 40).encode() for i in range(1, 6)]
+    damaged = bytearray(records[1])
+    damaged[1:5] = b"\xff\xff\x00\x00"  # length now points far past the end
+    _write(path, rec.FileHeader(1, 1).encode(), records[0], bytes(damaged), *records[2:])
+    scan = rec.FileScan(path, path.stat().st_size)
+    assert [r.id for _, r in rec.scan_file(REAL_FILE_IO, path, scan)] == [1, 3, 4, 5]  # type: ignore[union-attr]
+    (damage,) = scan.damage
+    assert (damage.offset, damage.end, damage.floor, damage.next_seq) == (
+        32 + len(records[0]), 32 + 2 * len(records[0]), 1, 3)
+
+
+def test_a_torn_tail_after_damage_is_still_a_tail(tmp_path: Path) -> None:
+    path = tmp_path / rec.file_name(1)
+    records = [rec.AddRecord(i, i, 1, b"x" * 30).encode() for i in range(1, 5)]
+    bad = bytearray(records[1])
+    bad[30] ^= 0x10
+    _write(path, rec.FileHeader(1, 1).encode(), records[0], bytes(bad), records[2], records[3][:20])
+    scan = rec.FileScan(path, path.stat().st_size)
+    assert [r.id for _, r in rec.scan_file(REAL_FILE_IO, path, scan)] == [1, 3]  # type: ignore[union-attr]
+    assert len(scan.damage) == 2 and scan.damage[0].resumed
+    assert scan.tail is not None and scan.tail.offset == 32 + 3 * len(records[0])
+    assert not scan.torn  # more than a torn tail: the file also holds damage
 
 
 def test_scan_file_refuses_falling_seqs(tmp_path: Path) -> None:

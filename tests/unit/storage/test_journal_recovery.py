@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pagemq.storage import records as rec
+from pagemq.storage.fileio import REAL_FILE_IO
 from pagemq.storage.journal import Journal, LiveRecord, OpKind
 
 
@@ -84,7 +85,7 @@ def test_recovering_an_undamaged_journal_leaves_every_file_byte_identical(tmp_pa
     assert first.dropped == []
 
 
-def test_damage_in_an_older_file_is_reported_and_the_rest_of_that_file_skipped(
+def test_damage_in_an_older_file_costs_only_the_damaged_record(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     build(tmp_path, lambda j: [j.add(i, 1, b"x" * 100) for i in range(30)], file_size=1024)
@@ -96,13 +97,12 @@ def test_damage_in_an_older_file_is_reported_and_the_rest_of_that_file_skipped(
     first.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="pagemq.journal"):
         result = Journal(tmp_path).load()
-    per_file = (1024 - rec.FILE_HEADER.size) // record_len
-    lost = set(range(2, per_file))
-    assert [r.id for r in result.records] == [i for i in range(30) if i not in lost]
+    assert [r.id for r in result.records] == [i for i in range(30) if i != 2]
     assert result.dropped == [
-        f"{first.name}: damaged record at offset {bad_offset} (bad record CRC at offset {bad_offset}); "
-        f"the {len(data) - bad_offset} bytes from there on are skipped"]
-    assert f"damaged record at offset {bad_offset}" in caplog.text
+        f"{first.name}: damaged bytes at offset {bad_offset} (bad record CRC): {record_len} bytes "
+        f"unreadable, read on from offset {bad_offset + record_len}; op seq 3 lost; "
+        "the file is kept (set aside, never deleted)"]
+    assert f"damaged bytes at offset {bad_offset}" in caplog.text
     assert first.read_bytes() == bytes(data)  # kept for inspection, not truncated
 
 
@@ -113,9 +113,60 @@ def test_damage_in_the_middle_of_the_newest_file_is_not_cut_away(tmp_path: Path)
     data[rec.FILE_HEADER.size + 30] ^= 0x01
     path.write_bytes(bytes(data))
     result = Journal(tmp_path).load()
-    assert result.records == []
-    assert "damaged record at offset 32" in result.dropped[0]
+    assert [r.id for r in result.records] == list(range(1, 10))
+    assert "damaged bytes at offset 32" in result.dropped[0]
     assert path.read_bytes() == bytes(data)
+
+
+def test_deletes_after_a_damaged_record_are_still_applied(tmp_path: Path) -> None:
+    """The defect: one bad record made recovery skip the rest of its file, so the deletes
+    written after it were lost and acknowledged messages came back."""
+    def write(journal: Journal) -> None:
+        for i in range(20):
+            journal.add(i, 3, b"message %d" % i)
+        for i in range(10, 20):
+            journal.delete(i)  # acknowledged
+
+    build(tmp_path, write)
+    path = tmp_path / rec.file_name(1)
+    data = bytearray(path.read_bytes())
+    data[rec.FILE_HEADER.size + 5 * (rec.RECORD_OVERHEAD + 9) + 25] ^= 0x40  # inside message 5
+    path.write_bytes(bytes(data))
+    result = Journal(tmp_path).load()
+    assert [r.id for r in result.records] == [i for i in range(10) if i != 5]
+
+
+def test_cleanup_sets_a_spent_damaged_file_aside_instead_of_deleting_it(tmp_path: Path) -> None:
+    def write(journal: Journal) -> None:
+        for i in range(12):
+            journal.add(i, 1, b"z" * 100)
+
+    build(tmp_path, write, file_size=1024)
+    first = tmp_path / rec.file_name(1)
+    data = bytearray(first.read_bytes())
+    data[rec.FILE_HEADER.size + 60] ^= 0x08  # record 0 is unreadable now
+    first.write_bytes(bytes(data))
+
+    def consume(journal: Journal) -> None:
+        for i in range(1, 12):
+            journal.delete(i)
+
+    build(tmp_path, consume, file_size=1024)
+    report = {}
+
+    async def clean() -> None:
+        journal = Journal(tmp_path, file_size=1024)
+        journal.load()
+        journal.start(asyncio.get_running_loop())
+        report.update(vars(journal.cleanup()))
+        await journal.close()
+
+    asyncio.run(clean())
+    assert not first.exists()
+    aside = tmp_path / (first.name.removesuffix(".jnl") + ".jnl.damaged")
+    assert aside.read_bytes() == bytes(data)
+    assert report["set_aside"] == 1
+    assert Journal(tmp_path).load().records == []
 
 
 def test_a_newest_file_without_a_complete_header_is_removed(tmp_path: Path) -> None:
@@ -127,18 +178,30 @@ def test_a_newest_file_without_a_complete_header_is_removed(tmp_path: Path) -> N
     assert "header never written" in result.dropped[0]
 
 
-def test_a_file_with_a_bad_header_is_skipped_reported_and_its_number_not_reused(tmp_path: Path) -> None:
+def test_a_file_with_a_bad_header_is_read_past_the_header_and_its_number_not_reused(
+    tmp_path: Path
+) -> None:
     build(tmp_path, lambda j: j.add(1, 1, b"a"))
     build(tmp_path, lambda j: j.add(2, 1, b"b"))
     first = tmp_path / rec.file_name(1)
     first.write_bytes(b"XXXX" + first.read_bytes()[4:])
     journal = Journal(tmp_path)
     result = journal.load()
-    assert [r.id for r in result.records] == [2]
-    assert "unreadable file header" in result.dropped[0]
+    assert [r.id for r in result.records] == [1, 2]
+    assert "damaged bytes at offset 0 (bad file magic" in result.dropped[0]
     assert first.exists()
     build(tmp_path, lambda j: j.add(3, 1, b"c"))
     assert (tmp_path / rec.file_name(3)).exists()
+
+
+def test_a_file_of_another_format_version_is_skipped_whole_and_kept(tmp_path: Path) -> None:
+    build(tmp_path, lambda j: j.add(1, 1, b"a"))
+    build(tmp_path, lambda j: j.add(2, 1, b"b"))
+    first = tmp_path / rec.file_name(1)
+    first.write_bytes(rec.FileHeader(1, 1, version=9).encode() + first.read_bytes()[32:])
+    result = Journal(tmp_path).load()
+    assert [r.id for r in result.records] == [2]
+    assert "unsupported format version 9" in result.dropped[0] and first.exists()
 
 
 def test_a_leftover_compaction_temp_file_is_removed(tmp_path: Path) -> None:
@@ -207,3 +270,30 @@ def test_random_damage_never_crashes_load_and_never_invents_records(tmp_path: Pa
         assert record.payload == payloads[record.id]
         assert all(update == (2, payloads[record.id][:5]) for update in record.updates)
     Journal(origin, file_size=4096).load()  # and a second recovery is calm
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_damaged_byte_anywhere_costs_at_most_the_record_holding_it(tmp_path: Path, seed: int) -> None:
+    """Resynchronisation: whatever byte is flipped, every other record is recovered."""
+    rng = random.Random(seed)
+    origin = tmp_path / "origin"
+
+    def write(journal: Journal) -> None:
+        for i in range(60):
+            journal.add(i, 1, rng.randbytes(rng.randrange(0, 200)))
+
+    build(origin, write, file_size=4096)
+    spans: list[tuple[Path, int, int, int]] = []  # file, start, end, record id
+    for path in sorted(origin.glob("*.jnl")):
+        scan = rec.FileScan(path, path.stat().st_size)
+        records = list(rec.scan_file(REAL_FILE_IO, path, scan))
+        for (start, record), nxt in zip(records, [*(o for o, _ in records[1:]), scan.size], strict=True):
+            spans.append((path, start, nxt, record.id))  # type: ignore[union-attr]
+    victim = rng.choice(sorted(origin.glob("*.jnl")))
+    data = bytearray(victim.read_bytes())
+    at = rng.randrange(len(data))
+    data[at] ^= 1 << rng.randrange(8)
+    victim.write_bytes(bytes(data))
+    hit = {id for path, start, end, id in spans if path == victim and start <= at < end}
+    result = Journal(origin, file_size=4096).load()
+    assert {r.id for r in result.records} >= set(range(60)) - hit, (victim.name, at)
