@@ -128,11 +128,10 @@ def test_blocked_producer_is_held_back_by_tcp_not_buffered(broker, queue_name):
         sent = _write_for(raw.sock, frame, seconds=4.0, limit=200 << 20)
         assert sent < 48 << 20, f"the broker took {sent >> 20} MiB from a blocked producer"
         assert broker.rss_bytes() - rss_before < 64 << 20
-    consume_all = RawStomp(broker.stomp_port)
-    with consume_all:
-        consume_all.connect("1.2")
-        consume_all.send_frame("SUBSCRIBE", {"id": "s", "destination": f"/queue/{address}"})
-    broker.wait_queue(address, timeout=10, messages=0)
+    with RawStomp(broker.stomp_port) as consumer:  # auto ack: the queue empties
+        consumer.connect("1.2")
+        consumer.send_frame("SUBSCRIBE", {"id": "s", "destination": f"/queue/{address}"})
+        broker.wait_queue(address, timeout=10, messages=0)
 
 
 def _write_for(sock: socket.socket, frame: bytes, seconds: float, limit: int) -> int:
