@@ -277,7 +277,6 @@ class StompSession:
         self._blocked_retry = None
         self._schedule_drain()
 
-
     # -- frames ---------------------------------------------------------------------------
 
     def _on_connect(self, event: ev.Connect) -> None:
