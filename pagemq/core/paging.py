@@ -125,8 +125,10 @@ class PageCursor:
         """The next unacknowledged record for this queue, from (page, ordinal) onwards."""
         queue_id = self.queue.queue_id
         store = self.pager.store
+        fresh = False  # the reader was made in this call (it saw everything visible now)
         while True:
             if self._reader is None:
+                fresh = True
                 if self._read_page not in self.pages or self._page_read_out:
                     page_no = self._next_page()
                     if page_no is None:
@@ -156,7 +158,9 @@ class PageCursor:
                 self._wait_for_write()
                 return None
             if self._read_page == store.live_page_no():
-                return None  # everything appended so far is read
+                if fresh:
+                    return None  # everything appended so far is read
+                continue  # a reader made earlier: records written since may follow
 
     def _next_page(self) -> int | None:
         later = [p for p in self.pages if p > self._read_page]

@@ -1,0 +1,72 @@
+"""A queue's page cursor reads every record meant for it, whatever happened to the page while
+a reader was open: the page grew (a new record was written after the reader was made), or it
+rolled under the reader. Found by the model-based test (seed 1003): a selective consumer took
+matches ahead, left, and a plain consumer then never got the message sent meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from test_paging_acks import Collector, run
+
+from pagemq.core.broker import Broker
+from pagemq.core.consumer import AckMode
+from pagemq.core.selector.summary import PageSummary
+from pagemq.core.settings import AddressSettings, AddressSettingsRepository
+from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_store import PageStore
+
+
+async def _broker(directory: Path, settings: dict[str, object]) -> tuple[Broker, JournalMessageStore]:
+    store = JournalMessageStore(directory / "journal", file_size=1 << 20)
+    repository = AddressSettingsRepository()
+    repository.add("#", settings)
+    loop = asyncio.get_running_loop()
+
+    def page_store(address: str, address_settings: AddressSettings) -> PageStore:
+        pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes)
+        pages.set_summary_builder(PageSummary)
+        pages.open()
+        pages.start(loop)
+        return pages
+
+    broker = Broker(repository, store=store, page_stores=page_store)
+    broker.paging_directory = directory / "paging"
+    broker.recover()
+    store.start(loop)
+    return broker, store
+
+
+def test_message_paged_after_a_selective_consumer_left_reaches_a_cumulative_acking_consumer(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        broker, _store = await _broker(tmp_path, {
+            "max-size-messages": 4, "page-size-bytes": 4096,
+            "max-read-page-messages": 3, "prefetch-page-messages": 3,
+        })
+        colors = ["green", "blue", "red", "blue", "green", "blue", "green", "red", "blue", "blue"]
+        for n, color in enumerate(colors):
+            broker.send("q", "anycast", {"color": color, "n": str(n)}, b"x" * 40, persistent=True)
+        await asyncio.sleep(0.05)
+        queue = broker.queues["q"]
+        selective = broker.subscribe(queue, Collector(), ack_mode=AckMode.INDIVIDUAL,
+                                     selector="color IN ('blue', 'green')", prefetch=1000)
+        await asyncio.sleep(0.05)
+        broker.send("q", "anycast", {"color": "red", "n": "late"}, b"x" * 40, persistent=True)
+        await asyncio.sleep(0.05)
+        broker.close_consumer(selective)
+
+        got = Collector()
+        consumer = broker.subscribe(queue, got, ack_mode=AckMode.CLIENT, prefetch=1000)
+        for _ in range(40):
+            await asyncio.sleep(0.02)
+            if consumer.in_flight:
+                broker.acknowledge(queue, consumer.take_through(max(consumer.in_flight)))
+        received = [ref.message.headers["n"] for _tag, ref in got.delivered]
+        assert sorted(received) == sorted([str(n) for n in range(10)] + ["late"])
+        assert received[-1] == "late"
+        assert queue.cursor is not None and queue.cursor.unread == 0
+
+    run(body)
