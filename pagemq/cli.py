@@ -1,4 +1,4 @@
-"""`pagemq` command line: serve, perf, data print."""
+"""`pagemq` command line: serve, perf, data print, data check (also `python -m pagemq`)."""
 
 from __future__ import annotations
 
@@ -25,10 +25,15 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("perf", help="STOMP load generator (see `pagemq perf --help`)", add_help=False)
     data = commands.add_parser("data", help="inspect a data directory without a running broker")
     data_commands = data.add_subparsers(dest="data_command", required=True)
-    show = data_commands.add_parser("print", help="journal files and records, page folders and files")
+    show = data_commands.add_parser(
+        "print", help="addresses and queues with their message counts, journal files, page folders")
     show.add_argument("--data-dir", type=Path, default=Path("data"))
-    show.add_argument("--address", help="only this address's page folder")
-    show.add_argument("--verbose", "-v", action="store_true", help="every record")
+    show.add_argument("--address", help="only this address (its queues and page folder)")
+    show.add_argument("--records", "--verbose", "-v", dest="records", action="store_true",
+                      help="also every journal record and paged message")
+    check = data_commands.add_parser(
+        "check", help="verify every journal and page file and their references; exit 1 on problems")
+    check.add_argument("--data-dir", type=Path, default=Path("data"))
     return parser
 
 
@@ -64,22 +69,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
 
 
-def _data_print(args: argparse.Namespace) -> int:
-    from pagemq.storage.journal_print import describe_journal
-    from pagemq.storage.paging.paging_print import describe_paging
+def _data(args: argparse.Namespace) -> int:
+    from pagemq.storage import data_commands
 
-    data_dir: Path = args.data_dir
-    if not data_dir.is_dir():
-        print(f"pagemq: no data directory at {data_dir}", file=sys.stderr)
-        return 1
-    if args.address is None:
-        print(f"journal: {data_dir / 'journal'}")
-        for line in describe_journal(data_dir / "journal", verbose=args.verbose):
-            print(f"  {line}")
-    print(f"paging: {data_dir / 'paging'}")
-    for line in describe_paging(data_dir / "paging", args.address, verbose=args.verbose):
-        print(f"  {line}")
-    return 0
+    if args.data_command == "check":
+        return data_commands.check(args.data_dir)
+    return data_commands.print_data(args.data_dir, args.address, records=args.records)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG if exc.code not in (0, None) else 0
     if args.command == "serve":
         return _serve(args)
-    return _data_print(args)
+    return _data(args)
 
 
 if __name__ == "__main__":

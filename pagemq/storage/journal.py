@@ -40,6 +40,7 @@ log = logging.getLogger("pagemq.journal")
 
 __all__ = [
     "CleanupReport",
+    "DamageReport",
     "DataFileInfo",
     "DuplicateRecordError",
     "Journal",
@@ -80,7 +81,21 @@ class LiveRecord:
 class LoadResult:
     records: list[LiveRecord]
     max_id: int
-    dropped: list[str]
+    dropped: list[str]  # one line per report, as logged
+    damage: list[DamageReport] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class DamageReport:
+    """What recovery found wrong in one file: `kind` is "torn tail" (cut when repairing),
+    "damage" (kept; read past), "unreadable file" (skipped whole) or "empty file" (a
+    newest file whose header was never written; removed when repairing)."""
+
+    path: Path
+    offset: int
+    length: int
+    reason: str
+    kind: str
 
 
 @dataclass
@@ -203,13 +218,14 @@ class Journal:
         (replaced sources are left out of the replay, as after step 3) and the cut in 5.
         """
         dropped: list[str] = []
+        reports: list[DamageReport] = []
         if repair:
             self._fileio.makedirs(self.directory)
         self._remove_temp_files(repair)  # 1
         opened, damaged = self._open_files(dropped)  # 2
         opened = self._finish_compactions(opened, repair)  # 3
         max_id, max_seq = self._replay(opened)  # 4
-        self._report_damage(opened, damaged, dropped, repair)  # 5
+        self._report_damage(opened, damaged, dropped, reports, repair)  # 5
         self._next_seq = max_seq + 1  # 6
         self._loaded = True
         self._writer = self._new_writer(max_seq)
@@ -217,7 +233,7 @@ class Journal:
         result = LoadResult(
             [LiveRecord(id, live.add.type, live.add.payload or b"",
                         [(u.type, u.payload or b"") for u in live.updates]) for id, live in records],
-            max_id, dropped)
+            max_id, dropped, reports)
         for _id, live in records:
             for loc in (live.add, *live.updates):
                 loc.payload = None
@@ -314,7 +330,7 @@ class Journal:
                         op.payload)
 
     def _report_damage(self, opened: list[_Opened], damaged: list[rec.FileScan],
-                       dropped: list[str], repair: bool) -> None:
+                       dropped: list[str], reports: list[DamageReport], repair: bool) -> None:
         """Only the newest appended-to file can hold a torn tail; cut it. Report the rest.
 
         Damage anywhere else costs only its own bytes: the scan read on past it, and the
@@ -328,16 +344,19 @@ class Journal:
             tail = scan.tail
             for damage in scan.damage:
                 if damage is tail and o.file_no == newest and not scan.header_damaged:
+                    kind = "torn tail"
                     message = (f"{scan.path.name}: torn tail at offset {damage.offset}: "
                                f"{damage.length} bytes dropped ({damage.reason} at offset {damage.offset})")
                     if repair:
                         self._fileio.truncate(scan.path, damage.offset)
                         self._files[o.file_no].size = damage.offset
                 else:
+                    kind = "damage"
                     self._files[o.file_no].damaged = True
                     message = _damage_message(scan, damage)
                 log.warning("journal: %s", message)
                 dropped.append(message)
+                reports.append(DamageReport(scan.path, damage.offset, damage.length, damage.reason, kind))
         for scan in damaged:
             torn = rec.parse_file_number(scan.path.name) == newest and scan.size < rec.FILE_HEADER.size
             if torn and repair:
@@ -346,6 +365,8 @@ class Journal:
                        if torn else f"unreadable file header ({scan.error}); whole file skipped"))
             log.warning("journal: %s", message)
             dropped.append(message)
+            reports.append(DamageReport(scan.path, 0, scan.size, str(scan.error),
+                                        "empty file" if torn else "unreadable file"))
 
     # ----- appends (event loop thread) --------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -735,6 +756,13 @@ class Journal:
             "files_deleted": self._counters["files_deleted"],
             "files_archived": self._counters["files_archived"],
         }
+
+    def locate(self, id: int) -> tuple[Path, int] | None:
+        """Where live record `id`'s ADD sits: file and offset of its payload."""
+        live = self._records.get(id)
+        if live is None:
+            return None
+        return self._path(live.add.file_no), live.add.offset
 
     def files(self) -> list[DataFileInfo]:
         """Per-file index summary, for `pagemq data print` and tests."""

@@ -89,6 +89,30 @@ def encode_message(msg: Message) -> bytes:
 
 def decode_message(data: bytes | memoryview, address: str) -> Message:
     """The message encoded in all of `data` (nothing may follow it), placed on `address`."""
+    flags, priority, message_id, expiration, timestamp, lengths, text_at, body_at = _fields(data)
+    headers = _decode_headers(data[text_at:body_at], lengths)
+    body = bytes(data[body_at:])
+    return Message(
+        message_id,
+        address,
+        headers,
+        body,
+        persistent=bool(flags & _PERSISTENT),
+        priority=priority,
+        expiration=expiration,
+        timestamp=timestamp,
+    )
+
+
+def check_encoded(data: bytes | memoryview) -> int:
+    """What `decode_message` checks, without building the message (`pagemq data check`):
+    the message id, or CodecError."""
+    _flags, _priority, message_id, _expiration, _timestamp, lengths, text_at, body_at = _fields(data)
+    _decode_headers(data[text_at:body_at], lengths)
+    return int(message_id)
+
+
+def _fields(data: bytes | memoryview) -> tuple[int, int, int, int, int, tuple[int, ...], int, int]:
     if len(data) < _HEAD.size:
         raise CodecError(f"encoded message too short: {len(data)} bytes")
     version, flags, priority, message_id, expiration, timestamp, count, text_len, body_len = (
@@ -106,18 +130,7 @@ def decode_message(data: bytes | memoryview, address: str) -> Message:
     lengths = layout.unpack_from(data, _HEAD.size)
     if sum(lengths) != text_len:
         raise CodecError(f"encoded message {message_id}: header lengths do not add up")
-    headers = _decode_headers(data[text_at:body_at], lengths)
-    body = bytes(data[body_at:])
-    return Message(
-        message_id,
-        address,
-        headers,
-        body,
-        persistent=bool(flags & _PERSISTENT),
-        priority=priority,
-        expiration=expiration,
-        timestamp=timestamp,
-    )
+    return flags, priority, message_id, expiration, timestamp, lengths, text_at, body_at
 
 
 def _decode_headers(raw: bytes | memoryview, lengths: tuple[int, ...]) -> dict[str, str]:

@@ -79,16 +79,40 @@ def _message_payload(message: Message, queue_ids: tuple[int, ...]) -> bytes:
     ))
 
 
-def _parse_message(payload: bytes) -> tuple[list[int], Message]:
+def message_refs(payload: bytes) -> tuple[list[int], str, memoryview]:
+    """A type-3 payload's queue ids, address and encoded message, without decoding it.
+    struct.error or UnicodeDecodeError when the payload is too short for its counts."""
     (count,) = _U16.unpack_from(payload, 0)
     offset = 2
     queue_ids = [_U64.unpack_from(payload, offset + 8 * i)[0] for i in range(count)]
     offset += 8 * count
     (length,) = _U16.unpack_from(payload, offset)
     offset += 2
+    if offset + length > len(payload):
+        raise struct.error(f"address of {length} bytes runs past the record")
     address = payload[offset:offset + length].decode()
-    offset += length
-    return queue_ids, decode_message(memoryview(payload)[offset:], address)
+    return queue_ids, address, memoryview(payload)[offset + length:]
+
+
+def _parse_message(payload: bytes) -> tuple[list[int], Message]:
+    queue_ids, address, encoded = message_refs(payload)
+    return queue_ids, decode_message(encoded, address)
+
+
+def acked_queue(payload: bytes) -> int:
+    """The queue id of a type-4 update."""
+    return int(_U64.unpack(payload)[0])
+
+
+def cursor_record(record_id: int, type: int, payload: bytes) -> CursorAck | CursorComplete:
+    """A type 5, 6 or 7 record; CodecError or struct.error when its payload is malformed."""
+    if type == RecordType.CURSOR_ACKS:
+        return _decode_cursor_acks(record_id, payload)
+    if type == RecordType.CURSOR_ACK:
+        queue_id, page_no, ordinal = _CURSOR_ACK.unpack(payload)
+        return CursorAck(record_id, queue_id, page_no, (ordinal,))
+    queue_id, page_no = _CURSOR_COMPLETE.unpack(payload)
+    return CursorComplete(record_id, queue_id, page_no)
 
 
 def _decode_cursor_acks(record_id: int, payload: bytes) -> CursorAck:

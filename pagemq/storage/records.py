@@ -459,7 +459,8 @@ def _check_order(record: Record, offset: int, floor: int, scan: FileScan) -> int
 
 _KIND_BYTE = re.compile(b"[" + bytes(sorted(_DATA_KINDS)) + b"]")
 _MIN_OP_BYTES = OP_HEADER.size  # the smallest op: a DELETE inside a transaction
-_CHAIN = 2  # valid records that must follow a resync candidate (or the file must end)
+_CHAIN = 2  # records that must follow a candidate found by scanning (or the file must end)
+_PLAUSIBLE_GAP = 1 << 20
 
 
 class _ChunkReader:
@@ -516,14 +517,16 @@ class _ChunkReader:
         anything a client sent); then every later offset holding a data-kind byte. A
         candidate must carry a seq above `floor` — for an appended file (`tight`), whose
         seqs are consecutive, at most one per 15 bytes skipped above it — a length within
-        the file and a good CRC, and be followed by `_CHAIN` valid records in seq order or
-        by the end of the file (a torn record at the end counts as the end). None when
+        the file and a good CRC; one found by scanning must also be followed by `_CHAIN`
+        valid records in seq order or by the end of the file (a torn record at the end
+        counts as the end), or by a damaged record whose header still carries a data kind
+        and a seq just above. None when
         nothing valid follows: the damage runs to the end of the file.
         """
         head = self.read(offset, RECORD_HEADER.size)
         if len(head) == RECORD_HEADER.size:
             skip = offset + RECORD_OVERHEAD + RECORD_HEADER.unpack_from(head, 0)[1]
-            if skip < self._size and self._candidate(skip, floor, offset, tight):
+            if skip < self._size and self._candidate(skip, floor, offset, tight, chain=0):
                 return skip
         position = offset + 1
         last = self._size - RECORD_OVERHEAD
@@ -534,12 +537,12 @@ class _ChunkReader:
                 candidate = base + match.start()
                 if candidate > last:
                     return None
-                if self._candidate(candidate, floor, offset, tight):
+                if self._candidate(candidate, floor, offset, tight, chain=_CHAIN):
                     return candidate
             position = base + len(view)
         return None
 
-    def _candidate(self, at: int, floor: int, damaged_at: int, tight: bool) -> bool:
+    def _candidate(self, at: int, floor: int, damaged_at: int, tight: bool, *, chain: int) -> bool:
         head = self.read(at, RECORD_HEADER.size)
         if len(head) < RECORD_HEADER.size:
             return False
@@ -554,7 +557,7 @@ class _ChunkReader:
         except RecordError:
             return False
         floor = last_seq(record)
-        for _ in range(_CHAIN):
+        for _ in range(chain):
             if end >= self._size:
                 return True
             try:
@@ -562,8 +565,19 @@ class _ChunkReader:
             except TornRecord:
                 return True  # valid up to a torn end
             except RecordError:
-                return False
+                return self._plausible(end, floor)  # a record between two damaged ones
             if isinstance(record, CompactedRecord) or record.seq <= floor:
                 return False
             floor = last_seq(record)
         return True
+
+    def _plausible(self, at: int, floor: int) -> bool:
+        """A damaged record's header still looks like the next one: the very next seq, or a
+        data kind with a seq a little above and a length within the file."""
+        head = self.read(at, RECORD_HEADER.size)
+        if len(head) < RECORD_HEADER.size:
+            return True
+        kind, length, seq, _id, _type = RECORD_HEADER.unpack_from(head, 0)
+        if seq == floor + 1:
+            return True  # the next seq of an appended file, whatever else was hit
+        return kind in _DATA_KINDS and floor < seq <= floor + _PLAUSIBLE_GAP and at + length < self._size

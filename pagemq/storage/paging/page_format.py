@@ -3,8 +3,11 @@
 The byte tables live in docs/formats/page.md (a golden test keeps the two in step). In short:
 
 - a page file `000000001.page` is a 24-byte file header, then frames;
-- a frame is `u32 length, u32 crc32(body), body`; the body is one record: a MESSAGE entry, or
-  a BATCH of entries written as one frame so a crash keeps all of a transaction or none;
+- a frame (format 2) is `"PMQF", u32 length, u32 first ordinal, u32 crc32, body`; the body is
+  one record: a MESSAGE entry, or a BATCH of entries written as one frame so a crash keeps
+  all of a transaction or none. The magic and the ordinal let a reader resynchronise past a
+  damaged frame and still know the position of every record after it (`read_frames`).
+  Format 1 frames (`u32 length, u32 crc32(body), body`) are still read;
 - a summary `000000001.summary` is written when the page is closed: counts, ids, per-queue
   counts, a sparse ordinal -> offset index and the caller's selector-summary blob, so opening
   a store reads summaries only (Artemis rescans every page at start: ARTEMIS-4065).
@@ -48,7 +51,10 @@ __all__ = [
 
 PAGE_MAGIC = b"PMQP"
 SUMMARY_MAGIC = b"PMQS"
-FORMAT_VERSION = 1
+FRAME_MAGIC = b"PMQF"
+FORMAT_VERSION = 2  # of page files written now; version 1 (frames without magic/ordinal) is read
+SUMMARY_VERSION = 1
+READABLE_VERSIONS = (1, 2)
 PAGE_SUFFIX = ".page"
 SUMMARY_SUFFIX = ".summary"
 # A frame longer than this is damage, not data: it stops a scan from trusting a wild length.
@@ -59,7 +65,9 @@ INDEX_EVERY_BYTES = 256 * 1024
 PERSISTENT = 0x01
 
 FILE_HEADER = struct.Struct("<4sHHQII")      # magic, version, header size, page no, flags, crc
-FRAME_HEADER = struct.Struct("<II")          # body length, crc32 of body
+FRAME_HEADER = struct.Struct("<4sIII")       # magic, body length, first ordinal, crc32
+FRAME_CRC_FIELDS = slice(4, 12)              # the CRC covers length and ordinal, then the body
+V1_FRAME_HEADER = struct.Struct("<II")       # format 1: body length, crc32 of body
 ENTRY_HEAD = struct.Struct("<BQHI")          # flags, message id, queue count, message length
 BATCH_COUNT = struct.Struct("<I")
 SUMMARY_HEAD = struct.Struct("<4sHHQQIIQQIIIII")
@@ -67,8 +75,10 @@ QUEUE_ENTRY = struct.Struct("<QII")          # queue id, records, persistent rec
 INDEX_ENTRY = struct.Struct("<IQ")           # ordinal, byte offset of the frame
 CRC = struct.Struct("<I")
 NO_SELECTOR_SUMMARY = 0xFFFFFFFF
+SUMMARY_DAMAGED = 0x0001  # summary flags (bytes 6-7)
 assert FILE_HEADER.size == 24
-assert FRAME_HEADER.size == 8
+assert FRAME_HEADER.size == 16
+assert V1_FRAME_HEADER.size == 8
 assert ENTRY_HEAD.size == 15
 assert SUMMARY_HEAD.size == 68
 assert QUEUE_ENTRY.size == 16
@@ -157,9 +167,14 @@ def decode_file_header(data: bytes | memoryview) -> int:
         raise FrameError(f"not a page file (magic {bytes(magic)!r})")
     if zlib.crc32(data[: FILE_HEADER.size - 4]) != crc:
         raise FrameError("file header CRC mismatch")
-    if version != FORMAT_VERSION or size != FILE_HEADER.size:
+    if version not in READABLE_VERSIONS or size != FILE_HEADER.size:
         raise FrameError(f"unsupported page format version {version}")
     return int(page_no)
+
+
+def page_format_version(data: bytes | memoryview) -> int:
+    """The version of a file header `decode_file_header` accepted."""
+    return int(FILE_HEADER.unpack_from(data, 0)[1])
 
 
 # ----- frames --------------------------------------------------------------------------------
@@ -168,6 +183,7 @@ def decode_file_header(data: bytes | memoryview) -> int:
 _MESSAGE_PREFIX = struct.Struct("<B" + ENTRY_HEAD.format.lstrip("<"))  # type byte + entry head
 _MESSAGE = int(RecordType.MESSAGE)
 _BATCH = int(RecordType.BATCH)
+_LENGTH_ORDINAL = struct.Struct("<II")
 
 
 def _entry(record: PagedRecord) -> tuple[bytes, bytes]:
@@ -178,24 +194,28 @@ def _entry(record: PagedRecord) -> tuple[bytes, bytes]:
     return head + _queue_ids(len(qids)).pack(*qids), record.message
 
 
-def encode_frame(records: Sequence[PagedRecord]) -> bytes:
-    """One frame: a MESSAGE for a single record, a BATCH (all or nothing) for several."""
+def encode_frame(records: Sequence[PagedRecord], first_ordinal: int = 0) -> bytes:
+    """One frame: a MESSAGE for a single record, a BATCH (all or nothing) for several.
+
+    `first_ordinal` is the ordinal the first record gets in its page. A frame's length does
+    not depend on it, so a caller may encode, find the page too full, and encode again with
+    ordinal 0 for the next page.
+    """
     if len(records) == 1:
-        return _encode_message_frame(records[0])
+        return _encode_message_frame(records[0], first_ordinal)
     parts = [bytes((_BATCH,)) + BATCH_COUNT.pack(len(records))]
     for record in records:
         parts.extend(_entry(record))
-    crc = 0
-    length = 0
-    for part in parts:
-        crc = zlib.crc32(part, crc)
-        length += len(part)
+    length = sum(len(part) for part in parts)
     if length >= MAX_FRAME:
         raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
-    return b"".join((FRAME_HEADER.pack(length, crc), *parts))
+    crc = zlib.crc32(_LENGTH_ORDINAL.pack(length, first_ordinal))
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return b"".join((FRAME_HEADER.pack(FRAME_MAGIC, length, first_ordinal, crc), *parts))
 
 
-def _encode_message_frame(record: PagedRecord) -> bytes:
+def _encode_message_frame(record: PagedRecord, first_ordinal: int) -> bytes:
     """The common case, one message, kept to a few calls: it runs for every paged message."""
     qids = record.queue_ids
     message = record.message
@@ -205,8 +225,14 @@ def _encode_message_frame(record: PagedRecord) -> bytes:
     length = len(prefix) + len(message)
     if length >= MAX_FRAME:
         raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
-    crc = zlib.crc32(message, zlib.crc32(prefix))
-    return b"".join((FRAME_HEADER.pack(length, crc), prefix, message))
+    crc = zlib.crc32(message, zlib.crc32(prefix, zlib.crc32(_LENGTH_ORDINAL.pack(length, first_ordinal))))
+    return b"".join((FRAME_HEADER.pack(FRAME_MAGIC, length, first_ordinal, crc), prefix, message))
+
+
+def encode_v1_frame(records: Sequence[PagedRecord]) -> bytes:
+    """A format-1 frame (no magic, no ordinal): what older versions wrote; for tests."""
+    body = encode_frame(records)[FRAME_HEADER.size:]
+    return V1_FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
 
 
 def _decode_entry(body: memoryview, pos: int) -> tuple[PagedRecord, int]:
@@ -244,26 +270,202 @@ def decode_body(body: memoryview) -> list[PagedRecord]:
     return entries
 
 
-def iter_frames(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, list[PagedRecord]]]:
-    """(offset, frame length, entries) for each intact frame in data[start:end].
+@dataclass(frozen=True, slots=True)
+class FrameDamage:
+    """Bytes of a page from which no frame could be read.
 
-    Stops quietly at a frame that is not complete within `end` (the caller decides whether
-    that is a torn tail or a chunk boundary) and raises FrameError at a damaged one.
+    `offset` is where the bad frame starts; reading resumed at `end` (a valid frame starts
+    there) when `resumed`, else the damage runs to the end of the data. `lost` is the number
+    of ordinals (records) the damage took, when known (format 2 frames carry their ordinal).
+    `more` (format 1 only) says valid frames do follow but their ordinals cannot be known,
+    so they were not read: never a torn tail.
+    """
+
+    offset: int
+    end: int
+    reason: str
+    resumed: bool
+    lost: int | None = None
+    more: bool = False
+
+    @property
+    def length(self) -> int:
+        return self.end - self.offset
+
+    @property
+    def torn(self) -> bool:
+        """Nothing valid after it: what an interrupted append leaves (recovery may cut)."""
+        return not self.resumed and not self.more
+
+
+Frame = tuple[int, int, int, list[PagedRecord]]  # offset, size, first ordinal, entries
+
+
+def read_frames(
+    data: bytes | memoryview,
+    start: int,
+    end: int,
+    *,
+    version: int = FORMAT_VERSION,
+    ordinal: int = 0,
+    damage: list[FrameDamage] | None = None,
+) -> Iterator[Frame]:
+    """(offset, frame size, first ordinal, entries) for each intact frame in data[start:end].
+
+    `ordinal` is the ordinal of the first record at `start` (format 1 frames do not carry
+    it). A frame not complete within `end` ends the iteration quietly when `damage` is None
+    (a chunk boundary, or a torn tail the caller handles); a damaged frame raises
+    FrameError. With a `damage` list, `end` must be the end of the readable data: every bad
+    stretch is noted there and reading resynchronises on the next valid frame (format 2),
+    so damage costs the damaged frames only (`_resync` says how a frame is recognised).
     """
     view = memoryview(data)
     pos = start
-    while pos + FRAME_HEADER.size <= end:
-        length, crc = FRAME_HEADER.unpack_from(view, pos)
-        if length == 0 or length >= MAX_FRAME:
-            raise FrameError(f"frame length {length} at offset {pos}")
+    header = FRAME_HEADER if version >= 2 else V1_FRAME_HEADER
+    while pos < end:
+        try:
+            if pos + header.size > end:
+                raise _Incomplete
+            size, first, entries = _frame_at(view, pos, end, version, ordinal)
+        except (_Incomplete, FrameError) as exc:
+            if damage is None:
+                if isinstance(exc, _Incomplete):
+                    return
+                raise
+            # An incomplete frame may be a torn tail, or a damaged length in mid-page: only
+            # what follows can tell.
+            reason = str(exc) if isinstance(exc, FrameError) else f"incomplete frame at offset {pos}"
+            resume = _note_damage(view, pos, end, version, ordinal, reason, damage)
+            if resume is None:
+                return
+            pos, ordinal = resume
+            continue
+        yield pos, size, first, entries
+        pos += size
+        ordinal = first + len(entries)
+
+
+class _Incomplete(Exception):
+    """The frame at hand runs past the end of the data (not damage by itself)."""
+
+
+def _frame_at(view: memoryview, pos: int, end: int, version: int, ordinal: int
+              ) -> tuple[int, int, list[PagedRecord]]:
+    """(frame size, first ordinal, entries) of the frame at `pos`; FrameError if damaged."""
+    if version >= 2:
+        magic, length, first, crc = FRAME_HEADER.unpack_from(view, pos)
+        if magic != FRAME_MAGIC:
+            raise FrameError(f"no frame magic at offset {pos}")
         body_at = pos + FRAME_HEADER.size
-        if body_at + length > end:
-            return
-        body = view[body_at:body_at + length]
-        if zlib.crc32(body) != crc:
-            raise FrameError(f"frame CRC mismatch at offset {pos}")
-        yield pos, FRAME_HEADER.size + length, decode_body(body)
-        pos = body_at + length
+    else:
+        length, crc = V1_FRAME_HEADER.unpack_from(view, pos)
+        first = ordinal
+        body_at = pos + V1_FRAME_HEADER.size
+    if length == 0 or length >= MAX_FRAME:
+        raise FrameError(f"frame length {length} at offset {pos}")
+    if body_at + length > end:
+        raise _Incomplete
+    body = view[body_at:body_at + length]
+    expected = zlib.crc32(body, zlib.crc32(view[pos + 4:pos + 12])) if version >= 2 else zlib.crc32(body)
+    if expected != crc:
+        raise FrameError(f"frame CRC mismatch at offset {pos}")
+    if first < ordinal:
+        raise FrameError(f"frame at offset {pos} says ordinal {first}, below {ordinal}")
+    return body_at + length - pos, first, decode_body(body)
+
+
+def _note_damage(view: memoryview, pos: int, end: int, version: int, ordinal: int, reason: str,
+                 damage: list[FrameDamage]) -> tuple[int, int] | None:
+    """Record the damage at `pos`; (offset, ordinal) to read on from, None if nothing follows."""
+    if version < 2:
+        damage.append(FrameDamage(pos, end, reason, False, more=_v1_frame_after(view, pos, end)))
+        return None
+    resume = _resync(view, pos, end, ordinal)
+    if resume is None:
+        damage.append(FrameDamage(pos, end, reason, False))
+        return None
+    first = FRAME_HEADER.unpack_from(view, resume)[2]
+    damage.append(FrameDamage(pos, resume, reason, True, lost=first - ordinal))
+    return resume, first
+
+
+_MIN_ENTRY = ENTRY_HEAD.size
+
+
+def _resync(view: memoryview, pos: int, end: int, ordinal: int) -> int | None:
+    """The first offset after the bad frame at `pos` where a valid format-2 frame starts.
+
+    First the bad frame's own length (damage inside a body leaves its header intact; then
+    the body, which holds whatever a client sent, is never searched); then every later
+    occurrence of the frame magic. A candidate must carry an ordinal at or above `ordinal`
+    and at most one more per 15 bytes skipped (the smallest entry), a good CRC and a body
+    whose entries add up; one found by its magic must also be followed by the end of the
+    data, a frame cut short by it, a valid frame whose ordinal continues exactly, or a
+    damaged one whose magic or next ordinal survived.
+    """
+    if pos + FRAME_HEADER.size <= end:
+        magic, length, _first, _crc = FRAME_HEADER.unpack_from(view, pos)
+        skip = pos + FRAME_HEADER.size + length
+        intact_header = magic == FRAME_MAGIC and 0 < length < MAX_FRAME
+        if intact_header and skip < end and _frame_fits(view, skip, end, pos, ordinal, follow=False):
+            return skip
+    data = view.obj if isinstance(view.obj, bytes) and len(view.obj) == len(view) else bytes(view)
+    at = pos + 1
+    while True:
+        candidate = data.find(FRAME_MAGIC, at, end)
+        if candidate < 0:
+            return None
+        if _frame_fits(view, candidate, end, pos, ordinal, follow=True):
+            return candidate
+        at = candidate + 1
+
+
+def _frame_fits(view: memoryview, at: int, end: int, damaged_at: int, ordinal: int, *,
+                follow: bool) -> bool:
+    if at + FRAME_HEADER.size > end:
+        return False
+    first = FRAME_HEADER.unpack_from(view, at)[2]
+    if not ordinal <= first <= ordinal + 1 + (at - damaged_at) // _MIN_ENTRY:
+        return False
+    try:
+        size, first, entries = _frame_at(view, at, end, 2, ordinal)
+    except (FrameError, _Incomplete):
+        return False
+    follower = at + size
+    if not follow or follower + FRAME_HEADER.size > end:
+        return True
+    try:
+        _size, next_first, _entries = _frame_at(view, follower, end, 2, first + len(entries))
+    except _Incomplete:
+        return True
+    except FrameError:
+        # Damaged too, but where a frame should start (its magic, or the ordinal that comes
+        # next, survived): the candidate sits between two damaged frames.
+        magic, _length, next_first, _crc = FRAME_HEADER.unpack_from(view, follower)
+        return magic == FRAME_MAGIC or next_first == first + len(entries)
+    return next_first == first + len(entries)
+
+
+def _v1_frame_after(view: memoryview, pos: int, end: int) -> bool:
+    """Format 1: does any intact frame start after `pos`? (Probing every offset; such pages
+    are only those older versions wrote.)"""
+    for candidate in range(pos + 1, end - V1_FRAME_HEADER.size + 1):
+        length = V1_FRAME_HEADER.unpack_from(view, candidate)[0]
+        if not 0 < length < MAX_FRAME or candidate + V1_FRAME_HEADER.size + length > end:
+            continue
+        try:
+            _frame_at(view, candidate, end, 1, 0)
+        except (FrameError, _Incomplete):
+            continue
+        return True
+    return False
+
+
+def iter_frames(data: bytes, start: int, end: int, *, version: int = FORMAT_VERSION
+                ) -> Iterator[tuple[int, int, list[PagedRecord]]]:
+    """(offset, frame size, entries) of each intact frame; see `read_frames`."""
+    for offset, size, _first, entries in read_frames(data, start, end, version=version):
+        yield offset, size, entries
 
 
 # ----- scan of a whole page ------------------------------------------------------------------
@@ -282,14 +484,22 @@ class PageScan:
     index: list[tuple[int, int]] = field(default_factory=list)
     good_size: int = FILE_HEADER.size
     problem: str | None = None
+    damage: list[FrameDamage] = field(default_factory=list)
+    damaged: bool = False  # holds bytes no frame could be read from (kept, never cut)
+    version: int = FORMAT_VERSION
 
-    def add(self, entries: Sequence[PagedRecord], offset: int, frame_size: int) -> None:
-        """Fold one frame in; the index gains an entry at each INDEX_EVERY_BYTES boundary."""
+    def add(self, entries: Sequence[PagedRecord], offset: int, frame_size: int,
+            first_ordinal: int | None = None) -> None:
+        """Fold one frame in; the index gains an entry at each INDEX_EVERY_BYTES boundary.
+
+        `first_ordinal` (above `count` after damage) leaves the lost ordinals unused."""
+        if first_ordinal is not None and first_ordinal > self.count:
+            self.count = first_ordinal
+        if not self.index:
+            self.first_id = entries[0].message_id
         if not self.index or offset // INDEX_EVERY_BYTES > self.index[-1][1] // INDEX_EVERY_BYTES:
             self.index.append((self.count, offset))
         for entry in entries:
-            if self.count == 0:
-                self.first_id = entry.message_id
             self.last_id = entry.message_id
             self.count += 1
             counts = self.queue_counts
@@ -304,7 +514,12 @@ class PageScan:
 
 
 def scan_page(data: bytes, expected_page_no: int) -> PageScan:
-    """Every intact frame of a page file's bytes; `problem` says why the scan stopped early."""
+    """Every intact frame of a page file's bytes, reading past damage (`read_frames`).
+
+    `good_size` is where the last intact frame ends; `damage` lists the bad stretches:
+    one at the end that nothing valid follows (`FrameDamage.torn`) is a torn tail, any
+    other sets `damaged`. `problem` says what the first one was.
+    """
     scan = PageScan(good_size=0)
     try:
         page_no = decode_file_header(data)
@@ -314,15 +529,14 @@ def scan_page(data: bytes, expected_page_no: int) -> PageScan:
     if page_no != expected_page_no:
         scan.problem = f"header names page {page_no}"
         return scan
+    scan.version = page_format_version(data)
     scan.good_size = FILE_HEADER.size
-    try:
-        for offset, size, entries in iter_frames(data, FILE_HEADER.size, len(data)):
-            scan.add(entries, offset, size)
-    except FrameError as exc:
-        scan.problem = str(exc)
-        return scan
-    if scan.good_size != len(data):
-        scan.problem = f"incomplete frame at offset {scan.good_size}"
+    for offset, size, first, entries in read_frames(data, FILE_HEADER.size, len(data),
+                                                   version=scan.version, damage=scan.damage):
+        scan.add(entries, offset, size, first)
+    if scan.damage:
+        scan.problem = scan.damage[0].reason
+        scan.damaged = any(not d.torn for d in scan.damage)
     return scan
 
 
@@ -343,6 +557,7 @@ class PageSummaryRecord:
     queue_persistent: dict[int, int]
     index: list[tuple[int, int]]
     selector_summary: bytes | None
+    damaged: bool = False  # flags bit 0: the page holds unreadable bytes (set aside, not deleted)
 
     @classmethod
     def from_scan(
@@ -351,13 +566,14 @@ class PageSummaryRecord:
         return cls(
             page_no, scan.good_size, scan.count, scan.persistent_count, scan.first_id,
             scan.last_id, dict(scan.queue_counts), dict(scan.queue_persistent), list(scan.index),
-            selector_summary,
+            selector_summary, scan.damaged,
         )
 
     def encode(self) -> bytes:
         blob = self.selector_summary
         head = SUMMARY_HEAD.pack(
-            SUMMARY_MAGIC, FORMAT_VERSION, 0, self.page_no, self.file_size, self.count,
+            SUMMARY_MAGIC, SUMMARY_VERSION, SUMMARY_DAMAGED if self.damaged else 0, self.page_no,
+            self.file_size, self.count,
             self.persistent_count, self.first_id, self.last_id, 0, max(self.count - 1, 0),
             len(self.queue_counts), len(self.index),
             NO_SELECTOR_SUMMARY if blob is None else len(blob),
@@ -379,9 +595,9 @@ class PageSummaryRecord:
         (crc,) = CRC.unpack_from(data, len(data) - CRC.size)
         if zlib.crc32(memoryview(data)[: len(data) - CRC.size]) != crc:
             raise FrameError("summary CRC mismatch")
-        (magic, version, _r, page_no, file_size, count, persistent, first_id, last_id,
+        (magic, version, flags, page_no, file_size, count, persistent, first_id, last_id,
          _first_ord, _last_ord, queues, index_len, blob_len) = SUMMARY_HEAD.unpack_from(data, 0)
-        if magic != SUMMARY_MAGIC or version != FORMAT_VERSION:
+        if magic != SUMMARY_MAGIC or version != SUMMARY_VERSION:
             raise FrameError(f"not a summary of a known version ({bytes(magic)!r} v{version})")
         try:
             queue_counts, queue_persistent, index, blob, pos = _summary_sections(
@@ -392,7 +608,7 @@ class PageSummaryRecord:
         if pos != len(data) - CRC.size or len(queue_counts) != queues:
             raise FrameError("summary sections do not add up to its length")
         return cls(page_no, file_size, count, persistent, first_id, last_id, queue_counts,
-                   queue_persistent, index, blob)
+                   queue_persistent, index, blob, bool(flags & SUMMARY_DAMAGED))
 
 
 def _summary_sections(

@@ -13,9 +13,13 @@ The procedure, in order (each step is logged when it changes anything):
  3. Leftover `*.tmp` files of an interrupted atomic write are removed.
  4. A `.summary` without its `.page` (a crash between the two removals of a delete) goes.
  5. Each page with a valid summary of the right size is taken from the summary.
- 6. Any other page is scanned: a torn or damaged tail is truncated (warning: file, offset,
-    bytes dropped), its summary written; a page left with no record is removed; a page whose
-    file header is damaged is renamed `*.page.damaged` and never read.
+ 6. Any other page is scanned, reading past damage (`page_format.read_frames`): a torn tail
+    (bad bytes at the end that no valid frame follows) is truncated (warning: file, offset,
+    bytes dropped); damage with valid frames after it is kept, reported (file, offset,
+    records lost) and the page marked damaged in its summary, so it is set aside rather than
+    deleted once done with; the summary is written. A page left with no record is removed
+    (set aside if damaged); a page whose file header is damaged is read from its frames if
+    any are found, else renamed `*.page.damaged` and never read.
  7. Page numbers continue after the highest ever used (`last-page` remembers deleted ones).
 """
 
@@ -28,6 +32,7 @@ from pathlib import Path
 from pagemq.storage.fileio import FileIO
 from pagemq.storage.paging.page_format import (
     FILE_HEADER,
+    FORMAT_VERSION,
     PAGE_SUFFIX,
     SUMMARY_SUFFIX,
     FrameError,
@@ -35,16 +40,15 @@ from pagemq.storage.paging.page_format import (
     PageSummaryRecord,
     page_file_name,
     page_number,
+    read_frames,
     scan_page,
     summary_file_name,
 )
-from pagemq.storage.paging.page_writer import ADDRESS_FILE, HIGH_WATER_FILE
+from pagemq.storage.paging.page_writer import ADDRESS_FILE, DAMAGED_SUFFIX, HIGH_WATER_FILE
 
 __all__ = ["DAMAGED_SUFFIX", "PageFolderConflict", "RecoveredPage", "recover_folder", "scan_from_summary"]
 
 log = logging.getLogger("pagemq.paging")
-
-DAMAGED_SUFFIX = ".damaged"
 
 
 class PageFolderConflict(RuntimeError):
@@ -56,6 +60,8 @@ class RecoveredPage:
     page_no: int
     stats: PageScan
     selector_summary: bytes | None
+    damaged: bool = False
+    frame_version: int | None = None  # None: taken from the file header when first read
 
 
 @dataclass(slots=True)
@@ -98,9 +104,9 @@ def recover_folder(folder: Path, address: str, fileio: FileIO) -> RecoveredFolde
         summary = _valid_summary(page_no, address, fileio, pages[page_no], summaries)
         if summary is not None:                                        # 5
             result.summaries_read += 1
-            result.pages.append(
-                RecoveredPage(page_no, scan_from_summary(summary), summary.selector_summary)
-            )
+            result.pages.append(RecoveredPage(
+                page_no, scan_from_summary(summary), summary.selector_summary, summary.damaged
+            ))
             continue
         result.pages_scanned += 1                                      # 6
         changed = True
@@ -179,22 +185,43 @@ def _rescan(
     else:
         log.warning("paging %r: closed page %s has no usable summary; rescanning it", address, path)
     scan = scan_page(data, page_no)
-    if scan.good_size == 0 and len(data) >= FILE_HEADER.size:
-        damaged = path.with_name(path.name + DAMAGED_SUFFIX)
-        log.warning("paging %r: %s has a damaged file header (%s); moved to %s, not read",
-                    address, path, scan.problem, damaged.name)
-        fileio.rename(path, damaged)
-        return None
-    if scan.good_size < len(data):
-        log.warning(
-            "paging %r: %s: %s; truncating at offset %d, dropping %d bytes",
-            address, path, scan.problem, scan.good_size, len(data) - scan.good_size,
-        )
-        fileio.truncate(path, scan.good_size)
-    if scan.count == 0:
+    bad_header = scan.good_size == 0 and len(data) >= FILE_HEADER.size
+    if bad_header:
+        scan = _frames_after_bad_header(data, scan.problem)
+        if scan.count == 0:
+            damaged = path.with_name(path.name + DAMAGED_SUFFIX)
+            log.warning("paging %r: %s has a damaged file header (%s) and no readable frame; "
+                        "moved to %s, not read", address, path, scan.problem, damaged.name)
+            fileio.rename(path, damaged)
+            return None
+        log.warning("paging %r: %s has a damaged file header (%s); its frames are read anyway",
+                    address, path, scan.problem)
+    for damage in scan.damage:
+        if damage.torn and not bad_header:
+            log.warning(
+                "paging %r: %s: torn tail at offset %d (%s); truncating, dropping %d bytes",
+                address, path, damage.offset, damage.reason, damage.length,
+            )
+            fileio.truncate(path, damage.offset)
+        else:
+            lost = "" if damage.lost is None else f", {damage.lost} record(s) lost"
+            after = (f"read on from offset {damage.end}" if damage.resumed
+                     else "valid frames follow but format-1 frames carry no position, so they are not read")
+            log.warning("paging %r: %s: damaged bytes at offset %d (%s): %d bytes unreadable%s, %s; "
+                        "the page is kept (set aside, never deleted)",
+                        address, path, damage.offset, damage.reason, damage.length, lost, after)
+    if scan.count == 0 and not scan.damaged:
         log.info("paging %r: %s holds no record; removed", address, path)
         fileio.remove(path)
         return None
     summary = PageSummaryRecord.from_scan(page_no, scan, None)
     fileio.write_atomic(folder / summary_file_name(page_no), summary.encode())
-    return RecoveredPage(page_no, scan, None)
+    return RecoveredPage(page_no, scan, None, scan.damaged, scan.version)
+
+
+def _frames_after_bad_header(data: bytes, problem: str | None) -> PageScan:
+    """A page whose header is unreadable: its (format-2) frames, found by their magic."""
+    scan = PageScan(good_size=FILE_HEADER.size, problem=problem, damaged=True, version=FORMAT_VERSION)
+    for offset, size, first, entries in read_frames(data, FILE_HEADER.size, len(data), damage=scan.damage):
+        scan.add(entries, offset, size, first)
+    return scan

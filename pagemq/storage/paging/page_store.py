@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,15 +40,19 @@ from typing import Any, Protocol
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.paging.page_format import (
     FILE_HEADER,
+    FORMAT_VERSION,
     FRAME_HEADER,
+    V1_FRAME_HEADER,
+    FrameDamage,
     FrameError,
     PagedRecord,
     PageScan,
     PageSummaryRecord,
     encode_frame,
     folder_name,
-    iter_frames,
     page_file_name,
+    page_format_version,
+    read_frames,
 )
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, PageWriter
@@ -94,6 +99,8 @@ class _Page:
     closed: bool = False
     previous_run: bool = False
     builder: SummaryBuilder | None = None
+    damaged: bool = False  # holds unreadable bytes: set aside instead of deleted
+    frame_version: int | None = FORMAT_VERSION  # None: read from the file header when needed
 
     def info(self) -> PageInfo:
         stats = self.stats
@@ -158,7 +165,8 @@ class PageStore:
         self.pages_scanned = recovered.pages_scanned
         for page in recovered.pages:
             self._pages[page.page_no] = _Page(
-                page.page_no, page.stats, page.selector_summary, closed=True, previous_run=True
+                page.page_no, page.stats, page.selector_summary, closed=True, previous_run=True,
+                damaged=page.damaged, frame_version=page.frame_version,
             )
         self._live = self._new_page(recovered.highest_page + 1)
         self._writer = PageWriter(
@@ -202,8 +210,11 @@ class PageStore:
             raise ValueError("append needs at least one record")
         if summary_input is not None and len(summary_input) != len(records):
             raise ValueError("summary_input needs one item per record")
-        frame = encode_frame(records)
+        live = self._live
+        frame = encode_frame(records, live.stats.count)
         page = self._page_for(len(frame))
+        if page is not live:
+            frame = encode_frame(records, 0)  # the first record of a new page
         persistent = sum(1 for record in records if record.persistent)
         future = writer.write(page.page_no, frame, len(records), persistent)
         first = page.stats.count
@@ -265,10 +276,11 @@ class PageStore:
         """
         if page_no == self._live.page_no:
             self.roll()
-        if self._pages.pop(page_no, None) is None:
+        page = self._pages.pop(page_no, None)
+        if page is None:
             log.debug("paging %r: delete of unknown page %d ignored", self.address, page_no)
             return None
-        return self._require_writer().delete_page(page_no)
+        return self._require_writer().delete_page(page_no, set_aside=page.damaged)
 
     async def close(self) -> None:
         """Close the live page (so the next open reads its summary) and drain the writer."""
@@ -290,11 +302,20 @@ class PageStore:
         if self._live.page_no in pages:
             self.roll()
 
+    def _found_damage(self, page: _Page) -> None:
+        """A reader met damage in `page` (maybe in a worker thread): it is set aside, not
+        deleted, when done with; a closed page gets a summary re-counted from disk."""
+        page.damaged = True
+        writer = self._writer
+        if page.closed and writer is not None:
+            writer.resummarise_damaged(PageSummaryRecord.from_scan(
+                page.page_no, page.stats, page.selector_summary))
+
     def _on_resummarised(self, summary: PageSummaryRecord) -> None:
         page = self._pages.get(summary.page_no)
         if page is None:
             return
-        if summary.count == 0:
+        if summary.count == 0 and not summary.damaged:
             del self._pages[summary.page_no]
             return
         page.stats = scan_from_summary(summary)
@@ -330,7 +351,9 @@ class PageStore:
         """(ordinal, record) from `start_ordinal` on, of records readable now (see module doc).
 
         What is readable is fixed when this is called; a page deleted meanwhile ends the
-        iteration. A damaged frame ends it too, with a warning naming file and offset.
+        iteration. A damaged stretch is logged (file, offset, records lost) and read past: the
+        records after it keep their ordinals (format-2 frames carry them), and the page is
+        marked damaged, so it is set aside (`*.page.damaged`), not deleted, when done with.
         """
         page = self._pages.get(page_no)
         if page is None:
@@ -339,11 +362,17 @@ class PageStore:
         if not page.previous_run:
             visible = self._writer.visible_size(page_no) if self._writer is not None else None
             limit = visible if visible is not None else FILE_HEADER.size
+        path = self.folder / page_file_name(page_no)
+        version = page.frame_version
+        if version is None:
+            try:
+                version = page.frame_version = page_format_version(
+                    self.fileio.read_range(path, 0, FILE_HEADER.size))
+            except (OSError, struct.error):
+                return iter(())
         ordinal, offset = _seek(list(page.stats.index), start_ordinal, limit)
-        return _read_records(
-            self.fileio, self.folder / page_file_name(page_no), offset, limit, ordinal,
-            start_ordinal, skip_non_persistent=page.previous_run,
-        )
+        reader = _PageReader(self.fileio, path, version, self.address, page, self._found_damage)
+        return reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=page.previous_run)
 
     def stats(self) -> dict[str, int]:
         writer = self._writer
@@ -368,43 +397,77 @@ def _seek(index: list[tuple[int, int]], start_ordinal: int, limit: int) -> tuple
     return index[at] if at >= 0 else (0, FILE_HEADER.size)
 
 
-def _read_records(
-    fileio: FileIO,
-    path: Path,
-    offset: int,
-    limit: int,
-    ordinal: int,
-    start_ordinal: int,
-    *,
-    skip_non_persistent: bool,
-) -> Iterator[tuple[int, PagedRecord]]:
-    """Frames from `offset` to `limit`, read in chunks so one reader holds ~READ_CHUNK bytes."""
-    want = READ_CHUNK
-    while offset < limit:
+class _PageReader:
+    """Reads one page's frames from an offset, in chunks so one reader holds ~READ_CHUNK bytes;
+    on damage reads the rest of the readable part whole and resynchronises past it."""
+
+    def __init__(self, fileio: FileIO, path: Path, version: int, address: str, page: _Page,
+                 on_damage: Callable[[_Page], None]) -> None:
+        self.fileio, self.path, self.version = fileio, path, version
+        self.address, self.page, self.on_damage = address, page, on_damage
+
+    def records(self, offset: int, limit: int, ordinal: int, start_ordinal: int, *,
+                skip_non_persistent: bool) -> Iterator[tuple[int, PagedRecord]]:
+        header = FRAME_HEADER if self.version >= 2 else V1_FRAME_HEADER
+        want = READ_CHUNK
+        while offset < limit:
+            try:
+                data = self.fileio.read_range(self.path, offset, min(want, limit - offset))
+            except FileNotFoundError:
+                return
+            consumed = 0
+            try:
+                for at, size, first, entries in read_frames(data, 0, len(data), version=self.version,
+                                                            ordinal=ordinal):
+                    yield from _wanted(entries, first, start_ordinal, skip_non_persistent)
+                    ordinal = first + len(entries)
+                    consumed = at + size
+            except FrameError:
+                yield from self._past_damage(offset + consumed, limit, ordinal, start_ordinal,
+                                             skip_non_persistent)
+                return
+            if consumed:
+                offset += consumed
+                want = READ_CHUNK
+                continue
+            # A frame longer than the chunk: read it whole, unless it cannot be one.
+            length = 0
+            if len(data) >= header.size:
+                length = header.unpack_from(data, 0)[1 if self.version >= 2 else 0]
+            want = header.size + length
+            if len(data) < header.size or not length or offset + want > limit:
+                yield from self._past_damage(offset, limit, ordinal, start_ordinal, skip_non_persistent)
+                return
+
+    def _past_damage(self, offset: int, limit: int, ordinal: int, start_ordinal: int,
+                     skip_non_persistent: bool) -> Iterator[tuple[int, PagedRecord]]:
         try:
-            data = fileio.read_range(path, offset, min(want, limit - offset))
+            data = self.fileio.read_range(self.path, offset, limit - offset)
         except FileNotFoundError:
             return
-        consumed = 0
-        try:
-            for at, size, records in iter_frames(data, 0, len(data)):
-                for record in records:
-                    if ordinal >= start_ordinal and (record.persistent or not skip_non_persistent):
-                        yield ordinal, record
-                    ordinal += 1
-                consumed = at + size
-        except FrameError as exc:
-            log.warning("paging: %s: %s; records after offset %d are not readable",
-                        path, exc, offset + consumed)
-            return
-        if consumed:
-            offset += consumed
-            want = READ_CHUNK
-            continue
-        if len(data) < FRAME_HEADER.size:
-            return
-        (length, _crc) = FRAME_HEADER.unpack_from(data, 0)
-        want = FRAME_HEADER.size + length
-        if offset + want > limit:
-            log.warning("paging: %s: frame at offset %d runs past the readable end", path, offset)
-            return
+        damage: list[FrameDamage] = []
+        reported = 0
+        for _at, _size, first, entries in read_frames(data, 0, len(data), version=self.version,
+                                                      ordinal=ordinal, damage=damage):
+            reported = self._report(damage, reported, offset)
+            yield from _wanted(entries, first, start_ordinal, skip_non_persistent)
+        self._report(damage, reported, offset)
+
+    def _report(self, damage: list[FrameDamage], reported: int, base: int) -> int:
+        if len(damage) > reported and not self.page.damaged:
+            self.on_damage(self.page)
+        for found in damage[reported:]:
+            lost = "" if found.lost is None else f", {found.lost} record(s) lost"
+            after = (f"read on from offset {base + found.end}" if found.resumed
+                     else "nothing readable after it")
+            log.warning("paging %r: %s: damaged bytes at offset %d (%s): %d bytes unreadable%s, %s; "
+                        "the page is kept (set aside, never deleted)", self.address, self.path,
+                        base + found.offset, found.reason, found.length, lost, after)
+        return len(damage)
+
+
+def _wanted(entries: list[PagedRecord], first: int, start_ordinal: int, skip_non_persistent: bool
+            ) -> Iterator[tuple[int, PagedRecord]]:
+    for ordinal, record in enumerate(entries, first):
+        if ordinal >= start_ordinal and (record.persistent or not skip_non_persistent):
+            yield ordinal, record

@@ -45,6 +45,7 @@ ADDRESS_FILE = "address.txt"
 # Highest page number ever deleted, kept so page numbers are never reused: a cursor record
 # in the journal naming (page, ordinal) of a deleted page must never match a new page.
 HIGH_WATER_FILE = "last-page"
+DAMAGED_SUFFIX = ".damaged"  # a page set aside: unreadable header, or damaged bytes when done with
 _URGENT_BYTES = 4 * 1024 * 1024
 
 
@@ -60,12 +61,14 @@ class WriteOp:
 class CloseOp:
     page_no: int
     summary: PageSummaryRecord
+    rescan: bool = False  # damage was found reading it: re-count it from disk, flag it damaged
 
 
 @dataclass(slots=True)
 class DeleteOp:
     page_no: int
     future: asyncio.Future[None] | None = None  # resolved once the removal is durable
+    set_aside: bool = False  # the page holds damaged bytes: rename it *.page.damaged, keep it
 
 
 Op = WriteOp | CloseOp | DeleteOp
@@ -178,11 +181,18 @@ class PageWriter:
     def close_page(self, summary: PageSummaryRecord) -> None:
         self._submit(CloseOp(summary.page_no, summary), urgent=True)
 
-    def delete_page(self, page_no: int) -> asyncio.Future[None] | None:
+    def resummarise_damaged(self, summary: PageSummaryRecord) -> None:
+        """A closed page in which a reader found damage: write its summary again from what is
+        readable on disk, flagged damaged and covering the whole file, so the next start
+        counts only the records that can be delivered and never cuts the page."""
+        self._submit(CloseOp(summary.page_no, summary, rescan=True), urgent=False)
+
+    def delete_page(self, page_no: int, *, set_aside: bool = False) -> asyncio.Future[None] | None:
         """Queue the removal; the future (None when the thread is not running) resolves once
-        the page and its summary are gone durably, and carries the OSError if they are not."""
+        the page and its summary are gone durably, and carries the OSError if they are not.
+        `set_aside`: a page with damaged bytes is renamed `*.page.damaged` instead."""
         future = self._loop.create_future() if self._loop is not None and self._thread else None
-        self._submit(DeleteOp(page_no, future), urgent=False)
+        self._submit(DeleteOp(page_no, future, set_aside), urgent=False)
         return future
 
     def flush(self) -> asyncio.Future[None] | None:
@@ -410,15 +420,19 @@ class PageWriter:
             handle.close()
         path = self.folder / page_file_name(page_no)
         summary = op.summary
-        if page_no in self._failed:
+        if page_no in self._failed or op.rescan:
             try:
                 data = self.fileio.read_bytes(path)
             except FileNotFoundError:
+                if op.rescan:
+                    return  # deleted meanwhile
                 data = b""  # the failed write was the page's first: nothing to keep
             scan = scan_page(data, page_no)
             summary = PageSummaryRecord.from_scan(page_no, scan, op.summary.selector_summary)
+            if op.rescan:
+                summary.file_size, summary.damaged = len(data), True
             self._notify(self.on_resummarised, summary)
-        if summary.count == 0:
+        if summary.count == 0 and not summary.damaged:
             self._remove(path)
             self._existing.discard(page_no)
             return
@@ -434,7 +448,14 @@ class PageWriter:
         self._existing.discard(page_no)
         page = self.folder / page_file_name(page_no)
         summary = self.folder / summary_file_name(page_no)
-        if self.archive_folder is None:
+        if op.set_aside:
+            aside = page.with_name(page.name + DAMAGED_SUFFIX)
+            self.fileio.rename(page, aside)
+            self._dir_dirty = True
+            log.warning("paging %r: %s held damaged bytes; done with, set aside as %s (kept for "
+                        "inspection, never deleted)", self.address, page, aside.name)
+            self._remove(summary)
+        elif self.archive_folder is None:
             self._remove(page)
             self._remove(summary)
         else:

@@ -15,12 +15,14 @@ from pagemq.storage.paging.page_format import (
     FILE_HEADER,
     PAGE_SUFFIX,
     SUMMARY_SUFFIX,
+    FrameDamage,
     FrameError,
     PagedRecord,
     PageSummaryRecord,
     decode_file_header,
-    iter_frames,
+    page_format_version,
     page_number,
+    read_frames,
 )
 from pagemq.storage.paging.page_writer import ADDRESS_FILE
 
@@ -79,21 +81,20 @@ def _describe_page(path: Path, verbose: bool) -> Iterator[str]:
         yield f"  {path.name}: {len(data)} bytes, unreadable file header ({exc})"
         return
     records: list[tuple[int, PagedRecord]] = []
-    problem = None
-    end = FILE_HEADER.size
-    try:
-        for offset, size, entries in iter_frames(data, FILE_HEADER.size, len(data)):
-            records.extend((offset, entry) for entry in entries)
-            end = offset + size
-    except FrameError as exc:
-        problem = str(exc)
-    if problem is None and end != len(data):
-        problem = f"incomplete frame at offset {end}"
+    damage: list[FrameDamage] = []
+    for offset, _size, _first, entries in read_frames(
+        data, FILE_HEADER.size, len(data), version=page_format_version(data), damage=damage
+    ):
+        records.extend((offset, entry) for entry in entries)
     persistent = sum(1 for _, r in records if r.persistent)
     yield (f"  {path.name}: {len(data)} bytes, {len(records)} records ({persistent} persistent), "
            f"{_summary_state(path, len(data))}")
-    if problem is not None:
-        yield f"    damaged: {problem}; {len(data) - end} bytes after offset {end} unreadable"
+    for found in damage:
+        what = "torn tail" if found.torn else "damaged"
+        lost = "" if found.lost is None else f", {found.lost} record(s) lost"
+        after = f", read on from offset {found.end}" if found.resumed else ""
+        yield (f"    {what}: {found.reason}; {found.length} bytes at offset {found.offset} "
+               f"unreadable{lost}{after}")
     shown = records if verbose else records[:1] + records[-1:] if len(records) > 1 else records
     for ordinal, (offset, record) in enumerate(shown):
         which = "record" if verbose else ("first" if ordinal == 0 else "last")

@@ -60,7 +60,7 @@ def test_reports_damage_without_failing(tmp_path: Path) -> None:
     text = "\n".join(describe_paging(tmp_path))
     assert "unreadable file header" in text
     assert "summary damaged" in text
-    assert "damaged: incomplete frame" in text
+    assert "torn tail: incomplete frame" in text
     assert "no summary (live or not closed)" in text
 
 

@@ -205,22 +205,26 @@ def test_orphan_summary_and_temporary_files_are_removed(tmp_path: Path) -> None:
     assert store.pages()[0].page_no == 2
 
 
-def test_torn_file_header_page_is_removed_and_damaged_header_set_aside(tmp_path: Path) -> None:
+def test_torn_file_header_page_is_removed_and_damaged_header_read_past_or_set_aside(tmp_path: Path) -> None:
     folder = write_pages(tmp_path, [[rec(i)] for i in range(30)], page_size=1000, close=False)
     pages = sorted(folder.glob("*.page"))
     last = pages[-1]
+    middle, junk = pages[1], pages[2]
+    in_middle = [r.message_id for _, r in reopen(tmp_path, page_size=1000).read_page(2)]
     last.write_bytes(last.read_bytes()[: FILE_HEADER.size - 3])
-    middle = pages[1]
-    (middle.with_name(middle.name.replace(".page", ".summary"))).unlink()
-    middle.write_bytes(b"JUNK" + middle.read_bytes()[4:])
+    for page in (middle, junk):
+        page.with_name(page.name.replace(".page", ".summary")).unlink()
+    middle.write_bytes(b"JUNK" + middle.read_bytes()[4:])  # header damaged, frames intact
+    junk.write_bytes(b"JUNK" + bytes(len(junk.read_bytes()) - 4))  # nothing readable
     store = reopen(tmp_path, page_size=1000)
     assert not last.exists()
-    assert (folder / (middle.name + ".damaged")).exists()
-    assert 2 not in {i.page_no for i in store.pages()}
+    assert [r.message_id for _, r in store.read_page(2)] == in_middle
+    assert (folder / (junk.name + ".damaged")).exists() and not junk.exists()
+    assert 3 not in {i.page_no for i in store.pages()}
     assert store.live_page_no() == len(pages) + 1  # no number seen on disk is reused
 
 
-def test_damage_inside_a_summarised_page_stops_reading_there_with_a_warning(
+def test_damage_inside_a_summarised_page_is_read_past_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     folder = write_pages(tmp_path, [[rec(i)] for i in range(5)])
@@ -231,22 +235,103 @@ def test_damage_inside_a_summarised_page_stops_reading_there_with_a_warning(
     page.write_bytes(bytes(data))
     store = reopen(tmp_path)
     with caplog.at_level(logging.WARNING, logger="pagemq.paging"):
-        assert all_ids(store) == [0, 1]
-    assert any(f"offset {third}" in r.getMessage() for r in caplog.records)
+        assert list((o, r.message_id) for o, r in store.read_page(1)) == [(0, 0), (1, 1), (3, 3), (4, 4)]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"damaged bytes at offset {third}" in warning and "1 record(s) lost" in warning
+    assert store.pages()[0].page_no == 1
+
+
+def test_a_damaged_frame_in_the_live_page_does_not_cut_the_receipted_records_after_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The defect: recovery truncated a page at its first bad frame, dropping every record
+    after it. Now only the bad frame is lost, the file is not cut, and the summary says the
+    page is damaged, so it is set aside rather than deleted when done with."""
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(8)], close=False)
+    page = folder / "000000001.page"
+    data = bytearray(page.read_bytes())
+    size = len(data)
+    bad = FILE_HEADER.size + 3 * len(encode_frame([rec(0)]))
+    data[bad + 40] ^= 0x01
+    page.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="pagemq.paging"):
+        store = reopen(tmp_path)
+    assert page.stat().st_size == size
+    assert [r.message_id for _, r in store.read_page(1)] == [0, 1, 2, 4, 5, 6, 7]
+    assert any(f"damaged bytes at offset {bad}" in r.getMessage() for r in caplog.records)
+    again = reopen(tmp_path)  # from the summary now, still known as damaged
+    assert again.stats()["pages_scanned"] == 0 and again._pages[1].damaged
+
+
+def test_a_damaged_page_is_set_aside_not_deleted_when_done_with(tmp_path: Path) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(4)])
+    page = folder / "000000001.page"
+    data = bytearray(page.read_bytes())
+    data[FILE_HEADER.size + 40] ^= 0x01
+    page.write_bytes(bytes(data))
+
+    async def body() -> None:
+        store = PageStore(tmp_path, "orders", page_size_bytes=4096)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        assert [r.message_id for _, r in store.read_page(1)] == [1, 2, 3]
+        await store.delete_page(1)  # type: ignore[misc]
+        await store.close()
+
+    asyncio.run(body())
+    assert not page.exists() and not (folder / "000000001.summary").exists()
+    assert (folder / "000000001.page.damaged").read_bytes() == bytes(data)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4))
-def test_random_damage_to_the_live_page_recovers_a_prefix(
+def test_random_damage_to_the_live_page_costs_only_the_frames_it_hits(
     tmp_path: Path, flips: list[tuple[int, int]]
 ) -> None:
     work = tmp_path / "random"
     shutil.rmtree(work, ignore_errors=True)
-    folder = write_pages(work, [[rec(i)] if i % 3 else [rec(i, size=40)] for i in range(25)], close=False)
+    records = [[rec(i)] if i % 3 else [rec(i, size=40)] for i in range(25)]
+    folder = write_pages(work, records, close=False)
     page = folder / "000000001.page"
     data = bytearray(page.read_bytes())
+    spans, at = [], FILE_HEADER.size
+    for i, batch in enumerate(records):
+        size = len(encode_frame(batch, i))
+        spans.append((at, at + size, i))
+        at += size
+    hit = set()
     for offset, xor in flips:
-        data[FILE_HEADER.size + offset % (len(data) - FILE_HEADER.size)] ^= xor
+        where = FILE_HEADER.size + offset % (len(data) - FILE_HEADER.size)
+        data[where] ^= xor
+        hit |= {i for start, end, i in spans if start <= where < end}
     page.write_bytes(bytes(data))
     ids = all_ids(reopen(work))
-    assert ids == list(range(len(ids)))
+    assert ids == sorted(ids) and set(ids) <= set(range(25))
+    assert set(range(25)) - hit <= set(ids), (sorted(hit), ids)
+
+
+def test_damage_found_reading_a_summarised_page_is_counted_in_a_new_summary(tmp_path: Path) -> None:
+    """The next start counts only what can be delivered (so queues can finish the page),
+    knows the page is damaged, and never cuts it."""
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(5)])
+    page = folder / "000000001.page"
+    data = bytearray(page.read_bytes())
+    third = FILE_HEADER.size + 2 * len(encode_frame([rec(0)]))
+    data[third + 20] ^= 0xFF
+    page.write_bytes(bytes(data))
+
+    async def body() -> None:
+        store = PageStore(tmp_path, "orders", page_size_bytes=4096)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        assert store.pages()[0].queue_counts == {1: 5}
+        assert [r.message_id for _, r in store.read_page(1)] == [0, 1, 3, 4]
+        await store.flush()
+        await store.close()
+
+    asyncio.run(body())
+    store = reopen(tmp_path)
+    info = store.pages()[0]
+    assert store.stats()["pages_scanned"] == 0 and store._pages[1].damaged
+    assert (info.count, info.queue_counts) == (5, {1: 4})
+    assert page.read_bytes() == bytes(data)
