@@ -205,6 +205,10 @@ class PageCursor:
                 continue
             if not self._scan_page(consumer, scan, page):
                 return
+        if not store.fully_readable(live) and not self._waiting_for_write:
+            # Records appended to the live page are not readable yet: look again once they
+            # are (the queue's own read may be held by its limits and never ask).
+            self._wait_for_write()
         self.pager.maybe_leave_paging()
 
     def _scan_page(self, consumer: Consumer, scan: _Scan, page: CursorPage) -> bool:
@@ -304,9 +308,13 @@ class PageCursor:
             return
         page.claimed.discard(ordinal)
         page.acked.add(ordinal)
-        if not page.unwritten:
-            self.pager.broker.acks_to_write(self)
-        page.unwritten.append(ordinal)
+        if ref.message.persistent:
+            # A non-persistent record is gone after a restart (the page store skips it and
+            # counts persistent records only): a journaled ack of it would be counted
+            # against a persistent one at recovery and hide it.
+            if not page.unwritten:
+                self.pager.broker.acks_to_write(self)
+            page.unwritten.append(ordinal)
         if len(page.acked) >= page.count:
             if page_no != self.pager.store.live_page_no():
                 self._complete(page_no)

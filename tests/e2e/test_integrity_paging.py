@@ -193,3 +193,54 @@ def test_message_whose_dead_letter_address_cannot_be_created_stays_in_its_queue(
     assert label(second) == "p0"
     consumer.ack(second, receipt=True)
     proc.wait_queue(queue, messages=0, messages_killed=0)
+
+
+# -- found by the model-based test ----------------------------------------------------------
+
+
+def test_selective_consumer_gets_a_match_paged_while_the_queue_read_is_held_by_its_limits(
+    start_broker, stomp_client
+):
+    """Model-based test, seed 2000: the new match was written after the consumer's look-ahead
+    had read the live page, and nothing looked again."""
+    proc = start_broker({"address-settings": {"#": {
+        "max-size-bytes": 0, "page-size-bytes": "16KiB",
+        "max-read-page-messages": 5, "prefetch-page-messages": 4,
+    }}})
+    queue = unique("held")
+    producer = stomp_client(proc)
+    colors = ["green", "red", "blue", "green", "red", "blue", "blue", "green", "red", "green",
+              "blue", "blue"]
+    for n, color in enumerate(colors):
+        producer.send(f"/queue/{queue}", body(f"m{n}"), headers={"persistent": "true", "color": color},
+                      receipt=True)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="auto",
+                       headers={"activemq.prefetchSize": 5, "selector": "color <> 'blue'"})
+    producer.send(f"/queue/{queue}", body("late"), headers={"persistent": "true", "color": "green"},
+                  receipt=True)
+    wanted = [f"m{n}" for n, color in enumerate(colors) if color != "blue"] + ["late"]
+    assert sorted(labels(wait_frames(consumer, len(wanted)))) == sorted(wanted)
+
+
+def test_acked_non_persistent_paged_message_does_not_hide_a_persistent_one_after_a_kill(
+    start_broker, stomp_client
+):
+    """Model-based test, seed 43: the journaled ack of a non-persistent paged record was
+    counted against the page's persistent records at recovery, so a receipted one vanished."""
+    proc = start_broker({"address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "32KiB"}}})
+    queue = unique("mixed")
+    reds = stomp_client(proc)
+    reds.subscribe(f"/queue/{queue}", ack="auto",
+                   headers={"activemq.prefetchSize": 5, "selector": "color = 'red'"})
+    producer = stomp_client(proc)
+    producer.send(f"/queue/{queue}", body("blue0"), headers={"persistent": "true", "color": "blue"},
+                  receipt=True)
+    producer.send(f"/queue/{queue}", body("red"), headers={"color": "red"}, receipt=True)
+    producer.send(f"/queue/{queue}", body("blue1"), headers={"persistent": "true", "color": "blue"},
+                  receipt=True)
+    assert labels(wait_frames(reds, 1)) == ["red"]
+    proc.restart(kill=True)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual")
+    assert take(consumer, 2) == ["blue0", "blue1"]
