@@ -298,12 +298,10 @@ class StompSession:
         expiration = _expires(headers.get("expires"))
         if event.transaction is not None:
             tx = self._transaction(event.transaction)
-            tx.sends.append(
-                PendingSend(
-                    destination.address, destination.routing_type, headers, event.body,
-                    persistent, priority, expiration,
-                )
-            )
+            self.broker.stage(tx, PendingSend(
+                destination.address, destination.routing_type, headers, event.body,
+                persistent, priority, expiration,
+            ))
             future = None
         else:
             future = self.broker.send(

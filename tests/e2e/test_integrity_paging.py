@@ -244,3 +244,26 @@ def test_acked_non_persistent_paged_message_does_not_hide_a_persistent_one_after
     consumer = stomp_client(proc)
     consumer.subscribe(f"/queue/{queue}", ack="client-individual")
     assert take(consumer, 2) == ["blue0", "blue1"]
+
+
+def test_pending_transactional_sends_count_toward_and_are_bounded_by_global_max_size(
+    start_broker, stomp_client
+):
+    proc = start_broker({"broker": {"global-max-size": "256KiB"}})
+    queue = unique("bigtx")
+    producer = stomp_client(proc)
+    producer.begin("t1")
+    sent = 0
+    listener = producer.listener
+    while not listener.errors and sent < 200:
+        receipt = f"r{sent}"
+        producer.conn.send(f"/queue/{queue}", body(f"m{sent}", 4096),
+                           headers={"transaction": "t1", "receipt": receipt})
+        listener.wait(lambda r=receipt: r in listener.receipts or bool(listener.errors), 5, receipt)
+        sent += 1
+    error = listener.wait_for_error()
+    assert "global-max-size" in error.headers["message"]
+    assert 40 <= sent < 200
+    other = stomp_client(proc)
+    assert send_all(other, f"/queue/{queue}", ["after"]) == ["after"]
+    proc.wait_queue(queue, messages=1)
