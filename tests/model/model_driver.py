@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,9 +38,8 @@ class Outcome:
 
 
 def say(text: str) -> None:
-    """Progress goes to the terminal even under pytest's capture (run with -s to see it live)."""
-    print(text, file=sys.__stdout__ if os.environ.get("PAGEMQ_MODEL_QUIET") is None else sys.stdout,
-          flush=True)
+    """Progress lines (pytest shows them with -s, as `make soak` runs it, or on failure)."""
+    print(text, flush=True)
 
 
 def run_once(program: Program, workdir: Path, keep: bool = False) -> Outcome:
