@@ -205,10 +205,13 @@ class PageCursor:
                 continue
             if not self._scan_page(consumer, scan, page):
                 return
-        if not store.fully_readable(live) and not self._waiting_for_write:
-            # Records appended to the live page are not readable yet: look again once they
-            # are (the queue's own read may be held by its limits and never ask).
-            self._wait_for_write()
+            if not store.fully_readable(page_no):
+                # Records appended to this page are not readable yet: stay on it and look
+                # again once they are (the queue's own read may be held by its limits and
+                # never ask), rather than move on past them.
+                if not self._waiting_for_write:
+                    self._wait_for_write()
+                return
         self.pager.maybe_leave_paging()
 
     def _scan_page(self, consumer: Consumer, scan: _Scan, page: CursorPage) -> bool:

@@ -267,3 +267,24 @@ def test_pending_transactional_sends_count_toward_and_are_bounded_by_global_max_
     other = stomp_client(proc)
     assert send_all(other, f"/queue/{queue}", ["after"]) == ["after"]
     proc.wait_queue(queue, messages=1)
+
+
+def test_selective_consumer_does_not_skip_a_match_on_a_page_that_rolled_before_it_was_written(
+    start_broker, stomp_client
+):
+    """Model-based test, seed 3001: the look-ahead moved on to the next page while the rolled
+    page's last records were still being written, and never came back for them."""
+    proc = start_broker({"address-settings": {"#": {
+        "max-size-messages": 2, "page-size-bytes": "4KiB", "max-read-page-messages": 3,
+    }}})
+    queue = unique("rolled")
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client",
+                       headers={"activemq.prefetchSize": 1000, "selector": "color IN ('blue', 'green')"})
+    producer = stomp_client(proc)
+    colors = ["red", "blue", "green", "blue", "green", "blue", "green", "green"]
+    for n, color in enumerate(colors):
+        producer.conn.send(f"/queue/{queue}", body(f"m{n}", 700),
+                           headers={"persistent": "true", "color": color})
+    wanted = [f"m{n}" for n, color in enumerate(colors) if color != "red"]
+    assert sorted(labels(wait_frames(consumer, len(wanted)))) == wanted
