@@ -93,6 +93,8 @@ class Broker:
         # Address/queue records written since the last paged send; see _after_bindings().
         self._bindings_dirty = False
         self._bindings_durable: asyncio.Future[None] | None = None
+        # Journal write batch -> the (queues, refs) of the messages it holds; see _watch_write.
+        self._unsynced_writes: dict[asyncio.Future[None], list[tuple[list[Queue], list[MessageRef]]]] = {}
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -337,8 +339,31 @@ class Broker:
         future = None
         if durable:
             future = self.store.store_message(message, tuple(durable), sync=True)
-        self._deliver_new(message, queues, len(durable))
+        refs = self._deliver_new(message, queues, len(durable))
+        if future is not None:
+            self._watch_write(future, queues, refs)
         return future
+
+    def _watch_write(self, future: asyncio.Future[None], queues: list[Queue], refs: list[MessageRef]) -> None:
+        """Take the message back from its queues if its journal write fails (the client
+        gets an ERROR and may send it again); one callback per write batch."""
+        watched = self._unsynced_writes.get(future)
+        if watched is None:
+            watched = self._unsynced_writes[future] = []
+            future.add_done_callback(self._writes_done)
+        watched.append((queues, refs))
+
+    def _writes_done(self, future: asyncio.Future[None]) -> None:
+        watched = self._unsynced_writes.pop(future, [])
+        if future.cancelled() or future.exception() is None:
+            return
+        for queues, refs in watched:
+            for queue, ref in zip(queues, refs, strict=True):
+                if not queue.remove_pending_ref(ref):
+                    continue  # already delivered: it stays with its consumer
+                queue.counters.added -= 1
+                self._durable_release(queue, ref.message)
+                self._unhold(queue, ref.message)
 
     def _route(
         self, address_name: str, routing_type: str, headers: dict[str, str], body: bytes,
@@ -447,10 +472,14 @@ class Broker:
         queues[0].address.charge(size)
         self.memory.charge(size)
 
-    def _deliver_new(self, message: Message, queues: list[Queue], durable: int) -> None:
+    def _deliver_new(self, message: Message, queues: list[Queue], durable: int) -> list[MessageRef]:
         self._hold(message, queues, durable=durable)
+        refs = []
         for queue in queues:
-            queue.add(MessageRef(message))
+            ref = MessageRef(message)
+            refs.append(ref)
+            queue.add(ref)
+        return refs
 
     # -- settling -------------------------------------------------------------------------
 

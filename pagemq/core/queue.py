@@ -150,6 +150,18 @@ class Queue:
         self._top = -1
         return refs
 
+    def remove_pending_ref(self, ref: MessageRef) -> bool:
+        """Take one ref out if it is still pending (not delivered); whether it was."""
+        level = self._levels[ref.message.priority]
+        try:
+            level.remove(ref)
+        except ValueError:
+            return False
+        self._pending -= 1
+        if not level and self._top == ref.message.priority:
+            self._top = max((i for i in range(PRIORITIES) if self._levels[i]), default=-1)
+        return True
+
     def take_pending(self, refs: list[MessageRef]) -> None:
         """Take these pending refs out (expiry scan); the caller settles them."""
         doomed = {id(ref) for ref in refs}

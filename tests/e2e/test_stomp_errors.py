@@ -127,6 +127,22 @@ def test_journal_refusing_writes_mid_stream_is_an_error_not_a_traceback(limited_
     assert not proc.tracebacks(), proc.log_tail(60)
 
 
+def test_messages_whose_journal_write_failed_are_not_left_in_the_queue(limited_broker):
+    proc = limited_broker
+    queue = unique("journal")
+    with RawStomp(proc.stomp_port) as producer:
+        producer.connect("1.2")
+        for n in range(40):
+            if not producer.send_frame("SEND", {"destination": f"/queue/{queue}", "persistent": "true",
+                                                "receipt": f"r{n}"}, "x" * 16384):
+                break
+        frames, _error = _frames_until_error(producer)
+    receipted = sum(1 for frame in frames if frame.command == "RECEIPT")
+    # Only what was receipted may stay: a client retries the rest, and must not duplicate it.
+    assert proc.queue(queue)["messages"] == receipted
+    assert not proc.tracebacks(), proc.log_tail(60)
+
+
 # -- NACK in a transaction ---------------------------------------------------------------
 
 
