@@ -627,9 +627,18 @@ class Broker:
         if queue.temporary and not queue.consumers and not queue.deleted:
             self.delete_queue(queue)
 
-    def nack(self, consumer: Consumer, refs: list[MessageRef]) -> None:
+    def nack(self, consumer: Consumer, refs: list[MessageRef], *, transacted: bool = False) -> None:
+        """Return refs for redelivery; `transacted`: they were held by a transaction."""
+        if transacted:
+            consumer.queue.transacted -= len(refs)
         consumer.queue.return_refs(refs)
         consumer.queue.dispatch()
+
+    def hold_for_transaction(self, consumer: Consumer, refs: list[MessageRef]) -> None:
+        """Deliveries ACKed or NACKed inside a transaction: no longer in flight, not settled
+        until COMMIT or ABORT, and still counted by their queue (as Artemis counts them
+        delivering)."""
+        consumer.queue.transacted += len(refs)
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -685,6 +694,7 @@ class Broker:
         for consumer, ref in tx.acks:
             queue = consumer.queue
             queue.counters.acknowledged += 1
+            queue.transacted -= 1
             touched.add(queue)
             if ref.page_pos is not None:
                 queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
@@ -741,6 +751,7 @@ class Broker:
         for consumer, ref in tx.acks:
             by_queue.setdefault(consumer.queue, []).append(ref)
         for queue, refs in by_queue.items():
+            queue.transacted -= len(refs)
             queue.return_refs(refs)
             queue.dispatch()
 

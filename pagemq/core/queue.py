@@ -74,6 +74,7 @@ class Queue:
         self._dispatching = False
         self._selective = 0
         self.cursor: object | None = None  # the address's page cursor for this queue
+        self.transacted = 0  # deliveries ACKed/NACKed in an open transaction (see Broker)
         self.deleted = False
 
     # -- counts ---------------------------------------------------------------------------
@@ -84,7 +85,8 @@ class Queue:
 
     @property
     def delivering(self) -> int:
-        return sum(len(c.in_flight) for c in self.consumers)
+        """In flight to consumers, and settled by a transaction not yet committed."""
+        return sum(len(c.in_flight) for c in self.consumers) + self.transacted
 
     def __iter__(self) -> Iterator[MessageRef]:
         """Pending refs in delivery order (highest priority first), for browsers and stats."""

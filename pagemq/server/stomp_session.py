@@ -458,6 +458,7 @@ class StompSession:
         refs = self._take(sub, tag)
         if event.transaction is not None:
             tx = self._transaction(event.transaction)
+            self.broker.hold_for_transaction(consumer, refs)
             tx.acks.extend((consumer, ref) for ref in refs)
             durable = None
         else:
@@ -473,7 +474,9 @@ class StompSession:
         assert consumer is not None
         if event.transaction is not None:
             tx = self._transaction(event.transaction)  # before taking: a bad name changes nothing
-            tx.nacks.extend((consumer, ref) for ref in self._take(sub, tag))
+            refs = self._take(sub, tag)
+            self.broker.hold_for_transaction(consumer, refs)
+            tx.nacks.extend((consumer, ref) for ref in refs)
         else:
             self.broker.nack(consumer, self._take(sub, tag))
         if event.receipt is not None:
@@ -499,7 +502,7 @@ class StompSession:
         future = self.broker.commit(tx)
         del self.transactions[event.transaction]
         for consumer, refs in _by_consumer(tx.nacks):
-            self.broker.nack(consumer, refs)
+            self.broker.nack(consumer, refs, transacted=True)
         if event.receipt is not None:
             self._reply(future, self.protocol.receipt(event.receipt), event.receipt)
         elif future is not None:

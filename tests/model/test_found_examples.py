@@ -84,8 +84,6 @@ def test_a_consumer_without_selector_is_not_starved_by_a_selective_one_holding_a
     assert _wait_labels(plain, reds) == reds
 
 
-@pytest.mark.xfail(strict=True, reason="model-based test seed 3: a message ACKed inside an open "
-                   "transaction is no longer counted, though it is not acknowledged until COMMIT")
 def test_a_message_acked_in_an_open_transaction_is_still_counted(
     start_broker: Callable[..., BrokerProcess], connect: Callable[..., StompClient]
 ) -> None:
