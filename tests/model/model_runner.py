@@ -334,6 +334,9 @@ class Runner:
             client.stomp.disconnect(RECEIPT_WAIT)
         except AssertionError as exc:
             raise Violation("receipt", f"DISCONNECT of slot {slot}: {exc}") from exc
+        # The broker may roll an open transaction back as it reads DISCONNECT, and redeliver
+        # what it had ACKed to this very connection before the RECEIPT.
+        self.model.rollback(slot, "DISCONNECT")
         self.ingest([slot])
         self.model.sync(slot)
         del self.clients[slot]
