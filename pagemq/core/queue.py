@@ -242,8 +242,30 @@ class Queue:
                 self.cursor.fill(self)  # type: ignore[attr-defined]
 
     def _dispatch_selective(self) -> None:
-        """Walk pending refs in order; each goes to the next ready consumer that accepts it."""
+        """Walk pending refs in order; each goes to the next ready consumer that accepts it.
+
+        Deliveries make room under the cursor's read limits (an auto-acked one at once), so
+        the walk repeats while the cursor reads more in: nothing else would ask it to.
+        """
+        cursor = self.cursor
+        while True:
+            delivered = self._offer_pending()
+            if cursor is None:
+                return
+            for consumer in self.consumers:
+                if consumer.selector is not None:
+                    cursor.look_ahead(consumer)  # type: ignore[attr-defined]
+            if not delivered or cursor.unread <= 0:  # type: ignore[attr-defined]
+                return
+            before = self._pending
+            cursor.fill(self)  # type: ignore[attr-defined]
+            if self._pending == before:
+                return
+
+    def _offer_pending(self) -> int:
+        """One walk over the pending refs; how many were delivered."""
         now_ms = int(time.time() * 1000)
+        delivered = 0
         kept: list[deque[MessageRef]] = [deque() for _ in range(PRIORITIES)]
         for level in range(PRIORITIES - 1, -1, -1):
             refs = self._levels[level]
@@ -259,13 +281,10 @@ class Queue:
                     continue
                 self._pending -= 1
                 consumer.deliver(ref)
+                delivered += 1
         self._levels = kept
         self._top = max((i for i in range(PRIORITIES) if kept[i]), default=-1)
-        cursor = self.cursor
-        if cursor is not None:
-            for consumer in self.consumers:
-                if consumer.selector is not None:
-                    cursor.look_ahead(consumer)  # type: ignore[attr-defined]
+        return delivered
 
     def _ready_for(self, ref: MessageRef) -> Consumer | None:
         consumers = self.consumers
