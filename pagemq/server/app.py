@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import logging
 import signal
 import time
@@ -20,7 +21,6 @@ from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
-from pagemq.integrations.http_api import start_http
 from pagemq.server.config import Config
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
@@ -32,6 +32,7 @@ from pagemq.storage.paging.page_store import PageStore
 log = logging.getLogger("pagemq")
 
 EXPIRY_SCAN_PERIOD = 1.0
+CLEANUP_CHECK_PERIOD = 0.25  # how often the journal is asked whether a cleanup is due
 TRIM_CHECK_PERIOD = 1.0
 GC_THRESHOLD = 20_000
 
@@ -92,12 +93,15 @@ class BrokerServer:
             )
             listening.append(f"stomp={acceptors.stomp.host}:{acceptors.stomp.port}")
         if acceptors.http is not None:
-            self._http = await start_http(
+            # aiohttp takes a good part of start-up to import: in a thread, so that STOMP
+            # clients are served meanwhile (`ready` still waits for the HTTP listener).
+            http_api = await asyncio.to_thread(importlib.import_module, "pagemq.integrations.http_api")
+            self._http = await http_api.start_http(
                 self.broker, self.store.stats, acceptors.http.host, acceptors.http.port
             )
             listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
         self._tasks = [
-            asyncio.create_task(self._every(broker_config.cleanup_period, self._cleanup)),
+            asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_SCAN_PERIOD, self.broker.expire_scan)),
             asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
@@ -147,15 +151,36 @@ class BrokerServer:
             if asyncio.iscoroutine(result):
                 await result
 
-    async def _cleanup(self) -> None:
+    async def _cleanup_loop(self, period: float) -> None:
+        """Journal cleanup: once right after start-up — recovery has just proved which files
+        are spent, and a broker killed before its first period would otherwise replay them
+        again at every start, ever more of them — then every `cleanup-period`, and sooner
+        whenever the journal has taken `cleanup_bytes` since the last one, so what a crash
+        leaves to replay stays bounded however short the broker lives (issue 13, #14)."""
+        await asyncio.sleep(0)  # after `ready`: start-up is not held up by it
+        last = time.monotonic()
+        await self._cleanup(after_start=True)
+        while True:
+            await asyncio.sleep(min(period, CLEANUP_CHECK_PERIOD))
+            if self.store.cleanup_wanted() or time.monotonic() - last >= period:
+                last = time.monotonic()
+                await self._cleanup()
+
+    async def _cleanup(self, *, after_start: bool = False) -> None:
         report = self.store.cleanup()
         # What this pass retired (or the file it rolled away from) may be removable once its
         # last writes are durable: a second pass now, rather than a cleanup-period later.
-        await self.store.flush()
+        try:
+            await self.store.flush()
+        except OSError:
+            return  # the journal failed and said so; nothing more to reclaim
         more = self.store.cleanup()
         report = {key: value + more.get(key, 0) for key, value in report.items()}
-        if any(report.values()):
-            log.info("journal cleanup: %s", report)
+        if not any(report.values()):
+            return
+        notable = after_start or any(report.get(k) for k in ("compacted_files", "set_aside", "errors"))
+        log.log(logging.INFO if notable else logging.DEBUG, "journal cleanup%s: %s",
+                " after start-up" if after_start else "", report)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -120,6 +120,10 @@ class MessageStore(Protocol):
 
     def cleanup(self) -> dict[str, int]: ...
 
+    def cleanup_wanted(self) -> bool:
+        """Enough was written since the last cleanup that another is due now."""
+        ...
+
     async def close(self) -> None: ...
 
     def stats(self) -> dict[str, int]: ...
@@ -177,6 +181,9 @@ class MemoryStore:
 
     def cleanup(self) -> dict[str, int]:
         return {}
+
+    def cleanup_wanted(self) -> bool:
+        return False
 
     async def close(self) -> None:
         return None

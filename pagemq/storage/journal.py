@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 IDLE_ROLL_BYTES = 64 << 10  # a spent current file smaller than this is not worth a new file
+CLEANUP_BYTES_MIN = 1 << 20
+CLEANUP_BYTES_MAX = 4 << 20
+CLEANUP_AFTER_WRITES = 1.0  # seconds: a cleanup is due this long after the last, if anything was written
 
 Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
 # a compaction entry: (seq, kind, id, location of an add/update, file a DELETE shadows)
@@ -177,9 +181,15 @@ class Journal:
         archive_directory: Path | None = None,
         fileio: FileIO = REAL_FILE_IO,
         compact_min_live_ratio: float = 0.3,
+        cleanup_bytes: int | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.file_size = file_size
+        # appended bytes that make a cleanup due (`cleanup_wanted`): 1/16 of a file, 1-4 MiB
+        self.cleanup_bytes = cleanup_bytes or max(CLEANUP_BYTES_MIN, min(file_size // 16, CLEANUP_BYTES_MAX))
+        self._since_cleanup = 0
+        self._last_cleanup = time.monotonic()
+        self._waiting_for = 0  # a seq whose durability lets the last cleanup's leftovers go
         self.sync = sync
         self.archive_directory = archive_directory
         self.compact_min_live_ratio = compact_min_live_ratio
@@ -461,6 +471,7 @@ class Journal:
     def _append(self, file: _DataFile, data: bytes, last: int, sync: bool) -> asyncio.Future[None] | None:
         self._next_seq = last + 1
         self._counters["records_written"] += 1
+        self._since_cleanup += len(data)
         return self._writer.append(file.file_no, data, last, sync=sync)
 
     # ----- the index (shared by appends and replay) -------------------------------------
@@ -504,15 +515,42 @@ class Journal:
             target.killed_seq = seq
 
     # ----- cleanup (event loop thread) --------------------------------------------------
+    def cleanup_wanted(self) -> bool:
+        """Time for a cleanup, whatever the cleanup period says: `cleanup_bytes` were
+        appended since the last one, or anything was and the last one is a second old.
+
+        Recovery replays every file that is left, so a broker that is killed before its
+        first cleanup period would otherwise replay its whole history at every start (issue
+        13, defect 14); this bounds what a crash leaves to replay to about a second of
+        writes, or `cleanup_bytes`, beyond the live records.
+        """
+        if self._waiting_for and self._writer.durable_seq >= self._waiting_for:
+            return True  # what the last cleanup had to leave (not yet durable) can go now
+        if not self._since_cleanup:
+            return False
+        return (self._since_cleanup >= self.cleanup_bytes
+                or time.monotonic() - self._last_cleanup >= CLEANUP_AFTER_WRITES)
+
     def cleanup(self) -> CleanupReport:
         """Delete or archive spent files, compact sparse ones, then delete what that freed."""
+        self._since_cleanup = 0
+        self._last_cleanup = time.monotonic()
         report = CleanupReport()
         self._retry_stale(report)
         self._retire_sparse_current()
         self._remove_spent(report)
         if self._compact(report):
             self._remove_spent(report)
+        self._note_unsettled()
         return report
+
+    def _note_unsettled(self) -> None:
+        """Files this cleanup would have removed or compacted but for writes not yet durable:
+        the seq that must be durable first, so `cleanup_wanted` says when to come back."""
+        self._waiting_for = max(
+            (max(f.last_seq, f.killed_seq) for f in self._files.values()
+             if f is not self._cur and not self._settled(f) and (not f.needed() or self._sparse(f))),
+            default=0)
 
     def _retire_sparse_current(self) -> None:
         """Start a fresh file when the current one is big and mostly spent, so it can be

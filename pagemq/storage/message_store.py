@@ -251,6 +251,9 @@ class JournalMessageStore:
     def cleanup(self) -> dict[str, int]:
         return dict(vars(self.journal.cleanup()))
 
+    def cleanup_wanted(self) -> bool:
+        return self.journal.cleanup_wanted()
+
     async def close(self) -> None:
         await self.journal.close()
 

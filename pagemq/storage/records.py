@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from pagemq.storage.fileio import FileIO
 
@@ -307,9 +308,9 @@ def _build(kind: RecordKind, seq: int, id: int, type: int, payload: bytes, offse
     return CompactedRecord(CompactedRecord.decode_sources(payload, offset))
 
 
-@dataclass(frozen=True, slots=True)
-class ScannedOp:
-    """One add/update/delete as replay sees it, whether framed alone or in a transaction."""
+class ScannedOp(NamedTuple):
+    """One add/update/delete as replay sees it, whether framed alone or in a transaction.
+    (A named tuple: recovery makes one per op, and a tuple is the cheapest to make.)"""
 
     seq: int
     kind: OpKind
@@ -321,6 +322,13 @@ class ScannedOp:
 
 def record_ops(record: Record, offset: int) -> list[ScannedOp]:
     """Flatten a record at file offset `offset` into the ops it carries (none for a marker)."""
+    kind = type(record)
+    if kind is AddRecord:  # most records: no isinstance chain
+        add: AddRecord = record  # type: ignore[assignment]
+        return [ScannedOp(add.seq, OpKind.ADD, add.id, add.type, add.payload, offset + RECORD_HEADER.size)]
+    if kind is DeleteRecord:
+        delete: DeleteRecord = record  # type: ignore[assignment]
+        return [ScannedOp(delete.seq, OpKind.DELETE, delete.id, 0, b"", offset + RECORD_HEADER.size)]
     if isinstance(record, AddRecord | UpdateRecord):
         kind = OpKind.ADD if isinstance(record, AddRecord) else OpKind.UPDATE
         return [ScannedOp(record.seq, kind, record.id, record.type, record.payload,
@@ -457,6 +465,7 @@ def _check_order(record: Record, offset: int, floor: int, scan: FileScan) -> int
     return last_seq(record)
 
 
+_LENGTH = struct.Struct("<I")
 _KIND_BYTE = re.compile(b"[" + bytes(sorted(_DATA_KINDS)) + b"]")
 _MIN_OP_BYTES = OP_HEADER.size  # the smallest op: a DELETE inside a transaction
 _CHAIN = 2  # records that must follow a candidate found by scanning (or the file must end)
@@ -485,6 +494,17 @@ class _ChunkReader:
         return self._view[offset - self._start:end - self._start]
 
     def record(self, offset: int) -> tuple[Record, int]:
+        at = offset - self._start
+        buf = self._buf
+        if at >= 0 and at + RECORD_HEADER.size <= len(buf):  # the common case: in this chunk
+            length = _LENGTH.unpack_from(buf, at + 1)[0]
+            end = at + RECORD_OVERHEAD + length
+            if end <= len(buf):
+                try:
+                    record, _ = decode_record(self._view[at:end], 0)
+                except RecordError as exc:
+                    raise type(exc)(exc.reason, offset) from None
+                return record, offset + RECORD_OVERHEAD + length
         head = self.read(offset, RECORD_HEADER.size)
         if len(head) < RECORD_HEADER.size:
             raise TornRecord(f"record header cut short ({len(head)} bytes)", offset)

@@ -301,3 +301,81 @@ def test_a_big_current_file_that_is_mostly_live_is_kept(tmp_path: Path) -> None:
 
     run(body)
     assert len(Journal(tmp_path).load().records) == 2000
+
+
+def test_a_cleanup_is_wanted_once_cleanup_bytes_were_appended_and_not_after_it(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = await started(tmp_path, cleanup_bytes=1000)
+        assert not journal.cleanup_wanted()
+        for i in range(8):
+            journal.add(i, 1, PAYLOAD)  # 127 bytes each
+        assert journal.cleanup_wanted()
+        await journal.flush()
+        journal.cleanup()
+        assert not journal.cleanup_wanted()
+        await journal.close()
+
+    run(body)
+    assert Journal(tmp_path, file_size=32 << 20).cleanup_bytes == 2 << 20  # 1/16 of a file
+    assert Journal(tmp_path, file_size=1 << 20).cleanup_bytes == 1 << 20  # at least 1 MiB
+
+
+def test_a_load_then_cleanup_removes_what_the_last_run_left_spent(tmp_path: Path) -> None:
+    """What the broker does right after start-up: the files a killed run filled with
+    produced-and-consumed records go at once, not a cleanup period later."""
+    async def crashed_run() -> None:
+        journal = await started(tmp_path)
+        for i in range(200):
+            journal.add(i, 1, PAYLOAD)
+            journal.delete(i)
+        journal.add(1000, 1, b"live")
+        await journal.flush()
+        await journal.close()  # no cleanup ran: like a broker killed before its period
+
+    run(crashed_run)
+    assert len(data_files(tmp_path)) > 10
+
+    async def start() -> None:
+        journal = Journal(tmp_path, file_size=SMALL)
+        assert [r.id for r in journal.load().records] == [1000]
+        journal.start(asyncio.get_running_loop())
+        journal.cleanup()
+        await journal.flush()
+        journal.cleanup()
+        await journal.close()
+
+    run(start)
+    assert len(data_files(tmp_path)) <= 2
+    assert [r.id for r in Journal(tmp_path).load().records] == [1000]
+
+
+def test_a_cleanup_that_had_to_leave_unsettled_files_is_wanted_again_once_they_are_durable(
+    tmp_path: Path,
+) -> None:
+    """The deletes that spend a file may not be durable when a cleanup runs; with no more
+    writes after it, nothing else would bring the cleanup back before its period."""
+    fio = FaultyFileIO()
+
+    async def body() -> None:
+        journal = await started(tmp_path, cleanup_bytes=1 << 30, fileio=fio)
+        for i in range(60):
+            journal.add(i, 1, PAYLOAD)
+        await journal.flush()
+        fio.hold_fsync()
+        for i in range(60):
+            journal.delete(i)  # not durable yet: the fsync is held
+        journal.add(999, 1, b"keep")
+        flushed = journal.flush()
+        await asyncio.to_thread(fio.fsync_waiting.wait, 5)
+        before = data_files(tmp_path)
+        assert journal.cleanup().deleted == 0
+        assert not journal.cleanup_wanted()
+        fio.release_fsync()
+        await flushed
+        assert journal.cleanup_wanted()
+        assert journal.cleanup().deleted > 0
+        assert len(data_files(tmp_path)) < len(before)
+        assert not journal.cleanup_wanted()
+        await journal.close()
+
+    run(body)
