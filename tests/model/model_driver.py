@@ -18,7 +18,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from model_program import Program, format_program, from_json, generate, to_json
@@ -63,31 +63,54 @@ def run_once(program: Program, workdir: Path, keep: bool = False) -> Outcome:
 
 def shrink(failing: Outcome, workdirs: Iterator[Path], budget: float) -> tuple[Outcome, int]:
     """Drop operations while the program still fails with the same kind of violation
-    (delta debugging: halves, then quarters, ... then single operations). Stops when the
-    budget runs out, keeping the smallest failing program found."""
+    (delta debugging: halves, then quarters, ... then single operations, repeated while that
+    helps), then try the broker config without each optional knob. Stops when the budget runs
+    out, keeping the smallest failing program found."""
     assert failing.violation is not None
     kind = failing.violation.kind
     best = failing
-    ops = list(failing.program.ops)
     deadline = time.monotonic() + budget
     runs = 0
+
+    def still_fails(candidate: Program) -> bool:
+        nonlocal best, runs
+        outcome = run_once(candidate, next(workdirs))
+        runs += 1
+        if outcome.violation is None or outcome.violation.kind != kind:
+            return False
+        best = outcome
+        return True
+
+    ops = list(failing.program.ops)
     chunk = max(1, len(ops) // 2)
     while chunk >= 1 and time.monotonic() < deadline:
-        index = 0
+        index, removed = 0, False
         while index < len(ops) and time.monotonic() < deadline:
             candidate = ops[:index] + ops[index + chunk:]
-            outcome = run_once(failing.program.with_ops(candidate), next(workdirs))
-            runs += 1
-            if outcome.violation is not None and outcome.violation.kind == kind:
-                ops, best = candidate, outcome
+            if still_fails(best.program.with_ops(candidate)):
+                ops, removed = candidate, True
                 say(f"  shrink: {len(ops)} operations still fail ({kind})")
             else:
                 index += chunk
-        chunk //= 2
+        if chunk > 1 or not removed:
+            chunk //= 2
+    for knob, plain in (("global_max_size", -1), ("journal_file_size", None), ("cleanup_period", None)):
+        if time.monotonic() >= deadline or getattr(best.program.config, knob) == plain:
+            continue
+        candidate = best.program.with_ops(best.program.ops)
+        candidate.config = replace(candidate.config, **{knob: plain})
+        if still_fails(candidate):
+            say(f"  shrink: still fails without {knob}")
     return best, runs
 
 
-def report(original: Outcome, shrunk: Outcome, runs: int, saved: Path) -> str:
+def replays(program: Program, kind: str, workdirs: Iterator[Path], times: int = 2) -> int:
+    """How many of `times` more runs of the shrunk program fail the same way (timing matters)."""
+    return sum(1 for _ in range(times)
+               if (v := run_once(program, next(workdirs)).violation) is not None and v.kind == kind)
+
+
+def report(original: Outcome, shrunk: Outcome, runs: int, saved: Path, again: str = "") -> str:
     assert original.violation is not None and shrunk.violation is not None
     program = shrunk.program
     seed = program.seed
@@ -98,7 +121,7 @@ def report(original: Outcome, shrunk: Outcome, runs: int, saved: Path) -> str:
         "",
         f"original ({len(original.program.ops)} operations): at "
         f"{getattr(original.violation, 'where', '?')}: {original.violation}",
-        f"shrunk ({len(program.ops)} operations, {runs} shrink runs): at "
+        f"shrunk ({len(program.ops)} operations, {runs} shrink runs{again}): at "
         f"{getattr(shrunk.violation, 'where', '?')}:",
         f"  {shrunk.violation}",
         "",
@@ -159,11 +182,13 @@ def run_programs(workroot: Path, *, default_count: int | None, minutes: float | 
             continue
         say(f"  {outcome.violation}")
         shrunk, runs = shrink(outcome, dirs, shrink_budget) if len(program.ops) > 1 else (outcome, 0)
+        assert shrunk.violation is not None
+        again = f"; it failed again in {replays(shrunk.program, shrunk.violation.kind, dirs)} of 2 replays"
         FAILURES.mkdir(exist_ok=True)
-        saved = FAILURES / f"seed-{program.seed}-{shrunk.violation.kind}.json"  # type: ignore[union-attr]
+        saved = FAILURES / f"seed-{program.seed}-{shrunk.violation.kind}.json"
         shrunk.program.note = str(shrunk.violation)
         saved.write_text(to_json(shrunk.program))
-        text = report(outcome, shrunk, runs, saved)
+        text = report(outcome, shrunk, runs, saved, again)
         say(text)
         raise AssertionError(text)
     say(f"model-based test: {k} programs, {total_ops} operations, all invariants held "

@@ -343,7 +343,12 @@ class _Generator:
         self.emit("tx_send", slot=index, dest=self.dest(), mid=self.mid(), color=self.color())
 
     def op_tx_ack(self, index: int | None) -> None:
-        self.emit("tx_ack", slot=index, pick=self.pick())
+        # NACK inside a transaction came later: drawn from its own stream, so the programs of
+        # seeds reported before it are unchanged but for some tx_ack becoming a NACK.
+        if random.Random(f"{self.seed}-{len(self.ops)}").random() < 0.3:
+            self.emit("tx_ack", slot=index, pick=self.pick(), nack=True)
+        else:
+            self.emit("tx_ack", slot=index, pick=self.pick())
 
     def op_commit(self, index: int | None) -> None:
         assert index is not None

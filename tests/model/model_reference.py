@@ -75,6 +75,7 @@ class Tx:
     slot: int
     sends: list[Message] = field(default_factory=list)
     acks: list[Copy] = field(default_factory=list)
+    nacks: list[Copy] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -426,12 +427,14 @@ class Model:
     def begin(self, slot: int, name: str) -> None:
         self.txs[slot] = Tx(name, slot)
 
-    def tx_ack(self, tx: Tx, sub: Sub, copies: list[Copy]) -> None:
+    def tx_ack(self, tx: Tx, sub: Sub, copies: list[Copy], *, nack: bool = False) -> None:
+        """ACK (or NACK) inside a transaction: held by it until COMMIT or ABORT. A NACK
+        returns the messages to their queue either way (ABORT undoes it as it undoes an ACK)."""
         for copy in copies:
             copy.holder = tx
             copy.taken_by = sub
-            copy.note(f"ACKed in transaction {tx.name}")
-        tx.acks.extend(copies)
+            copy.note(f"{'NACKed' if nack else 'ACKed'} in transaction {tx.name}")
+        (tx.nacks if nack else tx.acks).extend(copies)
 
     def commit(self, slot: int, *, receipted: bool) -> None:
         tx = self.txs.pop(slot)
@@ -441,6 +444,14 @@ class Model:
         for copy in live:
             copy.holder = None
         self.acked(live, receipted=receipted, slot=slot, how=f"committed in {tx.name}")
+        self._return(tx, tx.nacks, f"NACK committed in {tx.name}")
+
+    @staticmethod
+    def _return(tx: Tx, copies: list[Copy], why: str) -> None:
+        for copy in copies:
+            if copy.holder is tx:
+                copy.holder = None
+                copy.note(why)
 
     def rollback(self, slot: int, why: str) -> None:
         """ABORT, or the connection closed with the transaction open: its sends never
@@ -448,10 +459,7 @@ class Model:
         tx = self.txs.pop(slot, None)
         if tx is None:
             return
-        for copy in tx.acks:
-            if copy.holder is tx:
-                copy.holder = None
-                copy.note(f"transaction {tx.name} rolled back: {why}")
+        self._return(tx, tx.acks + tx.nacks, f"transaction {tx.name} rolled back: {why}")
 
     # -- connections and the broker -------------------------------------------------------
 
