@@ -276,6 +276,15 @@ def _disk(data: Path) -> dict[str, int]:
             "paging_files": len(paging), "temp_files": len(temps)}
 
 
+def _slope(values: list[float]) -> float:
+    """Least-squares slope of values against their index (seconds per cycle)."""
+    if len(values) < 2:
+        return 0.0
+    mean_x, mean_y = (len(values) - 1) / 2, statistics.mean(values)
+    num = sum((x - mean_x) * (y - mean_y) for x, y in enumerate(values))
+    return num / sum((x - mean_x) ** 2 for x in range(len(values)))
+
+
 def run(cycles: int, seed: int, workdir: Path) -> dict[str, object]:
     rng = random.Random(seed)
     broker = Broker(workdir, _free_port(), _free_port())
@@ -324,6 +333,9 @@ def run(cycles: int, seed: int, workdir: Path) -> dict[str, object]:
         "median_start_s": round(statistics.median(starts), 3),
         "median_connected_s": round(statistics.median(connects), 3),
         "first_cycle_s": starts[0], "last_cycle_s": starts[-1], "max_start_s": max(starts),
+        "first5_mean_s": round(statistics.mean(starts[:5]), 3),
+        "last5_mean_s": round(statistics.mean(starts[-5:]), 3),
+        "trend_ms_per_cycle": round(1000 * _slope(starts), 2),
         "receipted": len(receipted), "acked": len(acked), "lost": len(lost),
         "lost_sample": sorted(lost)[:10], "left_in_queue": left,
         "final_disk": _disk(workdir / "data"), "per_cycle": cycle_rows,
@@ -352,7 +364,9 @@ def main() -> int:
         print(f"seed {result['seed']}: median start {result['median_start_s']}s (CONNECTED "
               f"{result['median_connected_s']}s), first cycle "
               f"{result['first_cycle_s']}s, last cycle {result['last_cycle_s']}s, "
-              f"max {result['max_start_s']}s; {result['receipted']} receipted, {result['acked']} acked, "
+              f"max {result['max_start_s']}s, first 5 {result['first5_mean_s']}s, last 5 "
+              f"{result['last5_mean_s']}s, trend {result['trend_ms_per_cycle']} ms/cycle; "
+              f"{result['receipted']} receipted, {result['acked']} acked, "
               f"lost {result['lost']} {result['lost_sample']}, left in queue {result['left_in_queue']}; "
               f"final disk {result['final_disk']}")
     ok = result["lost"] == 0 and result["left_in_queue"] == 0

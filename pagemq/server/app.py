@@ -24,7 +24,7 @@ from pagemq.core.settings import AddressSettings
 from pagemq.server.config import Config
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
-from pagemq.storage.fileio import REAL_FILE_IO
+from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.lock import DataDirectoryLock
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_store import PageStore
@@ -38,8 +38,10 @@ GC_THRESHOLD = 20_000
 
 
 class BrokerServer:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, fileio: FileIO = REAL_FILE_IO) -> None:
+        """`fileio` is the storage layer's file seam (tests pass a `FaultyFileIO`)."""
         self.config = config
+        self.fileio = fileio
         broker_config = config.broker
         self.store = JournalMessageStore(
             broker_config.journal_directory,
@@ -49,6 +51,7 @@ class BrokerServer:
                 broker_config.data_directory / "archive" / "journal"
                 if broker_config.archive_data_logs else None
             ),
+            fileio=fileio,
         )
         self.archive_directory = (
             broker_config.data_directory / "archive" if broker_config.archive_data_logs else None
@@ -78,7 +81,7 @@ class BrokerServer:
             broker_config.data_directory, broker_config.journal_directory,
             broker_config.paging_directory,
         ):
-            REAL_FILE_IO.makedirs(directory)  # each new level's parent fsynced
+            self.fileio.makedirs(directory)  # each new level's parent fsynced
         recovered = self.broker.recover()
         self.store.start(asyncio.get_running_loop())
         if stale := self.broker.forget_stale():
@@ -127,6 +130,7 @@ class BrokerServer:
             archive_directory=(
                 self.archive_directory / "paging" if self.archive_directory is not None else None
             ),
+            fileio=self.fileio,
         )
         store.set_summary_builder(PageSummary)
         store.open()

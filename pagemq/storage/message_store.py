@@ -37,6 +37,7 @@ from pagemq.storage.api import (
     StoreMessage,
     StoreOp,
 )
+from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.journal import Journal, OpKind
 from pagemq.storage.message_codec import CodecError, decode_message, encode_message
 
@@ -135,9 +136,11 @@ class JournalMessageStore:
         file_size: int,
         sync: bool = True,
         archive_directory: Path | None = None,
+        fileio: FileIO = REAL_FILE_IO,
     ) -> None:
         self.journal = Journal(
-            directory, file_size=file_size, sync=sync, archive_directory=archive_directory
+            directory, file_size=file_size, sync=sync, archive_directory=archive_directory,
+            fileio=fileio,
         )
 
     def load(self) -> Recovered:
