@@ -200,3 +200,32 @@ def test_fault_simulated_crash_is_an_oserror_the_cleanup_reports(tmp_path: Path)
         await journal.close()
 
     asyncio.run(body())
+
+
+@pytest.mark.parametrize("step", range(1, 40, 2))
+def test_power_loss_at_any_step_of_appends_across_new_files_keeps_every_receipted_record(
+    tmp_path: Path, step: int
+) -> None:
+    """Fault: power cut at the n-th step while records fill several small files. A new
+    file's name must be durable (directory fsynced) before a future of a record in it
+    resolves; a file must be fsynced before the next one starts."""
+    fio = FaultyFileIO()
+    acked: list[int] = []
+
+    async def body() -> None:
+        journal = await started(tmp_path, fio, file_size=SMALL)
+        fio.crash_after(step)
+        try:
+            for i in range(60):
+                future = journal.add(i, 1, PAYLOAD, sync=(i % 5 == 4))
+                if future is not None:
+                    await future
+                    acked.extend(range(i - 4, i + 1))
+        except JournalError:
+            pass
+        await journal.close()
+
+    asyncio.run(body())
+    fio.crash()
+    found = ids(tmp_path)
+    assert found[: len(acked)] == acked, (step, acked[-3:], found[-3:])
