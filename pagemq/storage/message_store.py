@@ -1,16 +1,9 @@
 """The broker's durable state as journal records (seed 004: the AMQ message store).
 
-Record types (the journal's `type` field; never reuse a number):
-
-| type | kind   | id           | payload                                              |
-|------|--------|--------------|------------------------------------------------------|
-| 1    | ADD    | address id   | JSON {"name", "routing_type"}                        |
-| 2    | ADD    | queue id     | JSON {"name", "address", "routing_type", "filter"}   |
-| 3    | ADD    | message id   | u16 queue count, u64 queue ids, encoded message      |
-| 4    | UPDATE | message id   | u64 queue id that acknowledged it (more queues left) |
-| 5    | ADD    | record id    | cursor ack (read, no longer written): u64 queue id, u64 page, u32 ordinal |
-| 6    | ADD    | record id    | cursor page complete: u64 queue id, u64 page         |
-| 7    | ADD    | record id    | cursor acks: u64 queue id, u64 page, u32 count, count x u32 ordinal |
+Record types (the journal's `type` field, `RecordType`; never reuse a number): the one
+table of them, with byte layouts, is in docs/formats/journal.md ("Record types of the
+broker"): 1 address, 2 queue, 3 message, 4 ack (update), 5 cursor ack (read only),
+6 cursor page complete, 7 cursor acks.
 
 The last queue's acknowledgement deletes the message record, so a spent data file holds
 no live record and the journal's cleanup can delete, archive or compact it.

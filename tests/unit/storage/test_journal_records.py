@@ -195,3 +195,17 @@ def test_scan_file_refuses_falling_seqs(tmp_path: Path) -> None:
     scan = rec.FileScan(path, path.stat().st_size)
     assert len(list(rec.scan_file(REAL_FILE_IO, path, scan))) == 1
     assert "seq 5 not above previous 5" in str(scan.error)
+
+
+def test_the_one_table_of_broker_record_types_matches_the_code() -> None:
+    from pagemq.storage.message_store import RecordType
+
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    text = (docs / "formats" / "journal.md").read_text()
+    section = text.split("## Record types of the broker", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:4] for line in section.splitlines()
+            if line.startswith("| ") and "---" not in line]
+    documented = {int(number): kind.strip() for number, kind, _id in rows[1:]}
+    assert set(documented) == {int(t) for t in RecordType}
+    assert documented[RecordType.ACK] == "UPDATE"
+    assert "| type | kind" not in (docs / "storage-format.md").read_text()  # one table, not two
