@@ -192,6 +192,9 @@ class BrokerServer:
         if self._stomp is not None:
             self._stomp.close()
         for connection in list(self._connections):
+            if connection.session is not None:
+                connection.session.stop_deliveries()  # all first: see stop_deliveries
+        for connection in list(self._connections):
             connection.close()
         if self._http is not None:
             await self._http.cleanup()

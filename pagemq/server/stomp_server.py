@@ -147,6 +147,8 @@ class StompServerProtocol(asyncio.Protocol):
         """Write what is buffered (an ERROR frame, a last RECEIPT), then close; a peer that
         does not take it within CLOSE_GRACE seconds is aborted."""
         self._flush()
+        if self.session is not None:
+            self.session.stop_deliveries()
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.close()
@@ -164,6 +166,8 @@ class StompServerProtocol(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
+        if self.session is not None:
+            self.session.stop_deliveries()
         sock = transport.get_extra_info("socket")
         with contextlib.suppress(AttributeError, OSError, ValueError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -702,6 +702,14 @@ class StompSession:
         self.write(frame)
         self.transport.close()
 
+    def stop_deliveries(self) -> None:
+        """The connection is going: its consumers take nothing more. A delivery written to a
+        closing socket never arrives, and an auto-acknowledged one would be lost with it
+        (at shutdown, refs returned by one closing connection went to the next)."""
+        for sub in self.subscriptions.values():
+            if sub.consumer is not None:
+                sub.consumer.closed = True
+
     def _end(self) -> None:
         """No more frames are carried out: held frames are dropped, transactions roll back,
         subscriptions close (their unacknowledged deliveries return to their queues)."""

@@ -288,3 +288,24 @@ def test_selective_consumer_does_not_skip_a_match_on_a_page_that_rolled_before_i
                            headers={"persistent": "true", "color": color})
     wanted = [f"m{n}" for n, color in enumerate(colors) if color != "red"]
     assert sorted(labels(wait_frames(consumer, len(wanted)))) == wanted
+
+
+def test_unacked_messages_of_a_connection_closed_at_shutdown_are_not_auto_acked_by_another(
+    start_broker, stomp_client
+):
+    """Model-based test, seed 5021: at a clean shutdown the deliveries one connection returned
+    were dispatched to an auto-ack consumer of another connection being closed too, and so
+    acknowledged without ever reaching anyone. Racy; three rounds make it likely."""
+    proc = start_broker({"address-settings": {"#": {
+        "max-size-messages": 1, "page-size-bytes": "32KiB", "prefetch-page-messages": 1}}})
+    for round_ in range(3):
+        queue = unique(f"shutdown{round_}")
+        auto = stomp_client(proc)
+        auto.subscribe(f"/queue/{queue}", ack="auto", headers={"activemq.prefetchSize": 2})
+        holder = stomp_client(proc)
+        holder.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 2})
+        send_all(stomp_client(proc), f"/queue/{queue}", numbered("m", 5))
+        held = wait_frames(holder, 2)
+        wait_frames(auto, 3)
+        proc.restart()
+        assert proc.queue(queue)["messages"] == 2, f"round {round_}: {labels(held)} held at the stop"
