@@ -191,7 +191,7 @@ class PageWriter:
         """Queue the removal; the future (None when the thread is not running) resolves once
         the page and its summary are gone durably, and carries the OSError if they are not.
         `set_aside`: a page with damaged bytes is renamed `*.page.damaged` instead."""
-        future = self._loop.create_future() if self._loop is not None and self._thread else None
+        future = _logged_future(self._loop) if self._loop is not None and self._thread else None
         self._submit(DeleteOp(page_no, future, set_aside), urgent=False)
         return future
 
@@ -210,11 +210,11 @@ class PageWriter:
                 if not self._op_failures:
                     return None
                 failures, self._op_failures = self._op_failures, []
-                failed = self._loop.create_future()
+                failed = _logged_future(self._loop)
                 failed.set_exception(_op_error(self.address, failures))
                 return failed
             if self._pending.flush_future is None:
-                self._pending.flush_future = self._loop.create_future()
+                self._pending.flush_future = _logged_future(self._loop)
             self._cond.notify()
             return self._pending.flush_future
 
@@ -532,6 +532,20 @@ class PageWriter:
             self._loop.call_soon_threadsafe(callback, *args)
         except RuntimeError:
             log.debug("paging %r: event loop closed before a failure report", self.address)
+
+
+def _logged_future(loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+    """A future whose failure was already logged where it happened (`_guarded`): a caller
+    that does not look at it (it may only want to know when) leaves no "exception never
+    retrieved" report behind."""
+    future: asyncio.Future[None] = loop.create_future()
+    future.add_done_callback(_retrieve)
+    return future
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _op_error(address: str, failures: list[OSError]) -> OSError:
