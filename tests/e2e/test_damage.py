@@ -44,7 +44,7 @@ def _frame_holding(page: Path, offset: int) -> int:
     data = page.read_bytes()
     at = FILE_HEADER.size
     while at < len(data):
-        end = at + FRAME_HEADER.size + FRAME_HEADER.unpack_from(data, at)[1]
+        end = at + FRAME_HEADER.size + FRAME_HEADER.unpack_from(data, at)[2]
         if at <= offset < end:
             return at
         at = end

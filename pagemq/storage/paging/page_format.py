@@ -3,7 +3,7 @@
 The byte tables live in docs/formats/page.md (a golden test keeps the two in step). In short:
 
 - a page file `000000001.page` is a 24-byte file header, then frames;
-- a frame (format 2) is `"PMQF", u32 length, u32 first ordinal, u32 crc32, body`; the body is
+- a frame (format 2) is `"PMQF", u32 crc32, u32 length, u32 first ordinal, body`; the body is
   one record: a MESSAGE entry, or a BATCH of entries written as one frame so a crash keeps
   all of a transaction or none. The magic and the ordinal let a reader resynchronise past a
   damaged frame and still know the position of every record after it (`read_frames`).
@@ -65,8 +65,8 @@ INDEX_EVERY_BYTES = 256 * 1024
 PERSISTENT = 0x01
 
 FILE_HEADER = struct.Struct("<4sHHQII")      # magic, version, header size, page no, flags, crc
-FRAME_HEADER = struct.Struct("<4sIII")       # magic, body length, first ordinal, crc32
-FRAME_CRC_FIELDS = slice(4, 12)              # the CRC covers length and ordinal, then the body
+FRAME_HEADER = struct.Struct("<4sIII")       # magic, crc32 of all that follows it, body length, first ordinal
+FRAME_CRC_FROM = 8                           # the CRC covers length, ordinal and body: bytes 8..end
 V1_FRAME_HEADER = struct.Struct("<II")       # format 1: body length, crc32 of body
 ENTRY_HEAD = struct.Struct("<BQHI")          # flags, message id, queue count, message length
 BATCH_COUNT = struct.Struct("<I")
@@ -212,7 +212,7 @@ def encode_frame(records: Sequence[PagedRecord], first_ordinal: int = 0) -> byte
     crc = zlib.crc32(_LENGTH_ORDINAL.pack(length, first_ordinal))
     for part in parts:
         crc = zlib.crc32(part, crc)
-    return b"".join((FRAME_HEADER.pack(FRAME_MAGIC, length, first_ordinal, crc), *parts))
+    return b"".join((FRAME_HEADER.pack(FRAME_MAGIC, crc, length, first_ordinal), *parts))
 
 
 def _encode_message_frame(record: PagedRecord, first_ordinal: int) -> bytes:
@@ -226,7 +226,7 @@ def _encode_message_frame(record: PagedRecord, first_ordinal: int) -> bytes:
     if length >= MAX_FRAME:
         raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
     crc = zlib.crc32(message, zlib.crc32(prefix, zlib.crc32(_LENGTH_ORDINAL.pack(length, first_ordinal))))
-    return b"".join((FRAME_HEADER.pack(FRAME_MAGIC, length, first_ordinal, crc), prefix, message))
+    return b"".join((FRAME_HEADER.pack(FRAME_MAGIC, crc, length, first_ordinal), prefix, message))
 
 
 def encode_v1_frame(records: Sequence[PagedRecord]) -> bytes:
@@ -322,7 +322,22 @@ def read_frames(
     view = memoryview(data)
     pos = start
     header = FRAME_HEADER if version >= 2 else V1_FRAME_HEADER
+    unpack, crc32, magic_ok = FRAME_HEADER.unpack_from, zlib.crc32, FRAME_MAGIC
     while pos < end:
+        if version >= 2 and pos + FRAME_HEADER.size <= end:  # the common case, inline
+            magic, crc, length, first = unpack(view, pos)
+            stop = pos + FRAME_HEADER.size + length
+            if (magic == magic_ok and 0 < length < MAX_FRAME and stop <= end and first >= ordinal
+                    and crc32(view[pos + FRAME_CRC_FROM:stop]) == crc):
+                try:
+                    entries = decode_body(view[pos + FRAME_HEADER.size:stop])
+                except FrameError:
+                    entries = None
+                if entries is not None:
+                    yield pos, stop - pos, first, entries
+                    pos = stop
+                    ordinal = first + len(entries)
+                    continue
         try:
             if pos + header.size > end:
                 raise _Incomplete
@@ -353,7 +368,7 @@ def _frame_at(view: memoryview, pos: int, end: int, version: int, ordinal: int
               ) -> tuple[int, int, list[PagedRecord]]:
     """(frame size, first ordinal, entries) of the frame at `pos`; FrameError if damaged."""
     if version >= 2:
-        magic, length, first, crc = FRAME_HEADER.unpack_from(view, pos)
+        magic, crc, length, first = FRAME_HEADER.unpack_from(view, pos)
         if magic != FRAME_MAGIC:
             raise FrameError(f"no frame magic at offset {pos}")
         body_at = pos + FRAME_HEADER.size
@@ -366,7 +381,7 @@ def _frame_at(view: memoryview, pos: int, end: int, version: int, ordinal: int
     if body_at + length > end:
         raise _Incomplete
     body = view[body_at:body_at + length]
-    expected = zlib.crc32(body, zlib.crc32(view[pos + 4:pos + 12])) if version >= 2 else zlib.crc32(body)
+    expected = zlib.crc32(view[pos + FRAME_CRC_FROM:body_at + length]) if version >= 2 else zlib.crc32(body)
     if expected != crc:
         raise FrameError(f"frame CRC mismatch at offset {pos}")
     if first < ordinal:
@@ -384,7 +399,7 @@ def _note_damage(view: memoryview, pos: int, end: int, version: int, ordinal: in
     if resume is None:
         damage.append(FrameDamage(pos, end, reason, False))
         return None
-    first = FRAME_HEADER.unpack_from(view, resume)[2]
+    first = FRAME_HEADER.unpack_from(view, resume)[3]
     damage.append(FrameDamage(pos, resume, reason, True, lost=first - ordinal))
     return resume, first
 
@@ -404,7 +419,7 @@ def _resync(view: memoryview, pos: int, end: int, ordinal: int) -> int | None:
     damaged one whose magic or next ordinal survived.
     """
     if pos + FRAME_HEADER.size <= end:
-        magic, length, _first, _crc = FRAME_HEADER.unpack_from(view, pos)
+        magic, _crc, length, _first = FRAME_HEADER.unpack_from(view, pos)
         skip = pos + FRAME_HEADER.size + length
         intact_header = magic == FRAME_MAGIC and 0 < length < MAX_FRAME
         if intact_header and skip < end and _frame_fits(view, skip, end, pos, ordinal, follow=False):
@@ -424,7 +439,7 @@ def _frame_fits(view: memoryview, at: int, end: int, damaged_at: int, ordinal: i
                 follow: bool) -> bool:
     if at + FRAME_HEADER.size > end:
         return False
-    first = FRAME_HEADER.unpack_from(view, at)[2]
+    first = FRAME_HEADER.unpack_from(view, at)[3]
     if not ordinal <= first <= ordinal + 1 + (at - damaged_at) // _MIN_ENTRY:
         return False
     try:
@@ -441,7 +456,7 @@ def _frame_fits(view: memoryview, at: int, end: int, damaged_at: int, ordinal: i
     except FrameError:
         # Damaged too, but where a frame should start (its magic, or the ordinal that comes
         # next, survived): the candidate sits between two damaged frames.
-        magic, _length, next_first, _crc = FRAME_HEADER.unpack_from(view, follower)
+        magic, _crc, _length, next_first = FRAME_HEADER.unpack_from(view, follower)
         return magic == FRAME_MAGIC or next_first == first + len(entries)
     return next_first == first + len(entries)
 

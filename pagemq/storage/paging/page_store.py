@@ -419,8 +419,11 @@ class _PageReader:
             try:
                 for at, size, first, entries in read_frames(data, 0, len(data), version=self.version,
                                                             ordinal=ordinal):
-                    yield from _wanted(entries, first, start_ordinal, skip_non_persistent)
-                    ordinal = first + len(entries)
+                    for record in entries:  # (inline: this runs for every paged message read)
+                        if first >= start_ordinal and (record.persistent or not skip_non_persistent):
+                            yield first, record
+                        first += 1
+                    ordinal = first
                     consumed = at + size
             except FrameError:
                 yield from self._past_damage(offset + consumed, limit, ordinal, start_ordinal,
@@ -433,7 +436,7 @@ class _PageReader:
             # A frame longer than the chunk: read it whole, unless it cannot be one.
             length = 0
             if len(data) >= header.size:
-                length = header.unpack_from(data, 0)[1 if self.version >= 2 else 0]
+                length = header.unpack_from(data, 0)[2 if self.version >= 2 else 0]
             want = header.size + length
             if len(data) < header.size or not length or offset + want > limit:
                 yield from self._past_damage(offset, limit, ordinal, start_ordinal, skip_non_persistent)

@@ -31,11 +31,11 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "formats" / "page.md"
 
 GOLDEN_FILE_HEADER = "504d515002001800010000000000000000000000efc14dd8"
 GOLDEN_MESSAGE_FRAME = (
-    "504d5146" "1b000000" "00000000" "12ce004e"
+    "504d5146" "12ce004e" "1b000000" "00000000"
     "01" "01" "0700000000000000" "0100" "03000000" "0300000000000000" "4d5347"
 )
 GOLDEN_BATCH_FRAME = (
-    "504d5146" "34000000" "01000000" "f53944cf" "02" "02000000"
+    "504d5146" "f53944cf" "34000000" "01000000" "02" "02000000"
     "01" "0800000000000000" "0200" "01000000" "0300000000000000" "0400000000000000" "41"
     "00" "0900000000000000" "0000" "00000000"
 )
@@ -71,7 +71,7 @@ def test_file_header_matches_golden_hex_and_document() -> None:
 def test_single_record_is_a_message_frame_matching_golden_hex() -> None:
     frame = encode_frame([PagedRecord(7, (3,), True, b"MSG")])
     assert frame.hex() == GOLDEN_MESSAGE_FRAME == _doc_hex("message-frame")
-    assert struct.unpack_from("<I", frame, 12)[0] == zlib.crc32(frame[4:12] + frame[16:])
+    assert struct.unpack_from("<I", frame, 4)[0] == zlib.crc32(frame[8:])
 
 
 def test_several_records_are_one_batch_frame_matching_golden_hex() -> None:
@@ -164,7 +164,7 @@ def test_a_damaged_length_is_resynchronised_by_the_frame_magic() -> None:
     frames = [encode_frame([r], i) for i, r in enumerate(records)]
     page = bytearray(encode_file_header(3) + b"".join(frames))
     bad_at = FILE_HEADER.size + len(frames[0])
-    page[bad_at + 4:bad_at + 8] = struct.pack("<I", 10_000)  # points past the end: looks torn
+    page[bad_at + 8:bad_at + 12] = struct.pack("<I", 10_000)  # points past the end: looks torn
     scan = scan_page(bytes(page), 3)
     assert [d.resumed for d in scan.damage] == [True] and scan.damage[0].lost == 1
     assert scan.count == 5 and scan.good_size == len(page)
