@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from model_driver import run_programs
 
-DEFAULT_PROGRAMS = 10
+DEFAULT_PROGRAMS = 20
 
 
 @pytest.mark.timeout(900)
 def test_generated_programs_keep_every_promise_the_broker_makes(tmp_path: Path) -> None:
     """The bounded share of `make test`: a few programs with restarts and kills in them."""
-    run_programs(tmp_path, default_count=DEFAULT_PROGRAMS, minutes=None, shrink_budget=90)
+    run_programs(tmp_path, default_count=DEFAULT_PROGRAMS, minutes=None, shrink_budget=60)
 
 
 @pytest.mark.slow
