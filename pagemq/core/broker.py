@@ -170,6 +170,11 @@ class Broker:
             pager = self.pager(address)
             pager.recover(pager.store.pages(), recovered.cursor_acks, recovered.cursor_completes)
             paged += pager.messages_paged
+        # Cursor records of queues that no longer exist belong to no pager: forget them.
+        self.stale_records.extend(
+            record.record_id for record in [*recovered.cursor_acks, *recovered.cursor_completes]
+            if record.queue_id not in self._queues_by_id
+        )
         return paged
 
     def forget_record(self, record_id: int) -> None:

@@ -591,8 +591,15 @@ class AddressPager:
         acks: list[CursorAck],
         completes: list[CursorComplete],
     ) -> None:
-        """Rebuild counts and cursors from page summaries and cursor records."""
+        """Rebuild counts and cursors from page summaries and cursor records.
+
+        `acks` and `completes` are every address's: page numbers are per address, so only
+        this address's queues' records may be matched with its pages (another address's page
+        1 is not ours, and deleting ours must not take its records along).
+        """
         queues = {q.queue_id: q for q in self.address.queues.values()}
+        acks = [a for a in acks if a.queue_id in queues]
+        completes = [c for c in completes if c.queue_id in queues]
         done: set[tuple[int, int]] = set()
         for record in completes:
             done.add((record.queue_id, record.page_no))

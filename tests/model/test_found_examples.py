@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from brokerproc import BrokerProcess, StompClient
 
 PAGE_EVERYTHING = {"max-size-bytes": 0, "page-size-bytes": "4KiB"}
@@ -126,8 +125,6 @@ def test_a_plain_consumer_gets_every_paged_message_a_selective_one_left(
     assert _wait_labels(plain, sent[:7]) == sent[:7]
 
 
-@pytest.mark.xfail(strict=True, reason="model-based test seed 322: a paged message ACKed with a receipt "
-                   "comes back after kill -9, a topic send, kill -9 and a restart")
 def test_a_paged_message_acked_with_a_receipt_stays_acked_across_kills_and_restarts(
     start_broker: Callable[..., BrokerProcess], connect: Callable[..., StompClient]
 ) -> None:
