@@ -286,8 +286,14 @@ class _Generator:
     def op_kill_midway(self, _slot: int | None) -> None:
         """Receipted sends and ACKs still in flight when the broker is killed."""
         count = self.rnd.randint(2, 10)
-        self.emit("kill_midway", slot=self.any_slot(), dest=self.dest(), mid=self.mid(),
-                  colors=[self.color() for _ in range(count)], acks=self.rnd.random() < 0.6)
+        args = {"slot": self.any_slot(), "dest": self.dest(), "mid": self.mid(),
+                "colors": [self.color() for _ in range(count)], "acks": self.rnd.random() < 0.6}
+        # How long the broker gets before it dies, and whether it is SIGTERM instead: drawn
+        # from their own stream (added later; earlier seeds keep their programs otherwise).
+        extra = random.Random(f"{self.seed}-{len(self.ops)}-midway")
+        args["delay_ms"] = extra.choice([0, 0, 2, 5, 10, 20])
+        args["graceful"] = extra.random() < 0.3
+        self.emit("kill_midway", **args)
         self._all_gone()
 
     def op_subscribe(self, index: int | None) -> None:

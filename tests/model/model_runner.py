@@ -127,9 +127,10 @@ class Runner:
         self.broker.kill()
         self._stopped(killed=True)
 
-    def op_kill_midway(self, slot: int, dest: str, mid: str, colors: list[str], acks: bool) -> None:
-        """Receipted SENDs (and ACKs) written, then kill -9 at once: what was receipted before
-        the broker died must survive, the rest may or may not."""
+    def op_kill_midway(self, slot: int, dest: str, mid: str, colors: list[str], acks: bool,
+                       delay_ms: int = 0, graceful: bool = False) -> None:
+        """Receipted SENDs (and ACKs) written, then kill -9 (or SIGTERM) `delay_ms` later:
+        what was receipted before the broker went must survive, the rest may or may not."""
         self.ingest()
         client = self.client(slot)
         pending_acks: list[tuple[Client, Sub, list[Any], str]] = []
@@ -146,18 +147,27 @@ class Runner:
         for n, color in enumerate(colors):
             message = self.model.new_message(f"{mid}-{n}", slot, dest, color)
             sends.append((message, self._send_frame(client, message, receipt=True)))
-        self.broker.kill()
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
+        if graceful:
+            try:
+                self.broker.stop()
+            except AssertionError as exc:
+                raise Violation("shutdown", str(exc)) from exc
+        else:
+            self.broker.kill()
         for other in self.clients.values():
             other.stomp.listener.wait_quietly(lambda o=other: o.stomp.listener.disconnected, RECEIPT_WAIT)
         got = set(client.stomp.listener.receipts)
         for message, receipt in sends:
             self.model.route(message, receipted=receipt in got, slot=slot)
+        acked = [r for other, _, _, r in pending_acks if r in other.stomp.listener.receipts]
         for other, _sub, copies, receipt in pending_acks:
-            self.model.acked(copies, receipted=receipt in other.stomp.listener.receipts,
-                             slot=other.slot, how="ACKed just before a kill")
-        self.log.append(f"   receipted before the kill: {sorted(r for _, r in sends if r in got)} "
-                        f"acks {[r for *_, r in pending_acks if r in got]}")
-        self._stopped(killed=True)
+            self.model.acked(copies, receipted=receipt in acked, slot=other.slot,
+                             how="ACKed just before the broker went")
+        self.log.append(f"   receipted before the broker went: {[m.mid for m, r in sends if r in got]} "
+                        f"acks {acked}")
+        self._stopped(killed=not graceful)
 
     # -- connections ----------------------------------------------------------------------
 
