@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pytest
 from model_program import Program, format_program, from_json, generate, to_json
 from model_reference import Violation
 from model_runner import Runner
@@ -172,15 +173,18 @@ def run_programs(workroot: Path, *, default_count: int | None, minutes: float | 
         if stop_at is not None and time.monotonic() >= stop_at:
             break
         program = explicit[k] if explicit is not None else generate(seed_of(k))
-        outcome = run_once(program, next(dirs), keep=True)
+        workdir = next(dirs)
+        outcome = run_once(program, workdir, keep=True)
         total_ops += len(program.ops)
         k += 1
         status = "ok" if outcome.violation is None else f"FAILED [{outcome.violation.kind}]"
         say(f"program {k} seed {program.seed}: {len(program.ops)} ops, {outcome.seconds:.1f}s, {status}"
             f" (total {time.monotonic() - started:.0f}s)")
         if outcome.violation is None:
+            shutil.rmtree(workdir, ignore_errors=True)
             continue
         say(f"  {outcome.violation}")
+        say(f"  its data directory is kept: {workdir / 'data'}")
         shrunk, runs = shrink(outcome, dirs, shrink_budget) if len(program.ops) > 1 else (outcome, 0)
         assert shrunk.violation is not None
         again = f"; it failed again in {replays(shrunk.program, shrunk.violation.kind, dirs)} of 2 replays"
@@ -189,7 +193,6 @@ def run_programs(workroot: Path, *, default_count: int | None, minutes: float | 
         shrunk.program.note = str(shrunk.violation)
         saved.write_text(to_json(shrunk.program))
         text = report(outcome, shrunk, runs, saved, again)
-        say(text)
-        raise AssertionError(text)
+        pytest.fail(text, pytrace=False)
     say(f"model-based test: {k} programs, {total_ops} operations, all invariants held "
         f"({time.monotonic() - started:.0f}s)")
