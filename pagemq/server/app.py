@@ -166,19 +166,21 @@ class BrokerServer:
         await self._cleanup(after_start=True)
         while True:
             await asyncio.sleep(min(period, CLEANUP_CHECK_PERIOD))
-            if self.store.cleanup_wanted() or time.monotonic() - last >= period:
+            if time.monotonic() - last >= period:
                 last = time.monotonic()
                 await self._cleanup()
+            elif self.store.cleanup_wanted():
+                await self._cleanup(compact=False)  # spent files only: cheap under load
 
-    async def _cleanup(self, *, after_start: bool = False) -> None:
-        report = self.store.cleanup()
+    async def _cleanup(self, *, after_start: bool = False, compact: bool = True) -> None:
+        report = self.store.cleanup(compact=compact)
         # What this pass retired (or the file it rolled away from) may be removable once its
         # last writes are durable: a second pass now, rather than a cleanup-period later.
         try:
             await self.store.flush()
         except OSError:
             return  # the journal failed and said so; nothing more to reclaim
-        more = self.store.cleanup()
+        more = self.store.cleanup(compact=compact)
         report = {key: value + more.get(key, 0) for key, value in report.items()}
         if not any(report.values()):
             return

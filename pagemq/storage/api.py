@@ -118,7 +118,7 @@ class MessageStore(Protocol):
 
     def flush(self) -> asyncio.Future[None]: ...
 
-    def cleanup(self) -> dict[str, int]: ...
+    def cleanup(self, *, compact: bool = True) -> dict[str, int]: ...
 
     def cleanup_wanted(self) -> bool:
         """Enough was written since the last cleanup that another is due now."""
@@ -179,7 +179,7 @@ class MemoryStore:
         future.set_result(None)
         return future
 
-    def cleanup(self) -> dict[str, int]:
+    def cleanup(self, *, compact: bool = True) -> dict[str, int]:
         return {}
 
     def cleanup_wanted(self) -> bool:

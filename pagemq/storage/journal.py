@@ -56,6 +56,7 @@ __all__ = [
 IDLE_ROLL_BYTES = 64 << 10  # a spent current file smaller than this is not worth a new file
 CLEANUP_BYTES_MIN = 1 << 20
 CLEANUP_BYTES_MAX = 4 << 20
+LIGHT_COMPACT_RATIO = 0.01  # the every-second cleanup compacts only files this little alive
 CLEANUP_AFTER_WRITES = 1.0  # seconds: a cleanup is due this long after the last, if anything was written
 
 Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
@@ -531,15 +532,23 @@ class Journal:
         return (self._since_cleanup >= self.cleanup_bytes
                 or time.monotonic() - self._last_cleanup >= CLEANUP_AFTER_WRITES)
 
-    def cleanup(self) -> CleanupReport:
-        """Delete or archive spent files, compact sparse ones, then delete what that freed."""
+    def cleanup(self, *, compact: bool = True) -> CleanupReport:
+        """Delete or archive spent files, compact sparse ones, then delete what that freed.
+
+        `compact=False` is the cheap pass run every second under load: it removes spent
+        files, rolls a spent current one, and compacts only files that are almost all spent
+        (under LIGHT_COMPACT_RATIO live, such as a first file pinned by its address and
+        queue records), whose copy costs next to nothing. Copying partly spent files there
+        cost a tenth of the drain rate; the full pass runs at start-up and every
+        cleanup-period.
+        """
         self._since_cleanup = 0
         self._last_cleanup = time.monotonic()
         report = CleanupReport()
         self._retry_stale(report)
         self._retire_sparse_current()
         self._remove_spent(report)
-        if self._compact(report):
+        if self._compact(report, self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO):
             self._remove_spent(report)
         self._note_unsettled()
         return report
@@ -563,7 +572,7 @@ class Journal:
         self._roll()
 
     # ----- compaction -------------------------------------------------------------------
-    def _compact(self, report: CleanupReport) -> bool:
+    def _compact(self, report: CleanupReport, ratio: float) -> bool:
         """Copy the live ops and needed DELETEs of sparse files into one new file.
 
         Crash-safe by ordering: the new file is written under a temp name and fsynced, then
@@ -573,7 +582,7 @@ class Journal:
         job, and a temp file left by a crash before the rename is simply removed. Ops keep
         their seqs, so replay order is right wherever the new file sits.
         """
-        sources = self._pick_sparse()
+        sources = self._pick_sparse(ratio)
         if not sources:
             return False
         entries = self._gather(sources)
@@ -600,17 +609,17 @@ class Journal:
         self._sync_directories(report)  # 4. the removals (or moves to the archive) are durable
         return True
 
-    def _sparse(self, file: _DataFile) -> bool:
+    def _sparse(self, file: _DataFile, ratio: float | None = None) -> bool:
         """Few enough of its ops are still needed that copying them out is worth it."""
-        return file.needed() < self.compact_min_live_ratio * file.ops
+        return file.needed() < (self.compact_min_live_ratio if ratio is None else ratio) * file.ops
 
-    def _pick_sparse(self) -> list[_DataFile]:
+    def _pick_sparse(self, ratio: float) -> list[_DataFile]:
         """Files whose needed ops are under the ratio, oldest first, about one file's worth."""
         picked: list[_DataFile] = []
         planned = 0
         for file in sorted(self._files.values(), key=lambda f: f.file_no):
             needed = file.needed()
-            if not needed or not self._sparse(file) or not self._settled(file):
+            if not needed or not self._sparse(file, ratio) or not self._settled(file):
                 continue
             estimate = file.size * needed // file.ops
             if picked and planned + estimate > self.file_size:

@@ -244,8 +244,8 @@ class JournalMessageStore:
     def flush(self) -> asyncio.Future[None]:
         return self.journal.flush()
 
-    def cleanup(self) -> dict[str, int]:
-        return dict(vars(self.journal.cleanup()))
+    def cleanup(self, *, compact: bool = True) -> dict[str, int]:
+        return dict(vars(self.journal.cleanup(compact=compact)))
 
     def cleanup_wanted(self) -> bool:
         return self.journal.cleanup_wanted()
