@@ -125,7 +125,8 @@ class PageCursor:
         """The next unacknowledged record for this queue, from (page, ordinal) onwards."""
         queue_id = self.queue.queue_id
         store = self.pager.store
-        fresh = False  # the reader was made in this call (it saw everything visible now)
+        fresh = False  # the reader was made in this call (nothing was appended since)
+        saw_all = False  # ... and every record appended was readable before it was made
         while True:
             if self._reader is None:
                 fresh = True
@@ -135,9 +136,10 @@ class PageCursor:
                         return None
                     self._read_page, self._read_ordinal = page_no, 0
                     self._page_read_out = False
-                self._reader_final = (
-                    self._read_page != store.live_page_no() and store.fully_readable(self._read_page)
-                )
+                # Asked before the reader is made: the writer thread may make more readable
+                # meanwhile, and a later answer would not be about what this reader sees.
+                saw_all = store.fully_readable(self._read_page)
+                self._reader_final = saw_all and self._read_page != store.live_page_no()
                 self._reader = store.read_page(self._read_page, self._read_ordinal)
             page = self.pages.get(self._read_page)
             for ordinal, record in self._reader:
@@ -152,15 +154,13 @@ class PageCursor:
             if self._reader_final:
                 self._page_read_out = True
                 continue
-            # The reader saw the page as it was when made: the page may have grown (and
-            # closed) since. Read on from here once what was appended is written.
+            if fresh and saw_all:
+                return None  # the live page: everything appended so far is read
+            # The reader saw the page as it was when made: records may have been appended or
+            # written since (and the page closed). Read on once what was appended is written.
             if not store.fully_readable(self._read_page):
                 self._wait_for_write()
                 return None
-            if self._read_page == store.live_page_no():
-                if fresh:
-                    return None  # everything appended so far is read
-                continue  # a reader made earlier: records written since may follow
 
     def _next_page(self) -> int | None:
         later = [p for p in self.pages if p > self._read_page]
@@ -203,9 +203,10 @@ class PageCursor:
                 continue
             if page_no != live and not self.pager.may_match(page_no, consumer.selector):
                 continue
+            complete = store.fully_readable(page_no)  # before reading: see _next_ref
             if not self._scan_page(consumer, scan, page):
                 return
-            if not store.fully_readable(page_no):
+            if not complete:
                 # Records appended to this page are not readable yet: stay on it and look
                 # again once they are (the queue's own read may be held by its limits and
                 # never ask), rather than move on past them.

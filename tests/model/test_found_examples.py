@@ -179,8 +179,6 @@ def test_one_producers_messages_keep_their_order_across_a_restart_after_paging(
     assert _wait_labels(consumer, ["c", "d"]) == ["c", "d"]
 
 
-@pytest.mark.xfail(strict=True, reason="model-based test seed 7002: a selective consumer never gets a "
-                   "match paged a moment after its producer left (timing: many attempts fail)")
 def test_a_selective_consumer_gets_a_match_paged_after_a_pause(
     start_broker: Callable[..., BrokerProcess], connect: Callable[..., StompClient]
 ) -> None:
