@@ -43,12 +43,12 @@ class Collector:
 
 
 async def paging_broker(
-    directory: Path, fileio: FileIO = REAL_FILE_IO,
+    directory: Path, fileio: FileIO = REAL_FILE_IO, address_settings: dict[str, object] | None = None,
 ) -> tuple[Broker, RecordingStore, list[PageStore]]:
-    """Every message of every address pages (max-size-bytes 0)."""
+    """Every message of every address pages (max-size-bytes 0), unless told otherwise."""
     store = RecordingStore(directory / "journal")
     settings = AddressSettingsRepository()
-    settings.add("#", {"max-size-bytes": 0})
+    settings.add("#", address_settings if address_settings is not None else {"max-size-bytes": 0})
     loop = asyncio.get_running_loop()
     opened: list[PageStore] = []
 

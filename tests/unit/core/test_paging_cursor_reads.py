@@ -8,41 +8,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from test_paging_acks import Collector, run
+from test_paging_acks import Collector, paging_broker, run
 
-from pagemq.core.broker import Broker
 from pagemq.core.consumer import AckMode
-from pagemq.core.selector.summary import PageSummary
-from pagemq.core.settings import AddressSettings, AddressSettingsRepository
-from pagemq.storage.message_store import JournalMessageStore
-from pagemq.storage.paging.page_store import PageStore
-
-
-async def _broker(directory: Path, settings: dict[str, object]) -> tuple[Broker, JournalMessageStore]:
-    store = JournalMessageStore(directory / "journal", file_size=1 << 20)
-    repository = AddressSettingsRepository()
-    repository.add("#", settings)
-    loop = asyncio.get_running_loop()
-
-    def page_store(address: str, address_settings: AddressSettings) -> PageStore:
-        pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes)
-        pages.set_summary_builder(PageSummary)
-        pages.open()
-        pages.start(loop)
-        return pages
-
-    broker = Broker(repository, store=store, page_stores=page_store)
-    broker.paging_directory = directory / "paging"
-    broker.recover()
-    store.start(loop)
-    return broker, store
 
 
 def test_message_paged_after_a_selective_consumer_left_reaches_a_cumulative_acking_consumer(
     tmp_path: Path,
 ) -> None:
     async def body() -> None:
-        broker, _store = await _broker(tmp_path, {
+        broker, _store, _pages = await paging_broker(tmp_path, address_settings={
             "max-size-messages": 4, "page-size-bytes": 4096,
             "max-read-page-messages": 3, "prefetch-page-messages": 3,
         })
