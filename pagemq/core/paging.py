@@ -485,8 +485,11 @@ class AddressPager:
         if live == self._live_seen:
             return
         self._live_seen = live
+        self._complete_closed()
+
+    def _complete_closed(self) -> None:
         for cursor in list(self.cursors.values()):
-            cursor.complete_closed(live)
+            cursor.complete_closed(self._live_seen)
 
     def _append_failed(self, page_no: int, queues: list[Queue], records: int, size: int) -> None:
         """The page store truncated a failed batch away: its records will never be read."""
@@ -499,10 +502,8 @@ class AddressPager:
                 continue
             cursor.unread -= 1
             page.count -= 1
-        self._note_live_page()
-        live = self.store.live_page_no()
-        for cursor in list(self.cursors.values()):
-            cursor.complete_closed(live)
+        self._live_seen = self.store.live_page_no()
+        self._complete_closed()  # counts dropped: pages may be fully acknowledged now
 
     # -- memory ---------------------------------------------------------------------------
 
