@@ -162,14 +162,21 @@ class Broker:
         from pagemq.storage.paging.page_store import PageStore
 
         paged = 0
+        read: set[str] = set()
         for name in sorted(PageStore.discover(self.paging_directory)):
             address = self.addresses.get(name)
             if address is None:
                 log.warning("page folder for unknown address %r: kept, not read", name)
                 continue
             pager = self.pager(address)
-            pager.recover(pager.store.pages(), recovered.cursor_acks, recovered.cursor_completes)
+            pager.recover(pager.store.pages(), recovered.cursor_acks, recovered.cursor_completes,
+                          recovered.page_tx_commits)
             paged += pager.messages_paged
+            read.add(name)
+        # Commit records of page transactions whose address pages no more: nothing to commit.
+        self.stale_records.extend(
+            record.record_id for record in recovered.page_tx_commits if record.address not in read
+        )
         # Cursor records of queues that no longer exist belong to no pager: forget them.
         self.stale_records.extend(
             record.record_id for record in [*recovered.cursor_acks, *recovered.cursor_completes]
@@ -671,46 +678,112 @@ class Broker:
             tx.staged_bytes = 0
 
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
-        """Apply a transaction's sends and acks atomically: one store transaction.
+        """Apply a transaction's sends and acks atomically; the future says when it is durable.
 
         Every send is admitted before anything is stored, each against what the earlier
         ones of the transaction already take (memory held, page-limit room), so a commit
         of 100 sends to an address holding 10 pages 90 of them, and a FAIL (or BLOCK)
         policy refuses (or delays) the whole commit, leaving nothing behind.
+
+        One journal transaction is the commit point. A commit that pages to one address and
+        writes nothing else is a single page batch instead. Any other commit that pages
+        first writes its page batches marked with a transaction id (cursors do not read past
+        them) and waits for their fsync; then the journal transaction holds its messages,
+        acks, cursor acks and a commit record per paged batch, and only then do sends reach
+        their queues. A crash before that record voids the batches at start-up, as Artemis'
+        page transaction records do. `tx.applied` resolves when the commit has taken effect:
+        the sender's connection holds its later frames until then.
         """
         self._unstage(tx)
         routed, paged, ops = self._route_sends(tx)
-        futures = [self._after_bindings(self.pager(address).page(items))
-                   for address, items in paged.items()]
+        if not paged:
+            return self._apply(tx, routed, ops, [], 0)
+        if len(paged) == 1 and not ops and not tx.acks:
+            ((address, items),) = paged.items()
+            written = self._after_bindings(self.pager(address).page(items))
+            self._apply(tx, routed, ops, [], 0)
+            return written
+        txid = self.new_id()
+        writes = [(self.pager(address), address.pager.page(items, txid=txid))  # type: ignore[union-attr]
+                  for address, items in paged.items()]
+        pending = [future for _pager, future in writes if future is not None]
+        if not pending:  # nothing persistent was paged: nothing to wait for
+            return self._apply(tx, routed, ops, [pager for pager, _f in writes], txid)
+        loop = pending[0].get_loop()
+        durable: asyncio.Future[None] = loop.create_future()
+        tx.applied = loop.create_future()
+        left = len(pending)
+
+        def written(_future: asyncio.Future[None]) -> None:
+            nonlocal left
+            left -= 1
+            if left:
+                return
+            failures = [_failure(f) for _p, f in writes]
+            try:
+                if any(failures):
+                    stored = [(p, e is None) for (p, _f), e in zip(writes, failures, strict=True)]
+                    self._abandon(tx, routed, stored, txid)
+                    durable.set_exception(next(e for e in failures if e is not None))
+                else:
+                    _chain(self._apply(tx, routed, ops, [p for p, _f in writes], txid), durable)
+            except BaseException as exc:  # the commit's client must hear of it
+                if not durable.done():
+                    durable.set_exception(exc)
+            finally:
+                tx.applied.set_result(None)  # type: ignore[union-attr]
+
+        for future in pending:
+            future.add_done_callback(written)
+        return durable
+
+    def _apply(
+        self, tx: Transaction, routed: list[tuple[Message, list[Queue], int]], ops: list[StoreOp],
+        pagers: list[AddressPager], txid: int,
+    ) -> asyncio.Future[None] | None:
+        """The commit point: one journal transaction, then the effects (see `commit`)."""
+        paged_acks: dict[PageCursor, list[MessageRef]] = {}
         for consumer, ref in tx.acks:
-            message = ref.message
             queue = consumer.queue
             if ref.page_pos is not None:
+                paged_acks.setdefault(queue.cursor, []).append(ref)  # type: ignore[arg-type]
                 continue
-            last = self._durable_release(queue, message)
+            last = self._durable_release(queue, ref.message)
             if last is not None:
-                ops.append(StoreAck(message.message_id, queue.queue_id, last))
-        futures.append(self.store.transaction(ops, sync=True) if ops else None)
+                ops.append(StoreAck(ref.message.message_id, queue.queue_id, last))
+        for cursor, refs in paged_acks.items():
+            ops.extend(cursor.ack_records(refs))
+        ops.extend(pager.commit_tx(txid) for pager in pagers)
+        future = self.store.transaction(ops, sync=True) if ops else None
+        for pager in pagers:
+            pager.release_tx(txid)
         for message, queues, _durable in routed:
             for queue in queues:
                 queue.add(MessageRef(message))
         touched: set[Queue] = set()
-        paged_acks = False
         for consumer, ref in tx.acks:
             queue = consumer.queue
             queue.counters.acknowledged += 1
             queue.transacted -= 1
             touched.add(queue)
             if ref.page_pos is not None:
-                queue.cursor.settle(ref, acked=True)  # type: ignore[union-attr]
-                paged_acks = True
+                queue.cursor.settle(ref, acked=True, journaled=True)  # type: ignore[union-attr]
                 continue
             self._unhold(queue, ref.message)
-        if paged_acks:
-            futures.append(self.flush())  # the COMMIT's receipt promises these acks too
         for queue in touched:
             queue.dispatch()
-        return all_of([f for f in futures if f is not None])
+        return future
+
+    def _abandon(
+        self, tx: Transaction, routed: list[tuple[Message, list[Queue], int]],
+        writes: list[tuple[AddressPager, bool]], txid: int,
+    ) -> None:
+        """A page batch of the commit was not stored: nothing of it takes effect."""
+        for message, queues, _durable in routed:
+            self._unhold_all(queues[0].address, message)
+        for pager, written in writes:
+            pager.abandon_tx(txid, written=written)
+        self._return_acks(tx)
 
     def _route_sends(self, tx: Transaction) -> tuple[
         list[tuple[Message, list[Queue], int]], dict[Address, list[tuple[Message, list[Queue]]]],
@@ -752,6 +825,9 @@ class Broker:
     def rollback(self, tx: Transaction) -> None:
         """Discard the sends; acknowledged deliveries go back to their queues, in order."""
         self._unstage(tx)
+        self._return_acks(tx)
+
+    def _return_acks(self, tx: Transaction) -> None:
         by_queue: dict[Queue, list[MessageRef]] = {}
         for consumer, ref in tx.acks:
             by_queue.setdefault(consumer.queue, []).append(ref)
@@ -819,6 +895,32 @@ def all_of(futures: list[asyncio.Future[None]]) -> asyncio.Future[None] | None:
 
 async def _gather(futures: list[asyncio.Future[None]]) -> None:
     await asyncio.gather(*futures)
+
+
+def _failure(future: asyncio.Future[None] | None) -> BaseException | None:
+    if future is None:
+        return None
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception()
+
+
+def _chain(source: asyncio.Future[None] | None, target: asyncio.Future[None]) -> None:
+    """Settle `target` as `source` settles (at once for None: nothing to wait for)."""
+    if source is None:
+        target.set_result(None)
+        return
+
+    def settle(done: asyncio.Future[None]) -> None:
+        if target.done():
+            return
+        failure = _failure(done)
+        if failure is None:
+            target.set_result(None)
+        else:
+            target.set_exception(failure)
+
+    source.add_done_callback(settle)
 
 
 def compile_filter(text: str | None):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pagemq.core.consumer import MessageRef
 from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
-from pagemq.storage.api import CursorAck, CursorComplete, MessageStore
+from pagemq.storage.api import CursorAck, CursorComplete, MessageStore, PageTxCommit
 from pagemq.storage.message_codec import decode_message, encode_message
 from pagemq.storage.paging.page_store import PagedRecord, PageInfo, PageStore
 
@@ -148,6 +148,11 @@ class PageCursor:
                     continue
                 if ordinal in page.claimed:
                     continue  # a selective consumer took it ahead of us; already counted
+                if record.txid and self.pager.wait_for_commit(record.txid, self):
+                    # Its transaction is not committed yet: nothing behind it goes first.
+                    self._read_ordinal = ordinal
+                    self._reader = None
+                    return None
                 message = decode_message(record.message, self.pager.address.name)
                 return self._ref(message, self._read_page, ordinal)
             self._reader = None
@@ -224,6 +229,9 @@ class PageCursor:
             scan.ordinal = ordinal + 1
             if queue_id not in record.queue_ids or ordinal in page.acked or ordinal in page.claimed:
                 continue
+            if record.txid and self.pager.wait_for_commit(record.txid, self):
+                scan.ordinal = ordinal  # looked at again once its transaction is decided
+                return False
             message = decode_message(record.message, address)
             if not consumer.accepts(message):
                 continue
@@ -285,14 +293,19 @@ class PageCursor:
                 # Claimed ones are shown here, at their place (the in-memory part skips them).
                 if queue_id not in record.queue_ids or index in page.acked:
                     continue
+                if record.txid and self.pager.is_pending(record.txid):
+                    continue  # not committed (yet): not in the queue
                 message = decode_message(record.message, address)
                 if selector is None or selector.matches_headers(message_view(message)):
                     yield MessageRef(message, (number, index))
 
     # -- acknowledgements -----------------------------------------------------------------
 
-    def settle(self, ref: MessageRef, *, acked: bool) -> None:
-        """A depaged ref leaves memory: acknowledged (durably) or to be read again later."""
+    def settle(self, ref: MessageRef, *, acked: bool, journaled: bool = False) -> None:
+        """A depaged ref leaves memory: acknowledged (durably) or to be read again later.
+
+        `journaled`: the caller wrote the ack itself (a COMMIT's, in its journal transaction,
+        from `ack_records`), so it is not gathered for the next cursor-acks record."""
         size = ref.message.memory_size
         self.in_memory -= 1
         self.bytes_in_memory -= size
@@ -312,7 +325,7 @@ class PageCursor:
             return
         page.claimed.discard(ordinal)
         page.acked.add(ordinal)
-        if ref.message.persistent:
+        if ref.message.persistent and not journaled:
             # A non-persistent record is gone after a restart (the page store skips it and
             # counts persistent records only): a journaled ack of it would be counted
             # against a persistent one at recovery and hide it.
@@ -335,6 +348,40 @@ class PageCursor:
         for page_no, page in self.pages.items():
             if page.unwritten:
                 self._write_page_acks(store, page_no, page)
+
+    def ack_records(self, refs: list[MessageRef]) -> list[CursorAck]:
+        """Cursor-ack records for `refs` (about to be settled with `journaled=True`), one per
+        page, for the caller to write in its own journal transaction."""
+        by_page: dict[int, list[int]] = {}
+        for ref in refs:
+            assert ref.page_pos is not None
+            page_no, ordinal = ref.page_pos
+            page = self.pages.get(page_no)
+            if ref.message.persistent and page is not None and ordinal not in page.acked:
+                by_page.setdefault(page_no, []).append(ordinal)
+        records = []
+        for page_no, ordinals in by_page.items():
+            record = CursorAck(self.pager.broker.new_id(), self.queue.queue_id, page_no, tuple(ordinals))
+            self.pages[page_no].ack_ids.append(record.record_id)
+            records.append(record)
+        return records
+
+    def void(self, page_no: int, ordinals: list[int]) -> None:
+        """Records of a transaction that never committed: not this queue's any more (never
+        read, counted or journaled; at a restart the missing commit record voids them again)."""
+        page = self.pages.get(page_no)
+        if page is None:
+            return
+        for ordinal in ordinals:
+            if ordinal not in page.acked:
+                page.acked.add(ordinal)
+                self.unread -= 1
+                self.queue.counters.added -= 1
+        if len(page.acked) >= page.count:
+            if page_no != self.pager.store.live_page_no():
+                self._complete(page_no)
+            else:
+                self.pager.live_page_caught_up(page_no)
 
     def _write_page_acks(self, store: MessageStore, page_no: int, page: CursorPage) -> None:
         record_id = self.pager.broker.new_id()
@@ -381,8 +428,14 @@ class AddressPager:
         self.cursors: dict[int, PageCursor] = {}
         # page -> queue ids with records in it that have not completed it yet
         self._open: dict[int, set[int]] = {}
-        # page -> "complete" record ids to delete with the page
+        # page -> "complete" and page-transaction record ids to delete with the page
         self._complete_ids: dict[int, list[int]] = {}
+        # transaction id -> (page, first ordinal, queues of each record) of its batch here,
+        # while its commit is being decided; and the cursors stopped in front of it
+        self._pending_tx: dict[int, tuple[int, int, list[list[Queue]]]] = {}
+        self._tx_waiters: dict[int, set[PageCursor]] = {}
+        # pages done with, deleted once the journal has synced (see _delete_page)
+        self._deleting: set[int] = set()
         self.records_on_disk = 0
         self.bytes_on_disk = 0
         self._summaries: dict[int, PageSummary | None] = {}
@@ -400,8 +453,13 @@ class AddressPager:
 
     # -- writing --------------------------------------------------------------------------
 
-    def page(self, items: list[tuple[Message, list[Queue]]]) -> asyncio.Future[None] | None:
-        """Append messages (several = one atomic batch) and hand them to their queues' cursors."""
+    def page(self, items: list[tuple[Message, list[Queue]]], *, txid: int = 0) -> asyncio.Future[None] | None:
+        """Append messages (several = one atomic batch) and hand them to their queues' cursors.
+
+        With a `txid` the batch belongs to a transaction committed elsewhere (the journal, or
+        other addresses too): counted now, read by no cursor until `commit_tx` (or dropped by
+        `abandon_tx`), and dropped at a restart unless its `PageTxCommit` record is durable.
+        """
         records = []
         routed: list[Queue] = []
         size = 0
@@ -409,10 +467,12 @@ class AddressPager:
             data = encode_message(message)
             size += len(data)
             records.append(PagedRecord(
-                message.message_id, tuple([q.queue_id for q in queues]), message.persistent, data
+                message.message_id, tuple([q.queue_id for q in queues]), message.persistent, data, txid
             ))
             routed += queues
-        page_no, _first, future = self.store.append(records, summary_input=[m for m, _ in items])
+        page_no, first, future = self.store.append(records, summary_input=[m for m, _ in items])
+        if txid:
+            self._pending_tx[txid] = (page_no, first, [queues for _m, queues in items])
         self._note_live_page()
         self._on_disk(page_no, len(records), size)
         holders = self._open.setdefault(page_no, set())
@@ -441,6 +501,50 @@ class AddressPager:
             return
         for page_no, queues, records, size in appends:
             self._append_failed(page_no, queues, records, size)
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def is_pending(self, txid: int) -> bool:
+        return txid in self._pending_tx
+
+    def wait_for_commit(self, txid: int, cursor: PageCursor) -> bool:
+        """True (and `cursor` is dispatched again once it is decided) while `txid` is pending."""
+        if txid not in self._pending_tx:
+            return False
+        self._tx_waiters.setdefault(txid, set()).add(cursor)
+        return True
+
+    def commit_tx(self, txid: int) -> PageTxCommit:
+        """The transaction is committed (its journal transaction is being written now): its
+        batch is readable, and the record that says so goes with the page when it goes."""
+        page_no, _first, _queues = self._pending_tx.pop(txid)
+        record = PageTxCommit(self.broker.new_id(), txid, self.address.name, page_no)
+        self._complete_ids.setdefault(page_no, []).append(record.record_id)
+        return record
+
+    def release_tx(self, txid: int) -> None:
+        """After `commit_tx`'s record went to the journal: cursors read on past the batch."""
+        self._wake(txid)
+
+    def abandon_tx(self, txid: int, *, written: bool) -> None:
+        """The transaction did not commit: its batch, if `written` (else the page store took
+        it back and `_append_failed` uncounted it), is nobody's."""
+        pending = self._pending_tx.pop(txid, None)
+        if pending is not None and written:
+            page_no, first, routed = pending
+            by_cursor: dict[PageCursor, list[int]] = {}
+            for ordinal, queues in enumerate(routed, first):
+                for queue in queues:
+                    cursor = self.cursors.get(queue.queue_id)
+                    if cursor is not None:
+                        by_cursor.setdefault(cursor, []).append(ordinal)
+            for cursor, ordinals in by_cursor.items():
+                cursor.void(page_no, ordinals)
+        self._wake(txid)
+
+    def _wake(self, txid: int) -> None:
+        for cursor in self._tx_waiters.pop(txid, ()):
+            cursor.queue.dispatch()
 
     def may_match(self, page_no: int, selector: Selector | None) -> bool:
         """False when the page's summary proves no message in it matches `selector`."""
@@ -532,7 +636,14 @@ class AddressPager:
             store.delete_record(ack_id)
 
     def _delete_page(self, page_no: int, ack_ids: list[int]) -> None:
-        """Every queue is done with the page: the file and its cursor records go."""
+        """Every queue is done with the page: the file and its cursor records go.
+
+        The file goes once the journal has made durable what made the page done (the acks,
+        a COMMIT's journal transaction): a crash between the two must not leave the page's
+        messages gone and the acks or the commit that consumed them undone. Its records go
+        once the file is gone for good: the other order, cut by a crash, would bring the
+        page back with no acks and redeliver it.
+        """
         self._open.pop(page_no, None)
         self._summaries.pop(page_no, None)
         records, size = self._page_sizes.pop(page_no, (0, 0))
@@ -540,16 +651,25 @@ class AddressPager:
         self.bytes_on_disk -= size
         if page_no == self.store.live_page_no():
             self.store.roll()
-        self.store.delete_page(page_no)
         self._note_live_page()
         record_ids = ack_ids + self._complete_ids.pop(page_no, [])
+        self._deleting.add(page_no)
+        self.broker.store.flush().add_done_callback(
+            lambda done: self._journal_synced(done, page_no, record_ids))
+
+    def _journal_synced(self, done: asyncio.Future[None], page_no: int, record_ids: list[int]) -> None:
+        self._deleting.discard(page_no)
+        if done.cancelled() or done.exception() is not None:
+            return  # kept: at the next start-up its acks (if they were written) complete it
+        try:
+            self.store.delete_page(page_no)
+        except RuntimeError:  # the page store closed meanwhile (shutdown): the next start-up
+            return            # finds the page fully acknowledged and deletes it then
         if not record_ids:
             return
 
-        def forget(done: asyncio.Future[None]) -> None:
-            # Only once the page file is gone for good may its acks go: the other order,
-            # cut by a crash, would bring the page back with no acks and redeliver it.
-            if done.cancelled() or done.exception() is not None:
+        def forget(deleted: asyncio.Future[None]) -> None:
+            if deleted.cancelled() or deleted.exception() is not None:
                 return
             for record_id in record_ids:
                 self.broker.forget_record(record_id)
@@ -573,6 +693,32 @@ class AddressPager:
             del self._complete_ids[page_no]
         self.broker.stale_records.extend(stale)
 
+    def _recover_transactions(
+        self, pages: list[PageInfo], tx_commits: list[PageTxCommit]
+    ) -> dict[tuple[int, int], set[int]]:
+        """(queue, page) -> ordinals of transactional batches whose commit never became
+        durable; commit records are kept with their page, or forgotten if it is gone."""
+        mine = {c.txid: c for c in tx_commits if c.address == self.address.name}
+        present = {info.page_no for info in pages}
+        for commit in mine.values():
+            if commit.page_no in present:
+                self._complete_ids.setdefault(commit.page_no, []).append(commit.record_id)
+            else:
+                self.broker.stale_records.append(commit.record_id)
+        voided: dict[tuple[int, int], set[int]] = {}
+        for info in pages:
+            for txid, first, count in info.tx_batches:
+                if txid in mine:
+                    continue
+                log.info("paging %r: page %d: %d record(s) of transaction %d, which never "
+                         "committed, are dropped", self.address.name, info.page_no, count, txid)
+                for ordinal, record in self.store.read_page(info.page_no, first):
+                    if ordinal >= first + count:
+                        break
+                    for queue_id in record.queue_ids:
+                        voided.setdefault((queue_id, info.page_no), set()).add(ordinal)
+        return voided
+
     def maybe_leave_paging(self) -> None:
         """The backlog is read into memory: new messages can stay in memory again (FIFO holds)."""
         if self.address.paging and all(c.unread == 0 for c in self.cursors.values()):
@@ -583,7 +729,7 @@ class AddressPager:
         return sum(c.unread for c in self.cursors.values())
 
     def page_files(self) -> int:
-        return self.store.page_count()
+        return self.store.page_count() - len(self._deleting)
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -592,12 +738,14 @@ class AddressPager:
         pages: list[PageInfo],
         acks: list[CursorAck],
         completes: list[CursorComplete],
+        tx_commits: list[PageTxCommit],
     ) -> None:
         """Rebuild counts and cursors from page summaries and cursor records.
 
         `acks` and `completes` are every address's: page numbers are per address, so only
         this address's queues' records may be matched with its pages (another address's page
-        1 is not ours, and deleting ours must not take its records along).
+        1 is not ours, and deleting ours must not take its records along). Transactional
+        batches without a commit record in `tx_commits` are voided (read, for their queues).
         """
         queues = {q.queue_id: q for q in self.address.queues.values()}
         acks = [a for a in acks if a.queue_id in queues]
@@ -610,6 +758,7 @@ class AddressPager:
         for ack in acks:
             acked.setdefault((ack.queue_id, ack.page_no), []).append(ack)
         self._forget_stale(pages, acked, completes)
+        voided = self._recover_transactions(pages, tx_commits)
         for info in pages:
             self._on_disk(info.page_no, info.persistent_count, info.size)
             holders: set[int] = set()
@@ -621,6 +770,7 @@ class AddressPager:
                 cursor = self.cursor(queue)
                 page = cursor.pages[info.page_no] = CursorPage(count)
                 page.acked = {ordinal for a in page_acks for ordinal in a.ordinals}
+                page.acked |= voided.get((queue_id, info.page_no), set())
                 page.ack_ids = [a.record_id for a in page_acks]
                 remaining = count - len(page.acked)
                 if remaining <= 0:

@@ -1,12 +1,13 @@
 """Client transactions: sends and acknowledgements held until COMMIT, dropped on ABORT.
 
-Nothing a transaction holds is visible or durable before the commit; the broker then writes
-every message and acknowledgement of it as one store transaction, so a crash leaves all or
-none of it (see `Broker.commit`).
+Nothing a transaction holds is visible or durable before the commit; the broker then makes
+every message and acknowledgement of it durable at one point, one journal transaction (which
+also commits any page-file batches), so a crash leaves all or none of it (`Broker.commit`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from pagemq.core.consumer import Consumer, MessageRef
@@ -35,3 +36,6 @@ class Transaction:
     acks: list[tuple[Consumer, MessageRef]] = field(default_factory=list)
     # Charged to the broker's memory budget by `Broker.stage` until commit or rollback.
     staged_bytes: int = 0
+    # Set by `Broker.commit` when the commit takes effect only once page files are written:
+    # resolves then (the sender's later frames wait for it, so they stay behind the commit).
+    applied: asyncio.Future[None] | None = None

@@ -123,6 +123,8 @@ class StompSession:
         self._backlog: deque[tuple[object, int]] = deque()
         self._backlog_bytes = 0
         self._blocked_retry: Callable[[], bool] | None = None
+        # A COMMIT that takes effect once its page files are written: later frames wait.
+        self._commit_applying: asyncio.Future[None] | None = None
         self._drain_scheduled = False
         self._reading_paused = False
         self._input_closed = False  # a bad frame was read: later bytes are not looked at
@@ -166,14 +168,19 @@ class StompSession:
             return
         self._accept(events)
 
+    @property
+    def _held(self) -> bool:
+        """Frames wait: a SEND for memory, or everything for a COMMIT taking effect."""
+        return self._blocked_retry is not None or self._commit_applying is not None
+
     def _accept(self, events: Iterable[object]) -> None:
-        if self._backlog or self._blocked_retry is not None or not self._writable:
+        if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
         for event in events:
             if self.closing:
                 return
-            if self._backlog:
+            if self._backlog or self._commit_applying is not None:
                 self._hold_one(event)
             elif not self._run(event):
                 size = _size(event)
@@ -213,7 +220,7 @@ class StompSession:
         is reached even while the peer does not read: it is what closes the connection)."""
         self._drain_scheduled = False
         backlog = self._backlog
-        while backlog and not self.closing and self._blocked_retry is None:
+        while backlog and not self.closing and not self._held:
             if not self._writable and not self._input_closed:
                 break
             event, size = backlog.popleft()
@@ -271,6 +278,11 @@ class StompSession:
             self._on_connect(event)
         elif isinstance(event, ev.Disconnect):
             self._on_disconnect(event)
+
+    def _commit_applied(self, _applied: asyncio.Future[None]) -> None:
+        self._commit_applying = None
+        if not self.closing:
+            self._schedule_drain()
 
     def _unblock(self) -> None:
         """The address has room again (called while memory is being released)."""
@@ -501,6 +513,9 @@ class StompSession:
         tx = self._transaction(event.transaction)
         future = self.broker.commit(tx)
         del self.transactions[event.transaction]
+        if tx.applied is not None and not tx.applied.done():
+            self._commit_applying = tx.applied
+            tx.applied.add_done_callback(self._commit_applied)
         for consumer, refs in _by_consumer(tx.nacks):
             self.broker.nack(consumer, refs, transacted=True)
         if event.receipt is not None:

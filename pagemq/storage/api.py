@@ -61,6 +61,21 @@ class CursorComplete:
     page_no: int
 
 
+@dataclass(frozen=True, slots=True)
+class PageTxCommit:
+    """Transaction `txid` committed, and with it its batch in page `page_no` of `address`.
+
+    A transaction that pages (to one address or several) and may also write the journal is
+    committed by this record, written in the same journal transaction as the rest of it:
+    a transactional batch in a page file without its commit record is dropped at start-up.
+    """
+
+    record_id: int
+    txid: int
+    address: str
+    page_no: int
+
+
 @dataclass(slots=True)
 class Recovered:
     addresses: list[AddressRecord] = field(default_factory=list)
@@ -69,6 +84,7 @@ class Recovered:
     max_id: int = 0
     cursor_acks: list[CursorAck] = field(default_factory=list)
     cursor_completes: list[CursorComplete] = field(default_factory=list)
+    page_tx_commits: list[PageTxCommit] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +100,7 @@ class StoreAck:
     last: bool  # no other queue still holds the message: its record can go
 
 
-StoreOp = StoreMessage | StoreAck
+StoreOp = StoreMessage | StoreAck | CursorAck | PageTxCommit
 
 
 class MessageStore(Protocol):

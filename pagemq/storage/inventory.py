@@ -25,7 +25,13 @@ from pagemq.storage.api import CursorAck
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.journal import Journal, LiveRecord
 from pagemq.storage.message_codec import CodecError, check_encoded
-from pagemq.storage.message_store import RecordType, acked_queue, cursor_record, message_refs
+from pagemq.storage.message_store import (
+    RecordType,
+    acked_queue,
+    cursor_record,
+    message_refs,
+    page_tx_commit,
+)
 from pagemq.storage.paging.page_format import (
     FILE_HEADER,
     PAGE_SUFFIX,
@@ -135,6 +141,8 @@ class _Cursors:
     acks: dict[tuple[int, int], set[int]] = field(default_factory=dict)
     ack_records: dict[tuple[int, int], list[int]] = field(default_factory=dict)
     complete: set[tuple[int, int]] = field(default_factory=set)
+    # (address, transaction id) of every page transaction commit record
+    tx_commits: set[tuple[str, int]] = field(default_factory=set)
 
 
 def read_state(data_dir: Path, *, journal_dir: Path | None = None, paging_dir: Path | None = None,
@@ -205,6 +213,9 @@ def _read_record(state: DataState, journal: Journal, record: LiveRecord, message
                 cursors.ack_records.setdefault(key, []).append(record.id)
             else:
                 cursors.complete.add(key)
+        elif kind == RecordType.PAGE_TX_COMMIT:
+            commit = page_tx_commit(record.id, record.payload)
+            cursors.tx_commits.add((commit.address, commit.txid))
         else:
             _record_problem(state, journal, record, f"unknown record type {kind}")
     except (ValueError, KeyError, TypeError, struct.error, CodecError) as exc:
@@ -302,23 +313,7 @@ def _read_page(state: DataState, address: AddressState, path: Path, cursors: _Cu
     damage: list[FrameDamage] = []
     page = PageState(path, page_no, len(data), version, 0, 0, 0, damage, "none")
     queue_ids = {q.queue_id for q in address.queues}
-    for offset, _size, first, entries in read_frames(data, FILE_HEADER.size, len(data), version=version,
-                                                     damage=damage):
-        for ordinal, entry in enumerate(entries, first):
-            page.records += 1
-            page.ordinals = ordinal + 1
-            if not entry.persistent:
-                continue  # not kept across a restart
-            page.persistent += 1
-            try:
-                check_encoded(entry.message)
-            except CodecError as exc:
-                state.problem(path, offset, f"paged message {entry.message_id} unreadable: {exc}")
-            for queue_id in entry.queue_ids:
-                if queue_id not in queue_ids or (queue_id, page_no) in cursors.complete:
-                    continue
-                if ordinal not in cursors.acks.get((queue_id, page_no), ()):
-                    state.queues[queue_id].paged += 1
+    _count_records(state, page, path, data, queue_ids, cursors, address.name)
     for found in damage:
         lost = "" if found.lost is None else f", {found.lost} record(s) lost"
         if found.torn:
@@ -329,6 +324,38 @@ def _read_page(state: DataState, address: AddressState, path: Path, cursors: _Cu
                           f"({found.reason}){lost}")
     page.summary = _check_summary(state, page, fileio)
     return page
+
+
+def _count_records(state: DataState, page: PageState, path: Path, data: bytes, queue_ids: set[int],
+                   cursors: _Cursors, address: str) -> None:
+    """Records, persistent ones, and each queue's unacknowledged ones; a transactional batch
+    whose commit record is not in the journal counts for no queue."""
+    page_no = page.page_no
+    uncommitted: set[int] = set()
+    frames = read_frames(data, FILE_HEADER.size, len(data), version=page.version, damage=page.damage)
+    for offset, _size, first, entries in frames:
+        txid = entries[0].txid
+        if txid and (address, txid) not in cursors.tx_commits and txid not in uncommitted:
+            uncommitted.add(txid)
+            state.note(path, offset, f"{len(entries)} record(s) of transaction {txid}, whose commit never "
+                       "reached the journal: not delivered, the next start drops them")
+        for ordinal, entry in enumerate(entries, first):
+            page.records += 1
+            page.ordinals = ordinal + 1
+            if not entry.persistent:
+                continue  # not kept across a restart
+            page.persistent += 1
+            try:
+                check_encoded(entry.message)
+            except CodecError as exc:
+                state.problem(path, offset, f"paged message {entry.message_id} unreadable: {exc}")
+            if txid in uncommitted:
+                continue
+            for queue_id in entry.queue_ids:
+                if queue_id not in queue_ids or (queue_id, page_no) in cursors.complete:
+                    continue
+                if ordinal not in cursors.acks.get((queue_id, page_no), ()):
+                    state.queues[queue_id].paged += 1
 
 
 def _check_summary(state: DataState, page: PageState, fileio: FileIO) -> str:

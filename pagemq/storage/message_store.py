@@ -3,7 +3,7 @@
 Record types (the journal's `type` field, `RecordType`; never reuse a number): the one
 table of them, with byte layouts, is in docs/formats/journal.md ("Record types of the
 broker"): 1 address, 2 queue, 3 message, 4 ack (update), 5 cursor ack (read only),
-6 cursor page complete, 7 cursor acks.
+6 cursor page complete, 7 cursor acks, 8 page transaction commit.
 
 The last queue's acknowledgement deletes the message record, so a spent data file holds
 no live record and the journal's cleanup can delete, archive or compact it.
@@ -23,6 +23,7 @@ from pagemq.storage.api import (
     AddressRecord,
     CursorAck,
     CursorComplete,
+    PageTxCommit,
     QueueRecord,
     Recovered,
     RecoveredMessage,
@@ -41,6 +42,7 @@ _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
 _CURSOR_ACK = struct.Struct("<QQI")  # queue id, page number, ordinal (5) / ordinal count (7)
 _CURSOR_COMPLETE = struct.Struct("<QQ")
+_PAGE_TX_COMMIT = struct.Struct("<QQ")  # transaction id, page number; then the address
 
 
 class RecordType(enum.IntEnum):
@@ -51,6 +53,7 @@ class RecordType(enum.IntEnum):
     CURSOR_ACK = 5  # one ordinal per record: written by earlier versions, still read
     CURSOR_COMPLETE = 6
     CURSOR_ACKS = 7
+    PAGE_TX_COMMIT = 8
 
 
 @functools.lru_cache(maxsize=64)
@@ -107,6 +110,28 @@ def cursor_record(record_id: int, type: int, payload: bytes) -> CursorAck | Curs
         return CursorAck(record_id, queue_id, page_no, (ordinal,))
     queue_id, page_no = _CURSOR_COMPLETE.unpack(payload)
     return CursorComplete(record_id, queue_id, page_no)
+
+
+def page_tx_commit(record_id: int, payload: bytes) -> PageTxCommit:
+    """A type-8 record; struct.error or UnicodeDecodeError when its payload is malformed."""
+    txid, page_no = _PAGE_TX_COMMIT.unpack_from(payload, 0)
+    (length,) = _U16.unpack_from(payload, _PAGE_TX_COMMIT.size)
+    start = _PAGE_TX_COMMIT.size + _U16.size
+    if start + length != len(payload):
+        raise struct.error(f"page-transaction record {record_id}: address length {length} "
+                           f"does not fit {len(payload)} bytes")
+    return PageTxCommit(record_id, txid, payload[start:].decode(), page_no)
+
+
+def _page_tx_payload(record: PageTxCommit) -> bytes:
+    return _PAGE_TX_COMMIT.pack(record.txid, record.page_no) + _address_field(record.address)
+
+
+def _cursor_acks_payload(record: CursorAck) -> bytes:
+    ordinals = record.ordinals
+    return _CURSOR_ACK.pack(record.queue_id, record.page_no, len(ordinals)) + struct.pack(
+        f"<{len(ordinals)}I", *ordinals
+    )
 
 
 def _decode_cursor_acks(record_id: int, payload: bytes) -> CursorAck:
@@ -175,6 +200,8 @@ class JournalMessageStore:
             elif kind == RecordType.CURSOR_COMPLETE:
                 queue_id, page_no = _CURSOR_COMPLETE.unpack(record.payload)
                 recovered.cursor_completes.append(CursorComplete(record.id, queue_id, page_no))
+            elif kind == RecordType.PAGE_TX_COMMIT:
+                recovered.page_tx_commits.append(page_tx_commit(record.id, record.payload))
         return recovered
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -225,14 +252,18 @@ class JournalMessageStore:
                     journal_ops.append(
                         (OpKind.UPDATE, op.message_id, RecordType.ACK, _U64.pack(op.queue_id))
                     )
+            elif isinstance(op, CursorAck):
+                journal_ops.append(
+                    (OpKind.ADD, op.record_id, RecordType.CURSOR_ACKS, _cursor_acks_payload(op))
+                )
+            else:
+                journal_ops.append(
+                    (OpKind.ADD, op.record_id, RecordType.PAGE_TX_COMMIT, _page_tx_payload(op))
+                )
         return self.journal.transaction(journal_ops, sync=sync)
 
     def cursor_ack(self, record: CursorAck) -> None:
-        ordinals = record.ordinals
-        payload = _CURSOR_ACK.pack(record.queue_id, record.page_no, len(ordinals)) + struct.pack(
-            f"<{len(ordinals)}I", *ordinals
-        )
-        self.journal.add(record.record_id, RecordType.CURSOR_ACKS, payload)
+        self.journal.add(record.record_id, RecordType.CURSOR_ACKS, _cursor_acks_payload(record))
 
     def cursor_complete(self, record: CursorComplete) -> None:
         payload = _CURSOR_COMPLETE.pack(record.queue_id, record.page_no)

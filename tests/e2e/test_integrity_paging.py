@@ -132,6 +132,73 @@ def test_commit_of_many_sends_holds_no_more_than_max_size_messages_in_memory(
     assert take(consumer, 100, timeout=20) == names
 
 
+def test_a_commit_spanning_memory_and_page_files_keeps_the_senders_order(start_broker, stomp_client):
+    """Two sends of the commit are held in memory (journal), four page; the SEND right after
+    the COMMIT, not waiting for its receipt, still comes after all six, before and after a
+    kill once it is receipted."""
+    proc = start_broker({"address-settings": {"#": {"max-size-messages": 2, "page-size-bytes": "8KiB"}}})
+    queue = unique("tx")
+    producer = stomp_client(proc)
+    producer.begin("t1")
+    names = numbered("m", 6)
+    for name in names:
+        producer.send(f"/queue/{queue}", body(name), headers={"persistent": "true", "transaction": "t1"})
+    producer.commit("t1", receipt=False)
+    producer.send(f"/queue/{queue}", body("after"), headers={"persistent": "true"}, receipt=True)
+    assert proc.queue(queue)["messages"] == 7
+    proc.restart(kill=True)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual")
+    assert take(consumer, 7) == [*names, "after"]
+
+
+def test_a_send_after_a_commit_that_pages_elsewhere_comes_after_the_commits_send(
+    start_broker, stomp_client
+):
+    """The commit pages to one address and holds its send to another in memory; a SEND to
+    that other address right behind the COMMIT (no wait for its receipt) must not overtake
+    the commit's send, which takes effect only once the page file is written."""
+    paged, plain = unique("paged"), unique("plain")
+    proc = start_broker({"address-settings": {paged: {"max-size-bytes": 0}}})
+    producer = stomp_client(proc)
+    for attempt in range(5):
+        producer.begin(f"t{attempt}")
+        for queue in (paged, plain):
+            producer.send(f"/queue/{queue}", body(f"tx{attempt}"), headers={
+                "persistent": "true", "transaction": f"t{attempt}"})
+        producer.commit(f"t{attempt}", receipt=False)
+        producer.send(f"/queue/{plain}", body(f"after{attempt}"), headers={"persistent": "true"},
+                      receipt=True)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{plain}", ack="client-individual")
+    assert take(consumer, 10) == [name for n in range(5) for name in (f"tx{n}", f"after{n}")]
+
+
+def test_a_commit_to_two_paging_queues_and_an_ack_survives_a_kill_after_its_receipt(
+    start_broker, stomp_client
+):
+    """One transaction acknowledges a paged message of one queue and pages a send to it and
+    to another: after its receipt, a kill keeps all three effects."""
+    proc = start_broker(PAGE_ALL)
+    left, right = unique("left"), unique("right")
+    send_all(stomp_client(proc), f"/queue/{left}", ["first"])
+    worker = stomp_client(proc)
+    worker.subscribe(f"/queue/{left}", ack="client-individual")
+    (delivered,) = wait_frames(worker, 1)
+    worker.begin("t1")
+    worker.ack(delivered, transaction="t1")
+    for queue in (left, right):
+        worker.send(f"/queue/{queue}", body(f"{queue}-tx"), headers={"persistent": "true",
+                                                                      "transaction": "t1"})
+    worker.commit("t1")
+    proc.restart(kill=True)
+    for queue in (left, right):
+        reader = stomp_client(proc)
+        reader.subscribe(f"/queue/{queue}", ack="client-individual")
+        assert take(reader, 1) == [f"{queue}-tx"], queue
+        reader.disconnect()
+
+
 def test_fail_policy_refuses_a_whole_commit_that_does_not_fit(start_broker, stomp_client):
     proc = start_broker({"address-settings": {"#": {"max-size-messages": 10,
                                                     "address-full-policy": "FAIL"}}})

@@ -4,9 +4,12 @@ The byte tables live in docs/formats/page.md (a golden test keeps the two in ste
 
 - a page file `000000001.page` is a 24-byte file header, then frames;
 - a frame (format 2) is `"PMQF", u32 crc32, u32 length, u32 first ordinal, body`; the body is
-  one record: a MESSAGE entry, or a BATCH of entries written as one frame so a crash keeps
-  all of a transaction or none. The magic and the ordinal let a reader resynchronise past a
-  damaged frame and still know the position of every record after it (`read_frames`).
+  one record: a MESSAGE entry, a BATCH of entries written as one frame so a crash keeps all
+  of them or none, or a TX_BATCH: a batch that belongs to a transaction spanning more than
+  this page file, counted only once its commit record is in the journal (the page store
+  lists each page's TX_BATCHes, the core decides which committed). The magic and the
+  ordinal let a reader resynchronise past a damaged frame and still know the position of
+  every record after it (`read_frames`).
   Format 1 frames (`u32 length, u32 crc32(body), body`) are still read;
 - a summary `000000001.summary` is written when the page is closed: counts, ids, per-queue
   counts, a sparse ordinal -> offset index and the caller's selector-summary blob, so opening
@@ -53,7 +56,8 @@ PAGE_MAGIC = b"PMQP"
 SUMMARY_MAGIC = b"PMQS"
 FRAME_MAGIC = b"PMQF"
 FORMAT_VERSION = 2  # of page files written now; version 1 (frames without magic/ordinal) is read
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # of summaries written now; version 1 (no transaction section) is read
+READABLE_SUMMARY_VERSIONS = (1, 2)
 READABLE_VERSIONS = (1, 2)
 PAGE_SUFFIX = ".page"
 SUMMARY_SUFFIX = ".summary"
@@ -70,6 +74,8 @@ FRAME_CRC_FROM = 8                           # the CRC covers length, ordinal an
 V1_FRAME_HEADER = struct.Struct("<II")       # format 1: body length, crc32 of body
 ENTRY_HEAD = struct.Struct("<BQHI")          # flags, message id, queue count, message length
 BATCH_COUNT = struct.Struct("<I")
+TX_BATCH_HEAD = struct.Struct("<QI")         # transaction id, entry count
+TX_ENTRY = struct.Struct("<QII")             # summary: transaction id, first ordinal, records
 SUMMARY_HEAD = struct.Struct("<4sHHQQIIQQIIIII")
 QUEUE_ENTRY = struct.Struct("<QII")          # queue id, records, persistent records
 INDEX_ENTRY = struct.Struct("<IQ")           # ordinal, byte offset of the frame
@@ -92,6 +98,7 @@ class RecordType(enum.IntEnum):
 
     MESSAGE = 1
     BATCH = 2
+    TX_BATCH = 3
 
 
 class FrameError(ValueError):
@@ -103,12 +110,15 @@ class PagedRecord:
     """One paged message: one copy per address, listing every queue it was routed to.
 
     `message` is the `message_codec` encoding; the page store never looks inside it.
+    `txid` (0 for none) marks a record written by a transaction whose outcome is decided
+    outside the page file: records of one append share it and go in one TX_BATCH frame.
     """
 
     message_id: int
     queue_ids: tuple[int, ...]
     persistent: bool
     message: bytes
+    txid: int = 0
 
 
 def _queue_ids(count: int) -> struct.Struct:
@@ -183,6 +193,7 @@ def page_format_version(data: bytes | memoryview) -> int:
 _MESSAGE_PREFIX = struct.Struct("<B" + ENTRY_HEAD.format.lstrip("<"))  # type byte + entry head
 _MESSAGE = int(RecordType.MESSAGE)
 _BATCH = int(RecordType.BATCH)
+_TX_BATCH = int(RecordType.TX_BATCH)
 _LENGTH_ORDINAL = struct.Struct("<II")
 
 
@@ -201,9 +212,15 @@ def encode_frame(records: Sequence[PagedRecord], first_ordinal: int = 0) -> byte
     not depend on it, so a caller may encode, find the page too full, and encode again with
     ordinal 0 for the next page.
     """
-    if len(records) == 1:
+    txid = records[0].txid
+    if txid:
+        if any(record.txid != txid for record in records):
+            raise ValueError("records of one frame must share one transaction id")
+        parts = [bytes((_TX_BATCH,)) + TX_BATCH_HEAD.pack(txid, len(records))]
+    elif len(records) == 1:
         return _encode_message_frame(records[0], first_ordinal)
-    parts = [bytes((_BATCH,)) + BATCH_COUNT.pack(len(records))]
+    else:
+        parts = [bytes((_BATCH,)) + BATCH_COUNT.pack(len(records))]
     for record in records:
         parts.extend(_entry(record))
     length = sum(len(part) for part in parts)
@@ -235,7 +252,7 @@ def encode_v1_frame(records: Sequence[PagedRecord]) -> bytes:
     return V1_FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
 
 
-def _decode_entry(body: memoryview, pos: int) -> tuple[PagedRecord, int]:
+def _decode_entry(body: memoryview, pos: int, txid: int = 0) -> tuple[PagedRecord, int]:
     flags, message_id, qcount, mlen = ENTRY_HEAD.unpack_from(body, pos)
     pos += ENTRY_HEAD.size
     layout = _queue_ids(qcount)
@@ -244,7 +261,7 @@ def _decode_entry(body: memoryview, pos: int) -> tuple[PagedRecord, int]:
     end = pos + mlen
     if end > len(body):
         raise FrameError("entry runs past its frame")
-    return PagedRecord(message_id, qids, bool(flags & PERSISTENT), bytes(body[pos:end])), end
+    return PagedRecord(message_id, qids, bool(flags & PERSISTENT), bytes(body[pos:end]), txid), end
 
 
 def decode_body(body: memoryview) -> list[PagedRecord]:
@@ -254,12 +271,18 @@ def decode_body(body: memoryview) -> list[PagedRecord]:
         if kind == RecordType.MESSAGE:
             entry, end = _decode_entry(body, 1)
             entries = [entry]
-        elif kind == RecordType.BATCH:
-            (count,) = BATCH_COUNT.unpack_from(body, 1)
-            end = 1 + BATCH_COUNT.size
+        elif kind == RecordType.BATCH or kind == RecordType.TX_BATCH:
+            if kind == RecordType.BATCH:
+                (count,) = BATCH_COUNT.unpack_from(body, 1)
+                txid, end = 0, 1 + BATCH_COUNT.size
+            else:
+                txid, count = TX_BATCH_HEAD.unpack_from(body, 1)
+                end = 1 + TX_BATCH_HEAD.size
+                if not txid:
+                    raise FrameError("transaction batch without a transaction id")
             entries = []
             for _ in range(count):
-                entry, end = _decode_entry(body, end)
+                entry, end = _decode_entry(body, end, txid)
                 entries.append(entry)
         else:
             raise FrameError(f"unknown record type {kind}")
@@ -502,6 +525,8 @@ class PageScan:
     damage: list[FrameDamage] = field(default_factory=list)
     damaged: bool = False  # holds bytes no frame could be read from (kept, never cut)
     version: int = FORMAT_VERSION
+    # (transaction id, first ordinal, records) of each TX_BATCH frame, in page order
+    tx_batches: list[tuple[int, int, int]] = field(default_factory=list)
 
     def add(self, entries: Sequence[PagedRecord], offset: int, frame_size: int,
             first_ordinal: int | None = None) -> None:
@@ -514,6 +539,8 @@ class PageScan:
             self.first_id = entries[0].message_id
         if not self.index or offset // INDEX_EVERY_BYTES > self.index[-1][1] // INDEX_EVERY_BYTES:
             self.index.append((self.count, offset))
+        if entries[0].txid:
+            self.tx_batches.append((entries[0].txid, self.count, len(entries)))
         for entry in entries:
             self.last_id = entry.message_id
             self.count += 1
@@ -573,6 +600,7 @@ class PageSummaryRecord:
     index: list[tuple[int, int]]
     selector_summary: bytes | None
     damaged: bool = False  # flags bit 0: the page holds unreadable bytes (set aside, not deleted)
+    tx_batches: list[tuple[int, int, int]] = field(default_factory=list)  # see PageScan
 
     @classmethod
     def from_scan(
@@ -581,7 +609,7 @@ class PageSummaryRecord:
         return cls(
             page_no, scan.good_size, scan.count, scan.persistent_count, scan.first_id,
             scan.last_id, dict(scan.queue_counts), dict(scan.queue_persistent), list(scan.index),
-            selector_summary, scan.damaged,
+            selector_summary, scan.damaged, list(scan.tx_batches),
         )
 
     def encode(self) -> bytes:
@@ -599,6 +627,8 @@ class PageSummaryRecord:
         parts.extend(INDEX_ENTRY.pack(ordinal, offset) for ordinal, offset in self.index)
         if blob is not None:
             parts.append(blob)
+        parts.append(BATCH_COUNT.pack(len(self.tx_batches)))
+        parts.extend(TX_ENTRY.pack(*batch) for batch in self.tx_batches)
         data = b"".join(parts)
         return data + CRC.pack(zlib.crc32(data))
 
@@ -612,18 +642,27 @@ class PageSummaryRecord:
             raise FrameError("summary CRC mismatch")
         (magic, version, flags, page_no, file_size, count, persistent, first_id, last_id,
          _first_ord, _last_ord, queues, index_len, blob_len) = SUMMARY_HEAD.unpack_from(data, 0)
-        if magic != SUMMARY_MAGIC or version != SUMMARY_VERSION:
+        if magic != SUMMARY_MAGIC or version not in READABLE_SUMMARY_VERSIONS:
             raise FrameError(f"not a summary of a known version ({bytes(magic)!r} v{version})")
+        tx_batches: list[tuple[int, int, int]] = []
         try:
             queue_counts, queue_persistent, index, blob, pos = _summary_sections(
                 data, queues, index_len, blob_len
             )
+            if version >= 2:
+                (batches,) = BATCH_COUNT.unpack_from(data, pos)
+                pos += BATCH_COUNT.size
+                end = pos + batches * TX_ENTRY.size
+                if end > len(data) - CRC.size:
+                    raise FrameError("summary transaction section runs past its end")
+                tx_batches = [tuple(entry) for entry in TX_ENTRY.iter_unpack(data[pos:end])]  # type: ignore[misc]
+                pos = end
         except struct.error as exc:
             raise FrameError(f"summary sections malformed: {exc}") from exc
         if pos != len(data) - CRC.size or len(queue_counts) != queues:
             raise FrameError("summary sections do not add up to its length")
         return cls(page_no, file_size, count, persistent, first_id, last_id, queue_counts,
-                   queue_persistent, index, blob, bool(flags & SUMMARY_DAMAGED))
+                   queue_persistent, index, blob, bool(flags & SUMMARY_DAMAGED), tx_batches)
 
 
 def _summary_sections(

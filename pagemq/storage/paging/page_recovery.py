@@ -77,7 +77,7 @@ def scan_from_summary(summary: PageSummaryRecord) -> PageScan:
     return PageScan(
         summary.count, summary.persistent_count, summary.first_id, summary.last_id,
         dict(summary.queue_counts), dict(summary.queue_persistent), list(summary.index),
-        summary.file_size,
+        summary.file_size, tx_batches=list(summary.tx_batches),
     )
 
 

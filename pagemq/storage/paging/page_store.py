@@ -7,6 +7,10 @@ completion belong to the broker core (`pagemq.core.paging`).
 
 Guarantees the core relies on (docs/formats/page.md has the bytes):
 - `append` of several records writes one BATCH frame: after a crash all are there or none.
+  Records with a transaction id go in a TX_BATCH frame, which a crash keeps or drops whole
+  too; the page store reports them (`PageInfo.tx_batches`) and yields them like any other
+  record: a transaction that spans several page files and the journal is committed by a
+  journal record, and the core drops the batches whose commit record never came.
 - The future `append` returns resolves once the records are written *and* fsynced (one fsync
   per sync batch, batches at most every `sync_timeout`); it carries the OSError if they were
   not stored. No future is returned when no record is persistent: such records are written in
@@ -33,7 +37,7 @@ import bisect
 import logging
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -89,6 +93,8 @@ class PageInfo:
     size: int
     selector_summary: bytes | None
     closed: bool
+    # (transaction id, first ordinal, records) of each transactional batch on the page
+    tx_batches: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -108,6 +114,7 @@ class _Page:
         return PageInfo(
             self.page_no, stats.count, stats.persistent_count, stats.first_id, stats.last_id,
             dict(queue_counts), stats.good_size, self.selector_summary, self.closed,
+            list(stats.tx_batches),
         )
 
 
@@ -201,6 +208,10 @@ class PageStore:
         summary_input: Sequence[object] | None = None,
     ) -> tuple[int, int, asyncio.Future[None] | None]:
         """(page_no, first ordinal, future); several records are one atomic batch.
+
+        Records carrying a `txid` (all of them, the same) are written as a transactional
+        batch and listed in `PageInfo.tx_batches`; whether that transaction committed is
+        for the caller to know (see the module docstring).
 
         A page without `summary_input` for every record gets no selector summary (None means
         "unknown: any selector may match"), since a partial one would hide matches.

@@ -16,7 +16,7 @@ from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings, AddressSettingsRepository
 from pagemq.core.transactions import Transaction
-from pagemq.storage.api import CursorAck
+from pagemq.storage.api import CursorAck, StoreOp
 from pagemq.storage.fileio import REAL_FILE_IO, FaultyFileIO, FileIO
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_store import PageStore
@@ -25,13 +25,17 @@ from pagemq.storage.paging.page_store import PageStore
 class RecordingStore(JournalMessageStore):
     """The real journal store, noting each cursor-acks record it is asked to write."""
 
-    def __init__(self, directory: Path) -> None:
-        super().__init__(directory, file_size=1 << 20)
+    def __init__(self, directory: Path, fileio: FileIO = REAL_FILE_IO) -> None:
+        super().__init__(directory, file_size=1 << 20, fileio=fileio)
         self.cursor_records: list[CursorAck] = []
 
     def cursor_ack(self, record: CursorAck) -> None:
         self.cursor_records.append(record)
         super().cursor_ack(record)
+
+    def transaction(self, ops: list[StoreOp], *, sync: bool) -> asyncio.Future[None] | None:
+        self.cursor_records.extend(op for op in ops if isinstance(op, CursorAck))
+        return super().transaction(ops, sync=sync)
 
 
 class Collector:
@@ -43,10 +47,12 @@ class Collector:
 
 
 async def paging_broker(
-    directory: Path, fileio: FileIO = REAL_FILE_IO, address_settings: dict[str, object] | None = None,
+    directory: Path, fileio: FileIO | dict[str, FileIO] = REAL_FILE_IO,
+    address_settings: dict[str, object] | None = None, *, journal_fileio: FileIO = REAL_FILE_IO,
 ) -> tuple[Broker, RecordingStore, list[PageStore]]:
-    """Every message of every address pages (max-size-bytes 0), unless told otherwise."""
-    store = RecordingStore(directory / "journal")
+    """Every message of every address pages (max-size-bytes 0), unless told otherwise.
+    `fileio` may differ per address (a dict: address -> its page store's file layer)."""
+    store = RecordingStore(directory / "journal", journal_fileio)
     settings = AddressSettingsRepository()
     settings.add("#", address_settings if address_settings is not None else {"max-size-bytes": 0})
     loop = asyncio.get_running_loop()
@@ -54,7 +60,7 @@ async def paging_broker(
 
     def page_store(address: str, address_settings: AddressSettings) -> PageStore:
         pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes,
-                          fileio=fileio)
+                          fileio=fileio[address] if isinstance(fileio, dict) else fileio)
         pages.set_summary_builder(PageSummary)
         pages.open()
         pages.start(loop)
@@ -136,7 +142,7 @@ def test_flush_writes_gathered_acks_before_resolving(tmp_path: Path) -> None:
     run(body)
 
 
-def test_committed_paged_acks_are_written_with_the_commit(tmp_path: Path) -> None:
+def test_committed_paged_acks_are_written_in_the_commits_journal_transaction(tmp_path: Path) -> None:
     async def body() -> None:
         setup = await Subscribed.start(tmp_path, 5)
         tx = Transaction("tx1")

@@ -14,6 +14,7 @@ from pagemq.storage.paging.page_format import (
     FrameDamage,
     FrameError,
     PagedRecord,
+    PageScan,
     PageSummaryRecord,
     decode_file_header,
     encode_file_header,
@@ -44,7 +45,23 @@ V1_FILE_HEADER = "504d5150010018000100000000000000000000001d7585f1"
 V1_MESSAGE_FRAME = (
     "1b000000c110ee53" "01" "01" "0700000000000000" "0100" "03000000" "0300000000000000" "4d5347"
 )
+GOLDEN_TX_BATCH_FRAME = (
+    "504d5146" "cf671c5b" "3c000000" "01000000" "03" "2900000000000000" "02000000"
+    "01" "0800000000000000" "0200" "01000000" "0300000000000000" "0400000000000000" "41"
+    "00" "0900000000000000" "0000" "00000000"
+)
 GOLDEN_SUMMARY = (
+    "504d5153" "0200" "0000" "0100000000000000" "d204000000000000" "02000000" "01000000"
+    "0700000000000000" "0900000000000000" "00000000" "01000000" "02000000" "01000000" "03000000"
+    "0300000000000000" "02000000" "01000000"
+    "0400000000000000" "01000000" "00000000"
+    "00000000" "1800000000000000"
+    "53454c"
+    "01000000" "2900000000000000" "00000000" "02000000"
+    "d80c3a2e"
+)
+# Summary version 1 (written by earlier versions, still read): no transaction section.
+V1_SUMMARY = (
     "504d5153" "0100" "0000" "0100000000000000" "d204000000000000" "02000000" "01000000"
     "0700000000000000" "0900000000000000" "00000000" "01000000" "02000000" "01000000" "03000000"
     "0300000000000000" "02000000" "01000000"
@@ -79,6 +96,16 @@ def test_several_records_are_one_batch_frame_matching_golden_hex() -> None:
     assert frame.hex() == GOLDEN_BATCH_FRAME == _doc_hex("batch-frame")
 
 
+def test_transactional_records_are_one_tx_batch_frame_matching_golden_hex() -> None:
+    frame = encode_frame([PagedRecord(8, (3, 4), True, b"A", 41), PagedRecord(9, (), False, b"", 41)], 1)
+    assert frame.hex() == GOLDEN_TX_BATCH_FRAME == _doc_hex("tx-batch-frame")
+    ((_offset, _size, first, entries),) = read_frames(frame, 0, len(frame), ordinal=1)
+    assert first == 1 and [e.txid for e in entries] == [41, 41]
+    scan = PageScan()
+    scan.add(entries, FILE_HEADER.size, len(frame), first)
+    assert scan.tx_batches == [(41, 1, 2)]
+
+
 def test_format_1_pages_are_still_read() -> None:
     page = bytes.fromhex(V1_FILE_HEADER + V1_MESSAGE_FRAME + V1_MESSAGE_FRAME)
     assert decode_file_header(page) == 1
@@ -90,9 +117,15 @@ def test_format_1_pages_are_still_read() -> None:
 
 
 def test_summary_matches_golden_hex_and_round_trips() -> None:
-    summary = PageSummaryRecord(1, 1234, 2, 1, 7, 9, {3: 2, 4: 1}, {3: 1}, [(0, 24)], b"SEL")
+    summary = PageSummaryRecord(1, 1234, 2, 1, 7, 9, {3: 2, 4: 1}, {3: 1}, [(0, 24)], b"SEL",
+                                tx_batches=[(41, 0, 2)])
     assert summary.encode().hex() == GOLDEN_SUMMARY == _doc_hex("summary")
     assert PageSummaryRecord.decode(summary.encode()) == summary
+
+
+def test_version_1_summaries_are_still_read() -> None:
+    summary = PageSummaryRecord.decode(bytes.fromhex(V1_SUMMARY))
+    assert (summary.count, summary.selector_summary, summary.tx_batches) == (2, b"SEL", [])
 
 
 def test_summary_without_selector_blob_round_trips_as_none() -> None:
