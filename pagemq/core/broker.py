@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -168,7 +169,11 @@ class Broker:
                 log.warning("page folder for unknown address %r: kept, not read", name)
                 continue
             pager = self.pager(address)
-            pager.recover(pager.store.pages(), recovered.cursor_acks, recovered.cursor_completes)
+            pages = pager.store.pages()
+            # Ids stay above every paged message too (the journal may no longer hold the
+            # newest): the order of a queue across a restart is the order of its ids.
+            self._next_id = max([self._next_id, *(info.last_id + 1 for info in pages)])
+            pager.recover(pages, recovered.cursor_acks, recovered.cursor_completes)
             paged += pager.messages_paged
         # Cursor records of queues that no longer exist belong to no pager: forget them.
         self.stale_records.extend(
@@ -597,7 +602,7 @@ class Broker:
         now_ms = int(time.time() * 1000)
         expired = 0
         for queue in list(self.queues.values()):
-            stale = [ref for ref in queue if ref.message.expired(now_ms)]
+            stale = [ref for ref in chain(queue, queue.held) if ref.message.expired(now_ms)]
             if not stale:
                 continue
             queue.take_pending(stale)
