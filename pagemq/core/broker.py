@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -169,7 +170,11 @@ class Broker:
                 log.warning("page folder for unknown address %r: kept, not read", name)
                 continue
             pager = self.pager(address)
-            pager.recover(pager.store.pages(), recovered.cursor_acks, recovered.cursor_completes,
+            pages = pager.store.pages()
+            # Ids stay above every paged message too (the journal may no longer hold the
+            # newest): the order of a queue across a restart is the order of its ids.
+            self._next_id = max([self._next_id, *(info.last_id + 1 for info in pages)])
+            pager.recover(pages, recovered.cursor_acks, recovered.cursor_completes,
                           recovered.page_tx_commits)
             paged += pager.messages_paged
             read.add(name)
@@ -604,7 +609,7 @@ class Broker:
         now_ms = int(time.time() * 1000)
         expired = 0
         for queue in list(self.queues.values()):
-            stale = [ref for ref in queue if ref.message.expired(now_ms)]
+            stale = [ref for ref in chain(queue, queue.held) if ref.message.expired(now_ms)]
             if not stale:
                 continue
             queue.take_pending(stale)
@@ -755,8 +760,6 @@ class Broker:
             ops.extend(cursor.ack_records(refs))
         ops.extend(pager.commit_tx(txid) for pager in pagers)
         future = self.store.transaction(ops, sync=True) if ops else None
-        for pager in pagers:
-            pager.release_tx(txid)
         for message, queues, _durable in routed:
             for queue in queues:
                 queue.add(MessageRef(message))
@@ -770,6 +773,8 @@ class Broker:
                 queue.cursor.settle(ref, acked=True, journaled=True)  # type: ignore[union-attr]
                 continue
             self._unhold(queue, ref.message)
+        for pager in pagers:  # after the in-memory sends: they were admitted first
+            pager.release_tx(txid)
         for queue in touched:
             queue.dispatch()
         return future

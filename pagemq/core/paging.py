@@ -10,12 +10,22 @@ promises them); once a queue has acknowledged every message of a page meant for 
 file goes (in the middle of the stream too). Start-up rebuilds all of this from the page
 store's per-page summaries and the cursor records: no page body is read.
 
+Order across a restart: message ids grow with time, and a queue delivers in id order as it
+received them. At start-up the refs the journal kept in memory are older or newer than the
+messages a queue still has in page files; the newer ones are *held back* (`Queue.held`) and
+let in as the cursor reads past the paged messages older than them (it looks at the next
+paged record's id, `PageCursor._next_record`, even when its read limits stop it from taking
+that record in), and a selective consumer's look-ahead takes them at their place among the
+paged messages it scans.
+
 Loop-only: every method runs on the event loop thread.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -57,11 +67,12 @@ class CursorPage:
 class _Scan:
     """Where a selective consumer's look-ahead stands in the page files."""
 
-    __slots__ = ("ordinal", "page_no")
+    __slots__ = ("held_seen", "ordinal", "page_no")
 
     def __init__(self, page_no: int, ordinal: int) -> None:
         self.page_no = page_no
         self.ordinal = ordinal
+        self.held_seen = 0  # held-back refs up to this message id were offered already
 
 
 class PageCursor:
@@ -75,6 +86,13 @@ class PageCursor:
         self._read_page = -1       # page being read; -1 = before the first
         self._read_ordinal = 0     # next ordinal to read in it
         self._page_read_out = False
+        # The record at (_read_page, _read_ordinal), read from the page but not yet taken in:
+        # its message id says which held-back refs are older (see _next_record).
+        self._peeked: tuple[int, PagedRecord] | None = None
+        # Refs recovered from the journal may still be held back behind paged messages, up to
+        # this message id (see hold_back).
+        self._holding = False
+        self._hold_until = 0
         self._reader: Iterator[tuple[int, PagedRecord]] | None = None
         # The reader covers the whole page: made after it closed and every batch was written.
         self._reader_final = False
@@ -95,34 +113,65 @@ class PageCursor:
     # -- reading side ---------------------------------------------------------------------
 
     def fill(self, queue: Queue) -> None:
-        """Read paged refs into the queue while the depage limits allow."""
-        if self.unread <= 0 or self._waiting_for_write:
-            return
+        """Read paged refs into the queue while the depage limits allow; held-back refs older
+        than the next paged one go in too (they are in memory already: no limit holds them)."""
+        read_out = False
+        if self.unread > 0 and not self._waiting_for_write:
+            self._read_in(queue)
+            read_out = self.unread <= 0
+        if queue.held:
+            self._release_due()
+        if read_out:
+            self.pager.maybe_leave_paging()
+
+    def _read_in(self, queue: Queue) -> None:
         settings = self.pager.address.settings
         max_bytes = settings.max_read_page_bytes
         max_messages = settings.max_read_page_messages
         prefetch_bytes = settings.prefetch_page_bytes
         prefetch_messages = settings.prefetch_page_messages
+        held = queue.held
         while self.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
                     return
                 if max_messages >= 0 and self.in_memory >= max_messages:
                     return
-                if prefetch_messages >= 0 and queue.pending >= prefetch_messages:
+                if prefetch_messages >= 0 and queue.ready >= prefetch_messages:
                     return
                 average = self.bytes_in_memory // self.in_memory
-                if prefetch_bytes >= 0 and queue.pending * average >= prefetch_bytes:
+                if prefetch_bytes >= 0 and queue.ready * average >= prefetch_bytes:
                     return
             ref = self._next_ref()
             if ref is None:
                 return
             self._into_memory(ref.message.memory_size)
+            if held:
+                self._release_below(ref.message.message_id)
             queue.add_depaged(ref)
-        self.pager.maybe_leave_paging()
 
     def _next_ref(self) -> MessageRef | None:
-        """The next unacknowledged record for this queue, from (page, ordinal) onwards."""
+        """The next unacknowledged record for this queue, taken in (decoded, position passed)."""
+        found = self._next_record()
+        if found is None:
+            return None
+        ordinal, record = found
+        self._peeked = None
+        self._read_ordinal = ordinal + 1
+        message = decode_message(record.message, self.pager.address.name)
+        return self._ref(message, self._read_page, ordinal)
+
+    def _next_record(self) -> tuple[int, PagedRecord] | None:
+        """The next unacknowledged record for this queue, from (page, ordinal) onwards, not
+        taken: the read position stays on it (a selective consumer may still claim it)."""
+        peeked = self._peeked
+        if peeked is not None:
+            page = self.pages.get(self._read_page)
+            ordinal = peeked[0]
+            if page is not None and ordinal not in page.acked and ordinal not in page.claimed:
+                return peeked
+            self._peeked = None  # claimed meanwhile: read on
+            self._read_ordinal = ordinal + 1
         queue_id = self.queue.queue_id
         store = self.pager.store
         fresh = False  # the reader was made in this call (nothing was appended since)
@@ -148,13 +197,13 @@ class PageCursor:
                     continue
                 if ordinal in page.claimed:
                     continue  # a selective consumer took it ahead of us; already counted
+                self._read_ordinal = ordinal
                 if record.txid and self.pager.wait_for_commit(record.txid, self):
                     # Its transaction is not committed yet: nothing behind it goes first.
-                    self._read_ordinal = ordinal
                     self._reader = None
                     return None
-                message = decode_message(record.message, self.pager.address.name)
-                return self._ref(message, self._read_page, ordinal)
+                self._peeked = (ordinal, record)
+                return self._peeked
             self._reader = None
             if self._reader_final:
                 self._page_read_out = True
@@ -172,12 +221,85 @@ class PageCursor:
         return min(later) if later else None
 
     def _wait_for_write(self) -> None:
+        if self._waiting_for_write:
+            return
         self._waiting_for_write = True
         self.pager.store.flush().add_done_callback(self._written)
 
     def _written(self, _future: asyncio.Future[None]) -> None:
         self._waiting_for_write = False
         self.queue.dispatch()
+
+    # -- refs held back at start-up ---------------------------------------------------------
+
+    def hold_back(self, oldest_paged: int) -> None:
+        """Start-up, the journal's refs already in the queue: those newer than `oldest_paged`
+        (no paged message of the queue is older: its first page's first id) wait in
+        `queue.held`, by id, until reading passes the paged messages older than them."""
+        queue = self.queue
+        later = [ref for ref in queue if ref.message.message_id > oldest_paged]
+        if not later:
+            return
+        queue.take_pending(later)
+        later.sort(key=_message_id)
+        queue.held.extend(later)
+        self._holding = True
+        self._hold_until = later[-1].message.message_id
+
+    def _release_due(self) -> None:
+        """Let in the held-back refs older than the queue's next paged message; all of them
+        when none is left to read (or the next was written after the restart: it is newer)."""
+        found = self._next_record() if self.unread > 0 else None
+        self._release_below(found[1].message_id if found is not None else None)
+
+    def release_held(self) -> None:
+        """Every held-back ref into the queue: nothing paged before the restart is left."""
+        self._release_below(None)
+
+    def _release_below(self, bound: int | None) -> None:
+        queue = self.queue
+        held = queue.held
+        while held and (bound is None or held[0].message.message_id < bound):
+            queue.add_depaged(held.popleft())
+        if bound is None or bound > self._hold_until:
+            self._holding = False  # reading is past every ref that was held back
+
+    def takes_back(self, ref: MessageRef) -> bool:
+        """A ref from the journal returned unacknowledged: held back again, if paged messages
+        older than it are still to be read (a selective consumer took it from among them), as
+        `put_back` returns a paged ref to its place."""
+        if not self._holding:
+            return False
+        found = self._next_record() if self.unread > 0 else None
+        message_id = ref.message.message_id
+        if found is None or message_id < found[1].message_id:
+            return False
+        bisect.insort(self.queue.held, ref, key=_message_id)
+        for scan in self._scans.values():
+            scan.held_seen = min(scan.held_seen, message_id - 1)
+        return True
+
+    def _offer_held(self, consumer: Consumer, scan: _Scan, bound: int | None) -> bool:
+        """Deliver to a selective consumer the held-back refs it accepts that are older than
+        the paged message `bound` (None: all), so it gets them at their place among the paged
+        ones; whether it still has credit."""
+        held = self.queue.held
+        index = bisect.bisect_right(held, scan.held_seen, key=_message_id)
+        now_ms = int(time.time() * 1000)
+        while index < len(held):
+            ref = held[index]
+            message = ref.message
+            if bound is not None and message.message_id >= bound:
+                break
+            if not consumer.has_credit():
+                return False
+            scan.held_seen = message.message_id
+            if message.expired(now_ms) or not consumer.accepts(message):
+                index += 1  # an expired one is expired once it is let into the queue
+                continue
+            del held[index]
+            consumer.deliver(ref)
+        return consumer.has_credit()
 
     # -- selective consumers and browsers ---------------------------------------------------
 
@@ -191,9 +313,17 @@ class PageCursor:
     def look_ahead(self, consumer: Consumer) -> None:
         """Deliver paged messages matching `consumer`'s selector from beyond the queue's read
         position, so it never starves behind messages it does not want (Artemis and HornetQ
-        do starve it). Pages whose summary cannot match are skipped without reading them."""
-        if self.unread <= 0 or not consumer.has_credit():
-            return
+        do starve it). Pages whose summary cannot match are skipped without reading them.
+        Held-back refs it accepts are delivered at their place among them."""
+        if self.unread > 0 and consumer.has_credit():
+            self._look_ahead(consumer)
+        if self.queue.held:
+            # Claims may have moved the queue's next paged message on: let in what is due.
+            self._release_due()
+            if self.unread <= 0:
+                self.pager.maybe_leave_paging()
+
+    def _look_ahead(self, consumer: Consumer) -> None:
         start = self._position()
         scan = self._scans.get(consumer)
         if scan is None or (scan.page_no, scan.ordinal) < start:
@@ -208,16 +338,20 @@ class PageCursor:
                 continue
             if page_no != live and not self.pager.may_match(page_no, consumer.selector):
                 continue
-            complete = store.fully_readable(page_no)  # before reading: see _next_ref
+            complete = store.fully_readable(page_no)  # before reading: see _next_record
             if not self._scan_page(consumer, scan, page):
                 return
             if not complete:
                 # Records appended to this page are not readable yet: stay on it and look
                 # again once they are (the queue's own read may be held by its limits and
-                # never ask), rather than move on past them.
-                if not self._waiting_for_write:
-                    self._wait_for_write()
+                # never ask), rather than move on past them. It was written after the
+                # restart: every held-back ref is older than what is still to come.
+                if self.queue.held:
+                    self._offer_held(consumer, scan, None)
+                self._wait_for_write()
                 return
+        if self.queue.held and not self._offer_held(consumer, scan, None):
+            return
         self.pager.maybe_leave_paging()
 
     def _scan_page(self, consumer: Consumer, scan: _Scan, page: CursorPage) -> bool:
@@ -235,6 +369,9 @@ class PageCursor:
             message = decode_message(record.message, address)
             if not consumer.accepts(message):
                 continue
+            if self.queue.held and not self._offer_held(consumer, scan, record.message_id):
+                scan.ordinal = ordinal  # this one next time, after the older held-back ones
+                return False
             page.claimed.add(ordinal)
             self._into_memory(message.memory_size)
             consumer.deliver(self._ref(message, page_no, ordinal))
@@ -274,8 +411,14 @@ class PageCursor:
         self._scans.pop(consumer, None)
 
     def browse(self, selector: Selector | None) -> Iterator[MessageRef]:
-        """Paged messages of this queue from its read position *now* on, in order, read-only."""
-        return self._browse_from(*self._position(), selector)
+        """Paged messages of this queue from its read position *now* on, in order, read-only;
+        the refs held back behind them at their place."""
+        paged = self._browse_from(*self._position(), selector)
+        if not self.queue.held:
+            return paged
+        held = [ref for ref in self.queue.held
+                if selector is None or selector.matches_headers(message_view(ref.message))]
+        return _merged(paged, held)
 
     def _browse_from(self, page_no: int, ordinal: int, selector: Selector | None) -> Iterator[MessageRef]:
         queue_id = self.queue.queue_id
@@ -408,6 +551,7 @@ class PageCursor:
         del self.pages[page_no]
         if self._read_page == page_no:
             self._reader = None  # nothing left for us in it
+            self._peeked = None
         self.pager.queue_done_with(self.queue.queue_id, page_no, page.ack_ids)
 
     def drop(self) -> None:
@@ -416,6 +560,24 @@ class PageCursor:
             page = self.pages.pop(page_no)
             self.pager.queue_done_with(self.queue.queue_id, page_no, page.ack_ids)
         self.unread = 0
+        self._reader = self._peeked = None
+        self._holding = False
+
+
+def _message_id(ref: MessageRef) -> int:
+    return ref.message.message_id
+
+
+def _merged(paged: Iterator[MessageRef], held: list[MessageRef]) -> Iterator[MessageRef]:
+    """Paged refs with the held-back ones (both in id order) in between, by id."""
+    index = 0
+    for ref in paged:
+        message_id = ref.message.message_id
+        while index < len(held) and held[index].message.message_id < message_id:
+            yield held[index]
+            index += 1
+        yield ref
+    yield from held[index:]
 
 
 class AddressPager:
@@ -720,8 +882,15 @@ class AddressPager:
         return voided
 
     def maybe_leave_paging(self) -> None:
-        """The backlog is read into memory: new messages can stay in memory again (FIFO holds)."""
+        """The backlog is read into memory: new messages can stay in memory again (FIFO holds).
+
+        Any ref still held back goes into its queue first: a new message must come after it.
+        """
         if self.address.paging and all(c.unread == 0 for c in self.cursors.values()):
+            for cursor in self.cursors.values():
+                if cursor.queue.held:
+                    cursor.release_held()
+                    cursor.queue.dispatch()
             self.address.paging = False
 
     @property
@@ -759,6 +928,7 @@ class AddressPager:
             acked.setdefault((ack.queue_id, ack.page_no), []).append(ack)
         self._forget_stale(pages, acked, completes)
         voided = self._recover_transactions(pages, tx_commits)
+        oldest: dict[int, int] = {}  # queue -> first message id of its first page
         for info in pages:
             self._on_disk(info.page_no, info.persistent_count, info.size)
             holders: set[int] = set()
@@ -779,9 +949,14 @@ class AddressPager:
                 cursor.unread += remaining
                 queue.counters.added += remaining
                 holders.add(queue_id)
+                oldest.setdefault(queue_id, info.first_id)
             if holders:
                 self._open[info.page_no] = holders
             else:
                 self._delete_page(info.page_no, [a.record_id for k, v in acked.items()
                                                  if k[1] == info.page_no for a in v])
+        for queue_id, first_id in oldest.items():
+            # The journal's refs are in the queue already: those newer than a paged message
+            # wait for the cursor to read past it (FIFO across the restart).
+            self.cursors[queue_id].hold_back(first_id)
         self.address.paging = self.messages_paged > 0

@@ -5,6 +5,12 @@ back to the head of its level, so one producer's messages stay in order across r
 Dispatch is round-robin over consumers with credit. Consumers with selectors take the first
 pending ref they match; refs nobody matches wait without blocking the others.
 
+After a restart, refs recovered from the journal that are newer than messages the queue
+still has in page files wait in `held` (in message-id order) and are let into the queue by
+its page cursor as it reads past those older messages: the queue delivers in the order it
+would have without the restart. They are pending: counted, browsed, expired and deleted
+with the queue like the others.
+
 What a queue does *not* do: persistence and memory accounting belong to the broker (it
 knows whether a message is shared by other queues), paging to the address's cursor.
 
@@ -69,6 +75,9 @@ class Queue:
         self.consumers: list[Consumer] = []
         self._levels: list[deque[MessageRef]] = [deque() for _ in range(PRIORITIES)]
         self._pending = 0
+        # Recovered refs newer than paged messages not yet read back, by message id; the
+        # cursor lets them in as it reads past those (see PageCursor.hold_back).
+        self.held: deque[MessageRef] = deque()
         self._top = -1
         self._next_consumer = 0
         self._dispatching = False
@@ -81,6 +90,12 @@ class Queue:
 
     @property
     def pending(self) -> int:
+        """Waiting in memory for a consumer: ready for dispatch, or held back (see `held`)."""
+        return self._pending + len(self.held)
+
+    @property
+    def ready(self) -> int:
+        """Pending refs dispatch may hand out now (the held-back ones not included)."""
         return self._pending
 
     @property
@@ -89,7 +104,8 @@ class Queue:
         return sum(len(c.in_flight) for c in self.consumers) + self.transacted
 
     def __iter__(self) -> Iterator[MessageRef]:
-        """Pending refs in delivery order (highest priority first), for browsers and stats."""
+        """Ready refs in delivery order (highest priority first), for browsers and stats;
+        the held-back ones are in `held`."""
         for level in range(PRIORITIES - 1, -1, -1):
             yield from self._levels[level]
 
@@ -121,9 +137,12 @@ class Queue:
         for ref in reversed(refs):
             if dead_letter and self.broker.exhausted(self, ref):
                 continue
-            if cursor is not None and ref.page_pos is not None and cursor.is_ahead(ref):  # type: ignore[attr-defined]
-                cursor.put_back(ref)  # type: ignore[attr-defined]
-                continue
+            if cursor is not None:
+                if ref.page_pos is not None and cursor.is_ahead(ref):  # type: ignore[attr-defined]
+                    cursor.put_back(ref)  # type: ignore[attr-defined]
+                    continue
+                if ref.page_pos is None and cursor.takes_back(ref):  # type: ignore[attr-defined]
+                    continue
             priority = ref.message.priority
             self._levels[priority].appendleft(ref)
             self._pending += 1
@@ -144,10 +163,11 @@ class Queue:
         return ref
 
     def remove_pending(self) -> list[MessageRef]:
-        """Take every pending ref out (queue delete / purge)."""
-        refs = list(self)
+        """Take every pending ref out, held-back ones included (queue delete / purge)."""
+        refs = [*self, *self.held]
         for level in self._levels:
             level.clear()
+        self.held.clear()
         self._pending = 0
         self._top = -1
         return refs
@@ -165,12 +185,18 @@ class Queue:
         return True
 
     def take_pending(self, refs: list[MessageRef]) -> None:
-        """Take these pending refs out (expiry scan); the caller settles them."""
+        """Take these pending refs out (expiry scan), held-back ones too; the caller settles them."""
         doomed = {id(ref) for ref in refs}
+        doomed_held = 0
+        if self.held:
+            kept = [r for r in self.held if id(r) not in doomed]
+            doomed_held = len(self.held) - len(kept)
+            self.held.clear()
+            self.held.extend(kept)
         for index, level in enumerate(self._levels):
             if level:
                 self._levels[index] = deque(r for r in level if id(r) not in doomed)
-        self._pending -= len(doomed)
+        self._pending -= len(doomed) - doomed_held
         self._top = max((i for i in range(PRIORITIES) if self._levels[i]), default=-1)
 
     # -- consumers ------------------------------------------------------------------------
@@ -252,9 +278,12 @@ class Queue:
             delivered = self._offer_pending()
             if cursor is None:
                 return
+            before = self._pending
             for consumer in self.consumers:
                 if consumer.selector is not None:
                     cursor.look_ahead(consumer)  # type: ignore[attr-defined]
+            if self._pending > before:
+                continue  # the look-ahead let held-back refs in: offer them
             if not delivered or cursor.unread <= 0:  # type: ignore[attr-defined]
                 return
             before = self._pending
