@@ -55,7 +55,7 @@ from pagemq.storage.paging.page_format import (
     read_frames,
 )
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
-from pagemq.storage.paging.page_writer import ADDRESS_FILE, PageWriter
+from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
 __all__ = ["PageInfo", "PageStore", "PagedRecord", "SummaryBuilder"]
 
@@ -146,13 +146,14 @@ class PageStore:
 
     @staticmethod
     def discover(paging_directory: Path) -> dict[str, Path]:
-        """Address name -> folder, for every folder holding an `address.txt`."""
+        """Address name -> folder, for every folder holding an `address.txt` (a staging
+        folder, `<name>.tmp`, is not one: see `PageWriter._create_folder`)."""
         found: dict[str, Path] = {}
         if not paging_directory.is_dir():
             return found
         for folder in sorted(paging_directory.iterdir()):
             marker = folder / ADDRESS_FILE
-            if folder.is_dir() and marker.is_file():
+            if folder.is_dir() and not folder.name.endswith(FOLDER_STAGING_SUFFIX) and marker.is_file():
                 found[marker.read_bytes().decode("utf-8", "surrogatepass")] = folder
         return found
 

@@ -335,3 +335,44 @@ def test_damage_found_reading_a_summarised_page_is_counted_in_a_new_summary(tmp_
     assert store.stats()["pages_scanned"] == 0 and store._pages[1].damaged
     assert (info.count, info.queue_counts) == (5, {1: 4})
     assert page.read_bytes() == bytes(data)
+
+
+def test_a_start_removes_what_an_interrupted_folder_creation_left_and_nothing_else(tmp_path: Path) -> None:
+    """Fault: folder creations cut by a crash. A staging folder (`<name>.tmp`, with or without
+    its address.txt) and a folder made in place by an older version with only
+    `address.txt.tmp` hold no page: `data check` notes them (exit 0), a start removes them.
+    A folder without address.txt that holds a page is not one of them: kept, and a problem."""
+    from io import StringIO
+
+    from pagemq.storage.data_commands import check
+    from pagemq.storage.paging.page_format import folder_name
+    from pagemq.storage.paging.page_recovery import remove_unfinished_folders, unfinished_folder
+
+    data = tmp_path / "data"
+    paging = data / "paging"
+    staged = paging / (folder_name("a") + ".tmp")
+    staged_empty = paging / (folder_name("b") + ".tmp")
+    in_place = paging / folder_name("c")
+    for folder in (staged, staged_empty, in_place):
+        folder.mkdir(parents=True)
+    (staged / "address.txt").write_bytes(b"a")
+    (in_place / "address.txt.tmp").write_bytes(b"c")
+    out = StringIO()
+    assert check(data, out=out) == 0, out.getvalue()
+    assert out.getvalue().count("a crash interrupted") == 3
+    assert PageStore.discover(paging) == {}  # a staging folder's address.txt names no folder yet
+
+    kept = paging / "not-a-page-folder"  # not named as the broker names its folders
+    kept.mkdir()
+    assert [f for f in sorted(paging.iterdir()) if unfinished_folder(f)] == [staged, staged_empty, in_place]
+
+    assert remove_unfinished_folders(paging, FaultyFileIO()) == [staged, staged_empty, in_place]
+    assert sorted(paging.iterdir()) == [kept]
+
+    orphan = write_pages(tmp_path / "other", [[rec(1)]])
+    (orphan / "address.txt").unlink()
+    shutil.move(orphan, paging / orphan.name)
+    assert remove_unfinished_folders(paging, FaultyFileIO()) == []
+    out = StringIO()
+    assert check(data, out=out) == 1
+    assert "without a readable address.txt" in out.getvalue()
