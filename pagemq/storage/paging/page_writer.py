@@ -130,7 +130,10 @@ class PageWriter:
         self._op_failures: list[OSError] = []  # under _cond: close/delete failures not yet reported
         self._last_start = 0.0
         self.on_failure: Callable[[set[int], OSError], None] = lambda _pages, _exc: None
-        self.on_resummarised: Callable[[PageSummaryRecord], None] = lambda _summary: None
+        # (summary, lost): for a rescan after damage, the ordinals the damage took as
+        # (first, end) ranges, end None for "to the end of the page"; None otherwise.
+        self.on_resummarised: Callable[[PageSummaryRecord, list[tuple[int, int | None]] | None], None] = (
+            lambda _summary, _lost: None)
         self.records_written = 0
         self.fsyncs = 0
         self.batches = 0
@@ -443,9 +446,13 @@ class PageWriter:
                 data = b""  # the failed write was the page's first: nothing to keep
             scan = scan_page(data, page_no)
             summary = PageSummaryRecord.from_scan(page_no, scan, op.summary.selector_summary)
+            lost: list[tuple[int, int | None]] | None = None
             if op.rescan:
                 summary.file_size, summary.damaged = len(data), True
-            self._notify(self.on_resummarised, summary)
+                lost = [(0, None)] if scan.good_size == 0 else [  # no readable file header
+                    (d.first_lost, d.first_lost + d.lost if d.resumed and d.lost is not None else None)
+                    for d in scan.damage if d.first_lost is not None]
+            self._notify(self.on_resummarised, summary, lost)
         if summary.count == 0 and not summary.damaged:
             self._remove(path)
             self._existing.discard(page_no)
