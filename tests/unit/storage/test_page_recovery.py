@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pagemq.storage.data_commands import check
 from pagemq.storage.fileio import FaultyFileIO, FileIO
-from pagemq.storage.paging.page_format import FILE_HEADER, encode_frame, read_frames
+from pagemq.storage.paging.page_format import FILE_HEADER, encode_frame, folder_name, read_frames
+from pagemq.storage.paging.page_recovery import remove_unfinished_folders, unfinished_folder
 from pagemq.storage.paging.page_store import PagedRecord, PageStore
+from pagemq.storage.paging.paging_print import describe_paging
 
 
 def rec(message_id: int, *, persistent: bool = True, size: int = 100) -> PagedRecord:
@@ -342,12 +346,6 @@ def test_a_start_removes_what_an_interrupted_folder_creation_left_and_nothing_el
     its address.txt) and a folder made in place by an older version with only
     `address.txt.tmp` hold no page: `data check` notes them (exit 0), a start removes them.
     A folder without address.txt that holds a page is not one of them: kept, and a problem."""
-    from io import StringIO
-
-    from pagemq.storage.data_commands import check
-    from pagemq.storage.paging.page_format import folder_name
-    from pagemq.storage.paging.page_recovery import remove_unfinished_folders, unfinished_folder
-
     data = tmp_path / "data"
     paging = data / "paging"
     staged = paging / (folder_name("a") + ".tmp")
@@ -361,6 +359,8 @@ def test_a_start_removes_what_an_interrupted_folder_creation_left_and_nothing_el
     assert check(data, out=out) == 0, out.getvalue()
     assert out.getvalue().count("a crash interrupted") == 3
     assert PageStore.discover(paging) == {}  # a staging folder's address.txt names no folder yet
+    printed = list(describe_paging(paging))
+    assert len(printed) == 3 and all("a crash interrupted" in line for line in printed), printed
 
     kept = paging / "not-a-page-folder"  # not named as the broker names its folders
     kept.mkdir()
@@ -416,3 +416,28 @@ def test_damage_found_reading_tells_which_queues_lost_how_many_records_once(
     (report,) = reports
     assert (report.page_no, report.path, report.records) == (1, page, 1)
     assert report.queues == {1: 1} and report.ordinals == {3, 4}
+
+
+def test_damage_met_by_a_reader_in_a_worker_thread_is_recounted_on_the_loop(tmp_path: Path) -> None:
+    folder = write_pages(tmp_path, [[rec(i)] for i in range(5)])
+    page = folder / "000000001.page"
+    data = bytearray(page.read_bytes())
+    data[FILE_HEADER.size + 2 * len(encode_frame([rec(0)])) + 30] ^= 0xFF
+    page.write_bytes(bytes(data))
+    reports = []
+
+    async def body() -> None:
+        store = PageStore(tmp_path, "orders", page_size_bytes=4096)
+        store.on_records_lost = reports.append
+        store.open()
+        store.start(asyncio.get_running_loop())
+        ids = await asyncio.to_thread(lambda: [r.message_id for _, r in store.read_page(1)])
+        assert ids == [0, 1, 3, 4]
+        await asyncio.sleep(0)  # the loop takes the damage over from the thread
+        await store.flush()
+        await asyncio.sleep(0)
+        await store.close()
+
+    asyncio.run(body())
+    (report,) = reports
+    assert report.queues == {1: 1} and report.ordinals == {2}
