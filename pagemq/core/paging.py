@@ -34,7 +34,7 @@ from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
 from pagemq.storage.api import CursorAck, CursorComplete, MessageStore, PageTxCommit
 from pagemq.storage.message_codec import decode_message, encode_message
-from pagemq.storage.paging.page_store import PagedRecord, PageInfo, PageStore
+from pagemq.storage.paging.page_store import PagedRecord, PageInfo, PageStore, RecordsLost
 
 if TYPE_CHECKING:
     import asyncio
@@ -49,10 +49,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("pagemq.paging")
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 class CursorPage:
     """One page as one queue sees it: how many of its records are for the queue, which are acked."""
 
-    __slots__ = ("ack_ids", "acked", "claimed", "count", "unwritten")
+    __slots__ = ("ack_ids", "acked", "claimed", "count", "lost", "read", "unwritten")
 
     def __init__(self, count: int = 0) -> None:
         self.count = count
@@ -62,6 +65,11 @@ class CursorPage:
         self.unwritten: list[int] = []
         # Read ahead of the queue's position by a selective consumer: in memory, skip them.
         self.claimed: set[int] = set()
+        # Read into memory by the queue's own reading (acknowledged or not) in this run: a
+        # record damaged after it was read is not one this queue has lost.
+        self.read: set[int] = set()
+        # Ordinals damage took (any queue's; see PageCursor.records_lost).
+        self.lost: frozenset[int] | set[int] = _NONE
 
 
 class _Scan:
@@ -159,6 +167,9 @@ class PageCursor:
         self._peeked = None
         self._read_ordinal = ordinal + 1
         message = decode_message(record.message, self.pager.address.name)
+        page = self.pages.get(self._read_page)
+        if page is not None:
+            page.read.add(ordinal)
         return self._ref(message, self._read_page, ordinal)
 
     def _next_record(self) -> tuple[int, PagedRecord] | None:
@@ -168,7 +179,8 @@ class PageCursor:
         if peeked is not None:
             page = self.pages.get(self._read_page)
             ordinal = peeked[0]
-            if page is not None and ordinal not in page.acked and ordinal not in page.claimed:
+            if (page is not None and ordinal not in page.acked and ordinal not in page.claimed
+                    and ordinal not in page.lost):
                 return peeked
             self._peeked = None  # claimed meanwhile: read on
             self._read_ordinal = ordinal + 1
@@ -197,6 +209,8 @@ class PageCursor:
                     continue
                 if ordinal in page.claimed:
                     continue  # a selective consumer took it ahead of us; already counted
+                if ordinal in page.lost:
+                    continue  # a reader made before the damage; it no longer counts (records_lost)
                 self._read_ordinal = ordinal
                 if record.txid and self.pager.wait_for_commit(record.txid, self):
                     # Its transaction is not committed yet: nothing behind it goes first.
@@ -361,7 +375,8 @@ class PageCursor:
         page_no = scan.page_no
         for ordinal, record in self.pager.store.read_page(page_no, scan.ordinal):
             scan.ordinal = ordinal + 1
-            if queue_id not in record.queue_ids or ordinal in page.acked or ordinal in page.claimed:
+            if (queue_id not in record.queue_ids or ordinal in page.acked or ordinal in page.claimed
+                    or ordinal in page.lost):
                 continue
             if record.txid and self.pager.wait_for_commit(record.txid, self):
                 scan.ordinal = ordinal  # looked at again once its transaction is decided
@@ -434,7 +449,7 @@ class PageCursor:
             start = ordinal if number == page_no else 0
             for index, record in store.read_page(number, start):
                 # Claimed ones are shown here, at their place (the in-memory part skips them).
-                if queue_id not in record.queue_ids or index in page.acked:
+                if queue_id not in record.queue_ids or index in page.acked or index in page.lost:
                     continue
                 if record.txid and self.pager.is_pending(record.txid):
                     continue  # not committed (yet): not in the queue
@@ -455,11 +470,16 @@ class PageCursor:
         self.pager.release(size)
         if not acked:
             if ref.page_pos is not None:
-                page = self.pages.get(ref.page_pos[0])
-                if page is not None and ref.page_pos[1] in page.claimed:
-                    # Back on disk only, for whoever reads that position next.
-                    page.claimed.discard(ref.page_pos[1])
-                    self.unread += 1
+                page_no, ordinal = ref.page_pos
+                page = self.pages.get(page_no)
+                if page is not None and ordinal in page.claimed:
+                    page.claimed.discard(ordinal)
+                    if ordinal not in page.lost:
+                        self.unread += 1  # back on disk only, for whoever reads that position next
+                    else:  # its bytes were damaged since it was read: never to be read again
+                        self._returned.pop(ref.page_pos, None)
+                        page.count -= 1
+                        self._maybe_done(page_no, page)
             return
         assert ref.page_pos is not None
         page_no, ordinal = ref.page_pos
@@ -475,11 +495,29 @@ class PageCursor:
             if not page.unwritten:
                 self.pager.broker.acks_to_write(self)
             page.unwritten.append(ordinal)
+        self._maybe_done(page_no, page)
+
+    def _maybe_done(self, page_no: int, page: CursorPage) -> None:
         if len(page.acked) >= page.count:
             if page_no != self.pager.store.live_page_no():
                 self._complete(page_no)
             else:
                 self.pager.live_page_caught_up(page_no)
+
+    def records_lost(self, page_no: int, lost: int, ordinals: frozenset[int]) -> int:
+        """Damage took `lost` of this queue's records of the page, somewhere in `ordinals`:
+        those still unread are never to be read, so they stop counting (unread, the page's
+        count). Those it had read or claimed (in memory) or acknowledged stay as they are.
+        Returns how many stopped counting."""
+        page = self.pages.get(page_no)
+        if page is None:
+            return 0
+        known = sum(1 for o in ordinals if o in page.acked or o in page.claimed or o in page.read)
+        gone = max(0, min(lost - known, self.unread))
+        page.lost = ordinals if not page.lost else page.lost | ordinals
+        page.count -= gone
+        self.unread -= gone
+        return gone
 
     def write_acks(self) -> None:
         """Write the acks gathered since the last call, one cursor-acks record per page.
@@ -605,6 +643,7 @@ class AddressPager:
         self._live_seen = store.live_page_no()
         # write batch -> its appends (page, queues, records, bytes), undone if it fails
         self._unsynced: dict[asyncio.Future[None], list[tuple[int, list[Queue], int, int]]] = {}
+        store.on_records_lost = self.records_lost
 
     def cursor(self, queue: Queue) -> PageCursor:
         cursor = self.cursors.get(queue.queue_id)
@@ -770,6 +809,29 @@ class AddressPager:
             page.count -= 1
         self._live_seen = self.store.live_page_no()
         self._complete_closed()  # counts dropped: pages may be fully acknowledged now
+
+    def records_lost(self, lost: RecordsLost) -> None:
+        """Damage found while reading a page took records (the page store re-counted it):
+        the queues stop counting those they had not read, so their counts, the address's
+        page mode and page completion no longer wait for messages nobody can receive."""
+        if lost.page_no in self._page_sizes:
+            self._on_disk(lost.page_no, -lost.records, 0)
+        dropped = []
+        for queue_id, count in sorted(lost.queues.items()):
+            cursor = self.cursors.get(queue_id)
+            gone = cursor.records_lost(lost.page_no, count, lost.ordinals) if cursor is not None else 0
+            if gone:
+                dropped.append(f"{cursor.queue.name!r} {gone}")  # type: ignore[union-attr]
+        log.warning("paging %r: %s: %d record(s) lost to damage; no longer counted as messages of "
+                    "queues: %s", self.address.name, lost.path, lost.records,
+                    ", ".join(dropped) or "none (all were read or acknowledged before)")
+        self._live_seen = self.store.live_page_no()
+        self._complete_closed()  # counts dropped: pages may be fully acknowledged now
+        self.maybe_leave_paging()
+        for queue_id in lost.queues:
+            cursor = self.cursors.get(queue_id)
+            if cursor is not None and cursor.queue.consumers:
+                cursor.queue.dispatch()
 
     # -- memory ---------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.lock import DataDirectoryLock
 from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_recovery import remove_unfinished_folders
 from pagemq.storage.paging.page_store import PageStore
 
 log = logging.getLogger("pagemq")
@@ -82,6 +83,7 @@ class BrokerServer:
             broker_config.paging_directory,
         ):
             self.fileio.makedirs(directory)  # each new level's parent fsynced
+        remove_unfinished_folders(broker_config.paging_directory, self.fileio)
         recovered = self.broker.recover()
         self.store.start(asyncio.get_running_loop())
         if stale := self.broker.forget_stale():

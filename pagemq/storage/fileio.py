@@ -11,9 +11,10 @@ Durability model of `FaultyFileIO` (what `crash()` keeps), the POSIX worst case:
   length it had at its last fsync (bytes that were there when it was opened count as
   fsynced);
 - directory *entries* are volatile until their directory is fsynced: a crash undoes every
-  create, rename, remove and mkdir whose directory (both directories, for a rename) was not
-  fsynced after it — a new file vanishes even if its data was fsynced, a renamed file is
-  back under its old name (and what it replaced is back), a removed file is back;
+  create, rename, remove, mkdir and rmdir whose directory (both directories, for a rename)
+  was not fsynced after it — a new file vanishes even if its data was fsynced, a renamed
+  file (or directory) is back under its old name (and what it replaced is back), a removed
+  file is back;
 - `truncate` is durable at once (`RealFileIO.truncate` fsyncs the file).
 So a missing file fsync, a missing directory fsync, or a step done in the wrong order shows
 up as lost data after `crash()`.
@@ -86,6 +87,10 @@ class FileIO(Protocol):
 
     def makedirs(self, directory: Path) -> None:
         """Create `directory` and missing parents, each new entry made durable."""
+        ...
+
+    def rmdir(self, directory: Path) -> None:
+        """Remove one empty directory (durable once its parent is fsynced)."""
         ...
 
     def fsync_directory(self, directory: Path) -> None: ...
@@ -214,6 +219,9 @@ class RealFileIO:
     def makedirs(self, directory: Path) -> None:
         make_dirs(self, directory)
 
+    def rmdir(self, directory: Path) -> None:
+        os.rmdir(directory)
+
     def fsync_directory(self, directory: Path) -> None:
         """A new, renamed or removed name is only durable once its directory is fsynced."""
         fd = os.open(directory, os.O_RDONLY)
@@ -264,9 +272,10 @@ class _FaultyAppendFile:
 class _EntryOp:
     """A directory-entry change not yet durable: undone by `crash()` in reverse order.
 
-    `kind`: "create" (path appeared), "mkdir", "rename" (path -> target, `saved` holding
-    what target was before), "remove" (`saved` holding the removed file). `dirs` are the
-    directories still to be fsynced before the change is durable.
+    `kind`: "create" (path appeared), "mkdir", "rmdir", "rename" (path -> target, `saved`
+    holding what target was before; a directory moves with what it holds), "remove" (`saved`
+    holding the removed file). `dirs` are the directories still to be fsynced before the
+    change is durable.
     """
 
     kind: str
@@ -308,7 +317,7 @@ class FaultyFileIO(FileIO):
     - `tear_write(n, k)`: the n-th write puts only its first k bytes on disk — durably, as
       if the kernel had flushed them — and raises `SimulatedCrash`.
     - `crash_after(n)`: the n-th mutating step (write, fsync, truncate, remove, rename,
-      mkdir, directory fsync) raises `SimulatedCrash` instead of running.
+      mkdir, rmdir, directory fsync) raises `SimulatedCrash` instead of running.
     - `crash()`: power loss, per the module docstring: entries and bytes not fsynced go.
     """
 
@@ -414,13 +423,14 @@ class FaultyFileIO(FileIO):
             shutil.rmtree(op.path, ignore_errors=True)
             for path in [p for p in self._durable if op.path in p.parents]:
                 del self._durable[path]
+        elif op.kind == "rmdir":
+            if not op.path.exists():
+                os.mkdir(op.path)
         elif op.kind == "rename":
             assert op.target is not None
             if op.target.exists():
                 os.replace(op.target, op.path)
-                moved = self._durable.pop(op.target, None)
-                if moved is not None:
-                    self._durable[op.path] = moved
+                self._move_durable(op.target, op.path)
             if op.saved is not None:
                 shutil.move(op.saved, op.target)
                 if op.target_durable is not None:
@@ -482,6 +492,15 @@ class FaultyFileIO(FileIO):
         with self._lock:
             if handle in self._open:
                 self._open.remove(handle)
+
+    def _move_durable(self, src: Path, dst: Path) -> None:
+        """What is known of `src` (a file, or every file under a directory) now names `dst`
+        (lock held)."""
+        moved = self._durable.pop(src, None)
+        if moved is not None:
+            self._durable[dst] = moved
+        for path in [p for p in self._durable if src in p.parents]:
+            self._durable[dst / path.relative_to(src)] = self._durable.pop(path)
 
     def _durable_size(self, path: Path) -> int:
         """Bytes of `path` a crash now would keep (lock held)."""
@@ -548,10 +567,8 @@ class FaultyFileIO(FileIO):
             saved = self._stash.keep(dst)
         self._inner.rename(src, dst)
         with self._lock:
-            durable = self._durable.pop(src, None)
             self._durable.pop(dst, None)
-            if durable is not None:
-                self._durable[dst] = durable
+            self._move_durable(src, dst)
         self._entry(_EntryOp("rename", src, {src.parent, dst.parent}, target=dst, saved=saved,
                              target_durable=dst_durable))
 
@@ -565,6 +582,11 @@ class FaultyFileIO(FileIO):
 
     def makedirs(self, directory: Path) -> None:
         make_dirs(self, directory)
+
+    def rmdir(self, directory: Path) -> None:
+        self._step(f"rmdir of {directory.name}")
+        self._inner.rmdir(directory)
+        self._entry(_EntryOp("rmdir", directory, {directory.parent}))
 
     def fsync_directory(self, directory: Path) -> None:
         self._step(f"fsync of directory {directory.name}")

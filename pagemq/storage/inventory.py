@@ -45,7 +45,13 @@ from pagemq.storage.paging.page_format import (
     read_frames,
     summary_file_name,
 )
-from pagemq.storage.paging.page_writer import ADDRESS_FILE, DAMAGED_SUFFIX, HIGH_WATER_FILE
+from pagemq.storage.paging.page_recovery import unfinished_folder
+from pagemq.storage.paging.page_writer import (
+    ADDRESS_FILE,
+    DAMAGED_SUFFIX,
+    FOLDER_STAGING_SUFFIX,
+    HIGH_WATER_FILE,
+)
 
 __all__ = ["AddressState", "DataState", "Finding", "PageState", "QueueState", "read_state"]
 
@@ -258,6 +264,14 @@ def _read_paging(state: DataState, cursors: _Cursors, fileio: FileIO) -> None:
     if not root.is_dir():
         return
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        if unfinished_folder(folder):
+            state.note(folder, None, "left by a page folder creation a crash interrupted (no page in "
+                       "it); the next start removes it")
+            continue
+        if folder.name.endswith(FOLDER_STAGING_SUFFIX):
+            state.problem(folder, None, "a page folder being created holds files its creation never "
+                          "writes; the broker does not read it")
+            continue
         try:
             name = (folder / ADDRESS_FILE).read_bytes().decode("utf-8", "surrogatepass")
         except (FileNotFoundError, UnicodeDecodeError) as exc:

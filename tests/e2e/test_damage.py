@@ -20,6 +20,7 @@ from test_paging_helpers import (
     page_files,
     page_folder,
     send_all,
+    wait_address,
     wait_frames,
 )
 
@@ -139,3 +140,63 @@ def test_a_damaged_frame_in_the_page_live_at_a_crash_is_not_cut_away(start_broke
     assert proc.queue(queue)["messages"] == 0
     folder = page_folder(proc, queue)
     assert folder is not None and (folder / (page.name + ".damaged")).exists()
+
+
+def test_a_page_damaged_between_restart_and_read_stops_counting_its_lost_message_at_once(
+    start_broker, stomp_client
+):
+    """Damage met while reading a summarised page: the message it took leaves the counts as
+    soon as it is found, not at the next restart (before, the queue kept counting it, so it
+    never reached 0 and the page was never done with until a restart re-counted it)."""
+    proc, queue, page = _page_scenario(start_broker, stomp_client, kill=False)
+    proc.wait_api(f"/api/queues/{queue}", f"queue {queue}", 5.0,
+                  {"messages": 0, "messages_paged": 0, "messages_in_memory": 0})
+    wait_address(proc, queue, 5.0, paging=False, messages=0, page_files=0)
+    folder = page_folder(proc, queue)
+    assert folder is not None and (folder / (page.name + ".damaged")).exists()  # set aside, not deleted
+    counted = [line for line in proc.current_log if "no longer counted" in line]
+    assert len(counted) == 1 and page.name in counted[0] and f"'{queue}' 1" in counted[0], proc.log_tail()
+
+
+def test_a_page_damaged_while_the_broker_runs_costs_its_message_and_no_count(start_broker, stomp_client):
+    """A byte of a closed page flips under a running broker, in a message of a topic with
+    two durable subscriptions (one paged copy for both). Each subscriber gets every other
+    message in order; the damage is logged once (file and offset) though both queues read
+    past it; both queues count down to 0, the address leaves page mode, and the page is set
+    aside once both are done with it."""
+    proc = start_broker({"address-settings": {"#": {
+        "page-size-bytes": "16KiB", "max-size-bytes": -1, "max-size-messages": 5}}})
+    topic = unique("tdamage")
+    for client_id in ("c1", "c2"):
+        sub = stomp_client(proc, client_id=client_id)
+        sub.subscribe(f"/topic/{topic}", headers={"durable-subscription-name": "s"})
+        sub.disconnect()
+    producer = stomp_client(proc)
+    sent = numbered("m", 40)
+    send_all(producer, f"/topic/{topic}", sent)
+    pages = page_files(proc, topic)
+    assert len(pages) >= 3, pages
+    victim = _file_holding(pages, b"m20|")
+    assert victim != pages[-1], "m20 should be in a closed page, not the live one"
+    frame = _frame_holding(victim, _flip_inside(victim, b"m20|"))
+    assert proc.queue("c1.s")["messages"] == 40  # not read yet: nobody knows of the damage
+
+    expected = [name for name in sent if name != "m20"]
+    for client_id in ("c1", "c2"):
+        consumer = stomp_client(proc, client_id=client_id)
+        got = consume(consumer, f"/topic/{topic}", len(expected),
+                      headers={"durable-subscription-name": "s"})
+        assert got == expected
+        proc.wait_api(f"/api/queues/{client_id}.s", f"queue {client_id}.s", 5.0,
+                      {"messages": 0, "messages_paged": 0})
+        consumer.disconnect()
+    wait_address(proc, topic, 5.0, paging=False, messages=0, page_files=0)
+    assert (victim.parent / (victim.name + ".damaged")).exists() and not victim.exists()
+    damaged = [line for line in proc.current_log if "damaged bytes at offset" in line]
+    assert len(damaged) == 1 and victim.name in damaged[0] and f"offset {frame}" in damaged[0], (
+        proc.log_tail())
+    counted = [line for line in proc.current_log if "no longer counted" in line]
+    assert len(counted) == 1 and "'c1.s' 1" in counted[0] and "'c2.s' 1" in counted[0], proc.log_tail()
+
+    producer.send(f"/topic/{topic}", "after", headers={"persistent": "true"}, receipt=True)
+    assert proc.address(topic)["paging"] is False  # back in memory: the backlog is gone

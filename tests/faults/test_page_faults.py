@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from pagemq.storage.fileio import FaultyFileIO
+from pagemq.core.message import Message
+from pagemq.storage.api import AddressRecord, QueueRecord
+from pagemq.storage.fileio import REAL_FILE_IO, FaultyFileIO, SimulatedCrash
+from pagemq.storage.inventory import read_state
+from pagemq.storage.message_codec import encode_message
+from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_format import folder_name
+from pagemq.storage.paging.page_recovery import remove_unfinished_folders
 from pagemq.storage.paging.page_store import PagedRecord, PageStore
 
 
@@ -61,6 +67,79 @@ def test_power_loss_keeps_a_new_address_folder_and_its_first_receipted_record(tm
     asyncio.run(body())
     assert (paging / folder_name("orders") / "address.txt").read_bytes() == b"orders"
     assert all_ids(reopen(paging)) == [1]
+
+
+async def _journal_knowing_orders(data: Path) -> None:
+    """The journal as the broker leaves it before an address first pages: the address and
+    its queue (id 1) are recorded, so `data check` knows whose page folder it finds."""
+    store = JournalMessageStore(data / "journal", file_size=64 * 1024)
+    store.load()
+    store.start(asyncio.get_running_loop())
+    store.add_address(AddressRecord(7, "orders", "anycast"))
+    store.add_queue(QueueRecord(1, "orders", "orders", "anycast"))
+    await store.flush()
+    await store.close()
+
+
+def _check_findings(data: Path) -> tuple[list[str], list[str]]:
+    """(problems, notes) of `pagemq data check` on the data directory."""
+    state = read_state(data)
+    problems = [f.line(data) for f in state.findings if f.problem]
+    notes = [f.line(data) for f in state.findings if not f.problem]
+    return problems, notes
+
+
+@pytest.mark.parametrize("power_cut_too", [False, True], ids=["kill", "power-cut"])
+@pytest.mark.parametrize("step", range(1, 17))
+def test_a_crash_at_any_step_of_a_new_address_folder_leaves_what_data_check_and_a_start_accept(
+    tmp_path: Path, step: int, power_cut_too: bool
+) -> None:
+    """Fault: the process dies at the n-th mutating step of an address's first append (its
+    folder, address.txt, the page file, the fsyncs), then a start (unfinished folders
+    removed, folders discovered and opened) and a clean stop. Seed 665 of the model-based
+    test: a kill -9 between the folder's mkdir and address.txt's rename left a folder without
+    its address.txt that no start completed, and `data check` failed after the clean stop.
+    Neither right after the crash nor after the stop may `data check` find a problem, and
+    after the stop every folder in the paging directory is an address folder."""
+    data = tmp_path / "data"
+    paging = data / "paging"
+    fio = FaultyFileIO()
+    receipted: list[int] = []
+
+    async def crash_then_start() -> None:
+        await _journal_knowing_orders(data)
+        paging.mkdir()  # as BrokerServer.start makes it
+        store = await started(paging, fio)
+        fio.crash_after(step)
+        try:
+            message = encode_message(Message(1, "orders", {}, b"m1", persistent=True))
+            await store.append([PagedRecord(1, (1,), True, message)])[2]  # type: ignore[misc]
+            receipted.append(1)
+        except OSError:
+            pass
+        with pytest.raises(SimulatedCrash):
+            fio.crash_after(1)  # whatever the step was, the process is gone now
+            fio.fsync_directory(tmp_path)
+        await store.close()
+        if power_cut_too:
+            fio.crash()
+        problems, _notes = _check_findings(data)
+        assert not problems, (step, problems)
+
+        remove_unfinished_folders(paging, REAL_FILE_IO)  # as BrokerServer.start does
+        for address in PageStore.discover(paging):
+            again = PageStore(paging, address, page_size_bytes=4096)
+            again.open()
+            again.start(asyncio.get_running_loop())
+            assert all_ids(again) == receipted or not receipted
+            await again.close()
+
+    asyncio.run(crash_then_start())
+    problems, notes = _check_findings(data)
+    assert not problems, (step, problems)
+    assert not [n for n in notes if "paging" in n], (step, notes)
+    for folder in paging.iterdir():
+        assert (folder / "address.txt").read_bytes() == b"orders", (step, sorted(paging.iterdir()))
 
 
 def test_power_loss_after_a_page_close_keeps_its_data_and_summary(tmp_path: Path) -> None:

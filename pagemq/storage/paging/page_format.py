@@ -301,7 +301,9 @@ class FrameDamage:
     there) when `resumed`, else the damage runs to the end of the data. `lost` is the number
     of ordinals (records) the damage took, when known (format 2 frames carry their ordinal).
     `more` (format 1 only) says valid frames do follow but their ordinals cannot be known,
-    so they were not read: never a torn tail.
+    so they were not read: never a torn tail. `first_lost` is the ordinal the bad frame's
+    first record had (the one expected there): the damage took ordinals `first_lost` to
+    `first_lost + lost - 1`, or every ordinal from `first_lost` on when it did not resume.
     """
 
     offset: int
@@ -310,6 +312,7 @@ class FrameDamage:
     resumed: bool
     lost: int | None = None
     more: bool = False
+    first_lost: int | None = None
 
     @property
     def length(self) -> int:
@@ -416,14 +419,15 @@ def _note_damage(view: memoryview, pos: int, end: int, version: int, ordinal: in
                  damage: list[FrameDamage]) -> tuple[int, int] | None:
     """Record the damage at `pos`; (offset, ordinal) to read on from, None if nothing follows."""
     if version < 2:
-        damage.append(FrameDamage(pos, end, reason, False, more=_v1_frame_after(view, pos, end)))
+        damage.append(FrameDamage(pos, end, reason, False, more=_v1_frame_after(view, pos, end),
+                                  first_lost=ordinal))
         return None
     resume = _resync(view, pos, end, ordinal)
     if resume is None:
-        damage.append(FrameDamage(pos, end, reason, False))
+        damage.append(FrameDamage(pos, end, reason, False, first_lost=ordinal))
         return None
     first = FRAME_HEADER.unpack_from(view, resume)[3]
-    damage.append(FrameDamage(pos, resume, reason, True, lost=first - ordinal))
+    damage.append(FrameDamage(pos, resume, reason, True, lost=first - ordinal, first_lost=ordinal))
     return resume, first
 
 

@@ -21,11 +21,17 @@ The procedure, in order (each step is logged when it changes anything):
     (set aside if damaged); a page whose file header is damaged is read from its frames if
     any are found, else renamed `*.page.damaged` and never read.
  7. Page numbers continue after the highest ever used (`last-page` remembers deleted ones).
+
+Before any folder is opened, the broker removes what an interrupted folder creation left
+(`remove_unfinished_folders`): a staging folder `<name>.tmp`, or, made by versions that
+created the folder in place, a folder with no `address.txt` and nothing but
+`address.txt.tmp`. Neither ever holds a page.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,9 +50,27 @@ from pagemq.storage.paging.page_format import (
     scan_page,
     summary_file_name,
 )
-from pagemq.storage.paging.page_writer import ADDRESS_FILE, DAMAGED_SUFFIX, HIGH_WATER_FILE
+from pagemq.storage.paging.page_writer import (
+    ADDRESS_FILE,
+    DAMAGED_SUFFIX,
+    FOLDER_STAGING_SUFFIX,
+    HIGH_WATER_FILE,
+)
 
-__all__ = ["DAMAGED_SUFFIX", "PageFolderConflict", "RecoveredPage", "recover_folder", "scan_from_summary"]
+__all__ = [
+    "DAMAGED_SUFFIX",
+    "PageFolderConflict",
+    "RecoveredPage",
+    "recover_folder",
+    "remove_unfinished_folders",
+    "scan_from_summary",
+    "unfinished_folder",
+]
+
+# All an interrupted folder creation can leave in the folder it was making.
+_CREATION_FILES = frozenset({ADDRESS_FILE, ADDRESS_FILE + ".tmp"})
+# How `page_format.folder_name` names an address folder.
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9._-]+-[0-9a-f]{12}$")
 
 log = logging.getLogger("pagemq.paging")
 
@@ -79,6 +103,44 @@ def scan_from_summary(summary: PageSummaryRecord) -> PageScan:
         dict(summary.queue_counts), dict(summary.queue_persistent), list(summary.index),
         summary.file_size, tx_batches=list(summary.tx_batches),
     )
+
+
+def unfinished_folder(folder: Path) -> bool:
+    """Whether a directory of the paging directory is what an interrupted folder creation
+    left: a staging folder (`<name>.tmp`) holding at most address.txt (or its temporary
+    file), or a folder with no address.txt holding at most address.txt.tmp. Such a folder
+    holds no page; the next start removes it."""
+    staging = folder.name.endswith(FOLDER_STAGING_SUFFIX)
+    if not _FOLDER_NAME.match(folder.name.removesuffix(FOLDER_STAGING_SUFFIX) if staging else folder.name):
+        return False
+    try:
+        names = {entry.name for entry in folder.iterdir()}
+        plain_files = all((folder / name).is_file() for name in names)
+    except OSError:
+        return False
+    if not plain_files or not names <= _CREATION_FILES:
+        return False
+    return staging or ADDRESS_FILE not in names
+
+
+def remove_unfinished_folders(paging_directory: Path, fileio: FileIO) -> list[Path]:
+    """Remove every `unfinished_folder` of the paging directory, durably (the paging
+    directory is fsynced once after them). Run at start, before any page store opens."""
+    if not paging_directory.is_dir():
+        return []
+    removed = []
+    for folder in sorted(p for p in paging_directory.iterdir() if p.is_dir()):
+        if not unfinished_folder(folder):
+            continue
+        for leftover in sorted(folder.iterdir()):
+            fileio.remove(leftover)
+        fileio.rmdir(folder)
+        log.info("paging: removed %s, left by a page folder creation a crash interrupted (it held "
+                 "no page)", folder)
+        removed.append(folder)
+    if removed:
+        fileio.fsync_directory(paging_directory)
+    return removed
 
 
 def recover_folder(folder: Path, address: str, fileio: FileIO) -> RecoveredFolder:

@@ -25,9 +25,14 @@ Guarantees the core relies on (docs/formats/page.md has the bytes):
   `PageInfo.queue_counts` count persistent records only; `PageInfo.count` stays the number
   of records (ordinals) in the file.
 - Page numbers are never reused, even after every page was deleted (`last-page` file).
+- Damage a reader meets (bytes that changed on disk after they were written) is logged once
+  per stretch (file, offset), read past, and the page re-counted from disk (closed first if
+  it was live); then `on_records_lost` is called once with what the damage took: records
+  per queue and their ordinals (`RecordsLost`), so the caller can stop counting them.
 
 Threads: everything except `read_page` is for the event loop's thread. `read_page` may run
-in a worker thread; it reads files and the writer's published sizes only.
+in a worker thread; it reads files and the writer's published sizes only (damage it meets
+is handed to the loop).
 """
 
 from __future__ import annotations
@@ -59,9 +64,9 @@ from pagemq.storage.paging.page_format import (
     read_frames,
 )
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
-from pagemq.storage.paging.page_writer import ADDRESS_FILE, PageWriter
+from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
-__all__ = ["PageInfo", "PageStore", "PagedRecord", "SummaryBuilder"]
+__all__ = ["PageInfo", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
 
 log = logging.getLogger("pagemq.paging")
 
@@ -97,6 +102,24 @@ class PageInfo:
     tx_batches: list[tuple[int, int, int]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordsLost:
+    """Records of a page that damage, found while reading it, took: they can never be read,
+    so whoever counts them must stop (`PageStore.on_records_lost`).
+
+    Counts use the measure of `PageInfo`: persistent records only for a page of an earlier
+    run. `queues` maps a queue id to how many of its records were lost; `ordinals` are the
+    ordinals lost (records of any queue, none of them reported before), so a caller can tell
+    which of them it had already read or acknowledged.
+    """
+
+    page_no: int
+    path: Path
+    records: int
+    queues: dict[int, int]
+    ordinals: frozenset[int]
+
+
 @dataclass(slots=True)
 class _Page:
     page_no: int
@@ -107,6 +130,10 @@ class _Page:
     builder: SummaryBuilder | None = None
     damaged: bool = False  # holds unreadable bytes: set aside instead of deleted
     frame_version: int | None = FORMAT_VERSION  # None: read from the file header when needed
+    # Offsets of damaged stretches already logged (each is logged once, whoever reads it).
+    reported: set[int] = field(default_factory=set)
+    # Ordinals damage found in this run took (reported through on_records_lost).
+    lost: set[int] = field(default_factory=set)
 
     def info(self) -> PageInfo:
         stats = self.stats
@@ -146,6 +173,8 @@ class PageStore:
         self._builder_factory: Callable[[], SummaryBuilder] | None = None
         self._writer: PageWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Told, on the loop, when damage found while reading took records (see RecordsLost).
+        self.on_records_lost: Callable[[RecordsLost], None] = lambda _lost: None
         self.summaries_read = 0
         self.pages_scanned = 0
 
@@ -153,13 +182,14 @@ class PageStore:
 
     @staticmethod
     def discover(paging_directory: Path) -> dict[str, Path]:
-        """Address name -> folder, for every folder holding an `address.txt`."""
+        """Address name -> folder, for every folder holding an `address.txt` (a staging
+        folder, `<name>.tmp`, is not one: see `PageWriter._create_folder`)."""
         found: dict[str, Path] = {}
         if not paging_directory.is_dir():
             return found
         for folder in sorted(paging_directory.iterdir()):
             marker = folder / ADDRESS_FILE
-            if folder.is_dir() and marker.is_file():
+            if folder.is_dir() and not folder.name.endswith(FOLDER_STAGING_SUFFIX) and marker.is_file():
                 found[marker.read_bytes().decode("utf-8", "surrogatepass")] = folder
         return found
 
@@ -174,6 +204,8 @@ class PageStore:
             self._pages[page.page_no] = _Page(
                 page.page_no, page.stats, page.selector_summary, closed=True, previous_run=True,
                 damaged=page.damaged, frame_version=page.frame_version,
+                # rescanned at open: its damage was logged and its records were never counted
+                reported={d.offset for d in page.stats.damage},
             )
         self._live = self._new_page(recovered.highest_page + 1)
         self._writer = PageWriter(
@@ -314,22 +346,59 @@ class PageStore:
             self.roll()
 
     def _found_damage(self, page: _Page) -> None:
-        """A reader met damage in `page` (maybe in a worker thread): it is set aside, not
-        deleted, when done with; a closed page gets a summary re-counted from disk."""
+        """A reader met damage not seen before in `page` (maybe in a worker thread: then the
+        rest happens on the loop). The page is set aside, not deleted, when done with; it is
+        closed if it was live, and re-counted from disk by the writer, which reports what the
+        damage took (`_on_resummarised` -> `on_records_lost`)."""
         page.damaged = True
+        loop = self._loop
+        if loop is not None and not _running_on(loop):
+            loop.call_soon_threadsafe(self._recount_damaged, page)
+            return
+        self._recount_damaged(page)
+
+    def _recount_damaged(self, page: _Page) -> None:
         writer = self._writer
-        if page.closed and writer is not None:
+        if writer is None or self._pages.get(page.page_no) is not page:
+            return  # closed, or the page was deleted meanwhile
+        if page is self._live:
+            self.roll()  # appends go to a new page; this one can be re-counted whole
+        if page.closed:
             writer.resummarise_damaged(PageSummaryRecord.from_scan(
                 page.page_no, page.stats, page.selector_summary))
 
-    def _on_resummarised(self, summary: PageSummaryRecord) -> None:
+    def _on_resummarised(self, summary: PageSummaryRecord, lost: list[tuple[int, int | None]] | None
+                         ) -> None:
         page = self._pages.get(summary.page_no)
         if page is None:
             return
         if summary.count == 0 and not summary.damaged:
             del self._pages[summary.page_no]
             return
+        before = page.stats
         page.stats = scan_from_summary(summary)
+        if lost is not None:
+            self._count_lost(page, before, lost)
+
+    def _count_lost(self, page: _Page, before: PageScan, lost: list[tuple[int, int | None]]) -> None:
+        """Compare the counts before a damage rescan with those after it; report the loss."""
+        after = page.stats
+        if page.previous_run:
+            counts_before, counts_after = before.queue_persistent, after.queue_persistent
+        else:
+            counts_before, counts_after = before.queue_counts, after.queue_counts
+        queues = {qid: n - counts_after.get(qid, 0) for qid, n in counts_before.items()
+                  if n > counts_after.get(qid, 0)}
+        ordinals: set[int] = set()
+        for first, end in lost:
+            ordinals.update(range(first, end if end is not None else max(before.count, first)))
+        ordinals -= page.lost
+        page.lost |= ordinals
+        records = (before.persistent_count - after.persistent_count if page.previous_run
+                   else len(ordinals))
+        if queues or records > 0:
+            self.on_records_lost(RecordsLost(page.page_no, self.folder / page_file_name(page.page_no),
+                                             max(records, 0), queues, frozenset(ordinals)))
 
     # ----- reading ----------------------------------------------------------------------
 
@@ -400,6 +469,13 @@ class PageStore:
         }
 
 
+def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
 def _seek(index: list[tuple[int, int]], start_ordinal: int, limit: int) -> tuple[int, int]:
     """(ordinal, offset) of the last indexed frame at or before `start_ordinal` within `limit`."""
     at = bisect.bisect_right(index, (start_ordinal, limit)) - 1
@@ -468,15 +544,23 @@ class _PageReader:
         self._report(damage, reported, offset)
 
     def _report(self, damage: list[FrameDamage], reported: int, base: int) -> int:
-        if len(damage) > reported and not self.page.damaged:
-            self.on_damage(self.page)
+        """Log each damaged stretch once per run, whoever reads it; the first sight of one
+        tells the store (`on_damage`)."""
+        seen = self.page.reported
+        new = False
         for found in damage[reported:]:
+            if base + found.offset in seen:
+                continue
+            seen.add(base + found.offset)
+            new = True
             lost = "" if found.lost is None else f", {found.lost} record(s) lost"
             after = (f"read on from offset {base + found.end}" if found.resumed
                      else "nothing readable after it")
             log.warning("paging %r: %s: damaged bytes at offset %d (%s): %d bytes unreadable%s, %s; "
                         "the page is kept (set aside, never deleted)", self.address, self.path,
                         base + found.offset, found.reason, found.length, lost, after)
+        if new:
+            self.on_damage(self.page)
         return len(damage)
 
 

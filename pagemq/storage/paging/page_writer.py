@@ -37,7 +37,7 @@ from pagemq.storage.paging.page_format import (
     summary_file_name,
 )
 
-__all__ = ["ADDRESS_FILE", "HIGH_WATER_FILE", "PageWriter"]
+__all__ = ["ADDRESS_FILE", "FOLDER_STAGING_SUFFIX", "HIGH_WATER_FILE", "PageWriter"]
 
 log = logging.getLogger("pagemq.paging")
 
@@ -46,6 +46,9 @@ ADDRESS_FILE = "address.txt"
 # in the journal naming (page, ordinal) of a deleted page must never match a new page.
 HIGH_WATER_FILE = "last-page"
 DAMAGED_SUFFIX = ".damaged"  # a page set aside: unreadable header, or damaged bytes when done with
+# A new address folder is made under this suffix (folder names end in hex digits, never in
+# it), with its address.txt inside, then renamed into place: see PageWriter._create_folder.
+FOLDER_STAGING_SUFFIX = ".tmp"
 _URGENT_BYTES = 4 * 1024 * 1024
 
 
@@ -127,7 +130,10 @@ class PageWriter:
         self._op_failures: list[OSError] = []  # under _cond: close/delete failures not yet reported
         self._last_start = 0.0
         self.on_failure: Callable[[set[int], OSError], None] = lambda _pages, _exc: None
-        self.on_resummarised: Callable[[PageSummaryRecord], None] = lambda _summary: None
+        # (summary, lost): for a rescan after damage, the ordinals the damage took as
+        # (first, end) ranges, end None for "to the end of the page"; None otherwise.
+        self.on_resummarised: Callable[[PageSummaryRecord, list[tuple[int, int | None]] | None], None] = (
+            lambda _summary, _lost: None)
         self.records_written = 0
         self.fsyncs = 0
         self.batches = 0
@@ -359,14 +365,25 @@ class PageWriter:
         return handle
 
     def _create_folder(self, folder: Path) -> None:
-        """address.txt first, durably, so a folder holding pages always says whose they are.
+        """The folder appears with its address.txt or not at all, even across a crash.
 
-        `makedirs` fsyncs the parent of each level it creates (the paging directory, the
-        address folder), `write_atomic` the folder itself: after a crash the folder, its
-        address.txt and any page made durable in it are all there.
+        It is made as `<folder>.tmp` (`makedirs` fsyncs the parent of each level it creates),
+        address.txt is written into it atomically (fsynced, the staging folder fsynced), then
+        the staging folder is renamed into place and the parent fsynced. A crash in between
+        leaves at most the staging folder, which holds no page: the next start removes it
+        (`page_recovery.remove_unfinished_folders`), a later creation reuses it. Made in place
+        (mkdir, then address.txt), a crash between the two left a folder without its
+        address.txt, which no start ever completed (seed 665 of the model-based test).
         """
-        self.fileio.makedirs(folder)
-        self.fileio.write_atomic(folder / ADDRESS_FILE, self.address.encode("utf-8", "surrogatepass"))
+        marker = self.address.encode("utf-8", "surrogatepass")
+        if folder.is_dir():  # left without address.txt by an older version: complete it
+            self.fileio.write_atomic(folder / ADDRESS_FILE, marker)
+            return
+        staging = folder.with_name(folder.name + FOLDER_STAGING_SUFFIX)
+        self.fileio.makedirs(staging)
+        self.fileio.write_atomic(staging / ADDRESS_FILE, marker)
+        self.fileio.rename(staging, folder)
+        self.fileio.fsync_directory(folder.parent)
 
     def _sync(self, before: dict[int, int]) -> None:
         for page_no in sorted(before):
@@ -429,9 +446,13 @@ class PageWriter:
                 data = b""  # the failed write was the page's first: nothing to keep
             scan = scan_page(data, page_no)
             summary = PageSummaryRecord.from_scan(page_no, scan, op.summary.selector_summary)
+            lost: list[tuple[int, int | None]] | None = None
             if op.rescan:
                 summary.file_size, summary.damaged = len(data), True
-            self._notify(self.on_resummarised, summary)
+                lost = [(0, None)] if scan.good_size == 0 else [  # no readable file header
+                    (d.first_lost, d.first_lost + d.lost if d.resumed and d.lost is not None else None)
+                    for d in scan.damage if d.first_lost is not None]
+            self._notify(self.on_resummarised, summary, lost)
         if summary.count == 0 and not summary.damaged:
             self._remove(path)
             self._existing.discard(page_no)

@@ -24,6 +24,7 @@ from pagemq.storage.paging.page_format import (
     page_number,
     read_frames,
 )
+from pagemq.storage.paging.page_recovery import unfinished_folder
 from pagemq.storage.paging.page_writer import ADDRESS_FILE
 
 __all__ = ["describe_paging"]
@@ -40,6 +41,12 @@ def describe_paging(
         return
     shown = 0
     for folder in sorted(p for p in paging_directory.iterdir() if p.is_dir()):
+        if unfinished_folder(folder):
+            if address is None:
+                shown += 1
+                yield (f"folder {folder.name}: left by a folder creation a crash interrupted, no "
+                       "page (the next start removes it)")
+            continue
         name = _address_of(folder)
         if address is not None and name != address:
             continue

@@ -233,6 +233,37 @@ def test_a_directory_made_without_fsyncing_its_parent_vanishes_with_its_files(tm
     assert not (tmp_path / "d").exists()
 
 
+def test_a_renamed_directory_takes_its_files_durable_lengths_and_a_crash_moves_it_back(
+    tmp_path: Path,
+) -> None:
+    fio = FaultyFileIO()
+    fio.makedirs(tmp_path / "d.tmp")
+    handle = fio.open_append(tmp_path / "d.tmp" / "f")
+    handle.write(b"kept")
+    handle.fsync()
+    handle.close()
+    fio.fsync_directory(tmp_path / "d.tmp")
+    fio.rename(tmp_path / "d.tmp", tmp_path / "d")
+    handle = fio.open_append(tmp_path / "d" / "f")
+    handle.write(b"+lost")  # never fsynced: the crash cuts it, under the new name too
+    handle.close()
+    fio.crash()  # the rename was not made durable: the directory is back under its old name
+    assert not (tmp_path / "d").exists()
+    assert (tmp_path / "d.tmp" / "f").read_bytes() == b"kept"
+
+
+def test_a_crash_brings_back_a_directory_removed_without_fsyncing_its_parent(tmp_path: Path) -> None:
+    fio = FaultyFileIO()
+    fio.makedirs(tmp_path / "d")
+    fio.rmdir(tmp_path / "d")
+    fio.crash()
+    assert (tmp_path / "d").is_dir()
+    fio.rmdir(tmp_path / "d")
+    fio.fsync_directory(tmp_path)
+    fio.crash()
+    assert not (tmp_path / "d").exists()
+
+
 def test_injected_remove_and_rename_failures_change_nothing(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     fio = FaultyFileIO()

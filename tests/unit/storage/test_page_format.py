@@ -186,7 +186,7 @@ def test_scan_reads_past_a_damaged_frame_keeping_ordinals() -> None:
     scan = scan_page(bytes(page), 3)
     assert scan.count == 6 and scan.persistent_count == 5 and scan.damaged
     reason = f"frame CRC mismatch at offset {bad_at}"
-    assert scan.damage == [FrameDamage(bad_at, bad_at + len(frames[0]), reason, True, lost=1)]
+    assert scan.damage == [FrameDamage(bad_at, bad_at + len(frames[0]), reason, True, lost=1, first_lost=2)]
     ordinals = [(first, e[0].message_id) for _, _, first, e in read_frames(
         bytes(page), FILE_HEADER.size, len(page), damage=[])]
     assert ordinals == [(0, 0), (1, 1), (3, 3), (4, 4), (5, 5)]
