@@ -1,0 +1,116 @@
+"""Two broker trees side by side: `pagemq perf` rates, alternating, on fresh brokers.
+
+The machine's speed drifts by ±15-20 % from minute to minute, so one run of each tree says
+little. This runs ROUNDS rounds; in each, both trees' brokers are started in turn (the order
+alternates from round to round) on a fresh data directory and loaded by the same `pagemq
+perf` client (this tree's), and per round the ratio after/before is taken, so slow minutes
+hit both sides. Printed: each run, the medians, and the median of the per-round ratios.
+
+    git worktree add /tmp/before <rev>
+    .venv/bin/python benchmarks/ab_perf.py --before /tmp/before --rounds 8 \
+        -- --producers 4 --consumers 4 --count 200000 --phase sequential
+
+Everything after `--` goes to `pagemq perf` (`--url`, `--destination` and `--json` are
+set here). The "after" tree is this checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+PAGEMQ = str(Path(sys.executable).with_name("pagemq"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start(tree: Path, data: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.Popen(
+        [PAGEMQ, "serve", "--data-dir", str(data), "--stomp", f"127.0.0.1:{port}",
+         "--http", f"127.0.0.1:{_free_port()}"],
+        env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 30
+    for line in proc.stderr:
+        if re.search(rb"\bready\b", line):
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            return proc
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    raise RuntimeError(f"broker of {tree} did not start")
+
+
+def _run(tree: Path, perf_args: list[str], round_no: int) -> dict[str, float]:
+    data = Path(tempfile.mkdtemp(prefix="ab-perf-"))
+    port = _free_port()
+    proc = _start(tree, data, port)
+    try:
+        out = subprocess.run(
+            [PAGEMQ, "perf", "--url", f"stomp://127.0.0.1:{port}", "--destination",
+             f"/queue/ab-{round_no}", "--broker-pid", str(proc.pid), "--json", *perf_args],
+            env={**os.environ, "PYTHONPATH": str(HERE)}, cwd=HERE, capture_output=True,
+            check=True, timeout=1800,
+        )
+        document = json.loads(out.stdout.decode().strip().splitlines()[-1])
+        if not document["complete"]:
+            raise RuntimeError(f"perf run incomplete: {document['error']}")
+        rates = {}
+        for result in document["results"]:
+            rates[f"{result['phase']}/{result['role']}"] = result["msgs_per_s"]
+            rates["peak_rss_mib"] = max(rates.get("peak_rss_mib", 0.0), result["broker_peak_rss_mib"] or 0)
+        return rates
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    perf_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True, help="the tree to compare against")
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args(own)
+    trees = {"before": args.before.resolve(), "after": HERE}
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for round_no in range(args.rounds):
+        order = ["before", "after"] if round_no % 2 == 0 else ["after", "before"]
+        for name in order:
+            rates = _run(trees[name], perf_args, round_no)
+            runs[name].append(rates)
+            shown = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(rates.items()))
+            print(f"round {round_no + 1} {name:6}: {shown}", flush=True)
+    print()
+    for key in sorted(runs["after"][0]):
+        before = [r[key] for r in runs["before"]]
+        after = [r[key] for r in runs["after"]]
+        ratios = [a / b for a, b in zip(after, before, strict=True) if b]
+        print(f"{key:22} median before {statistics.median(before):>10,.0f}  after "
+              f"{statistics.median(after):>10,.0f}  ratio of medians "
+              f"{statistics.median(after) / statistics.median(before):6.1%}  median per-round "
+              f"ratio {statistics.median(ratios):6.1%}")
+
+
+if __name__ == "__main__":
+    main()
