@@ -35,3 +35,28 @@ def test_address_leaves_paging_after_a_selective_consumer_drains_a_read_limited_
     info = proc.address(queue)
     assert (info["messages_paged"], info["page_files"]) == (0, 0), info
     wait_address(proc, queue, paging=False, timeout=3)
+
+
+@pytest.mark.xfail(strict=True, reason="paged messages that expire as the cursor reads them keep "
+                   "their share of max-read-page-*: after that many, the queue stalls")
+def test_consumer_gets_a_live_paged_message_behind_more_expired_ones_than_the_read_limit(
+    start_broker, stomp_client
+):
+    proc = start_broker({"address-settings": {"#": {
+        "page-size-bytes": "8KiB", "max-size-bytes": 0, "max-read-page-messages": 3}}})
+    queue = unique("expired")
+    producer = stomp_client(proc)
+    expires = {"expires": str(int(time.time() * 1000) + 1000)}
+    for n in range(5):
+        producer.send(f"/queue/{queue}", body(f"e{n}", 200), headers={**P, **expires})
+    producer.send(f"/queue/{queue}", body("keep", 200), headers=P, receipt=True)
+    time.sleep(1.5)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual")
+    # seen: nothing delivered, ever; the queue shows messages_expired == the read limit (3),
+    # messages 3 (e3, e4, keep) paged
+    try:
+        assert take(consumer, 1, timeout=8) == ["keep"]
+    finally:
+        print(proc.queue(queue))
+    proc.wait_queue(queue, messages=0, messages_expired=5)
