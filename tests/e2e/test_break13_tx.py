@@ -652,3 +652,69 @@ def test_committed_paged_sends_that_expire_leave_counts_at_zero(start_broker, st
     proc.wait_queue(b, messages=0, messages_in_memory=0, messages_paged=0, messages_expired=3,
                     timeout=10)
     _check_clean(proc)
+
+
+def test_kill_during_interleaved_commit_streams_keeps_each_transaction_whole(
+    start_broker, stomp_client
+):
+    a, b = unique("sa"), unique("sb")
+    proc = start_broker({"address-settings": {
+        "#": {"page-size-bytes": "8KiB"}, a: {"max-size-bytes": 0}, b: {"max-size-messages": 3}}})
+    for rnd in range(3):
+        producers = [stomp_client(proc) for _ in range(3)]
+        receipted: dict[int, list[str]] = {i: [] for i in range(3)}
+        stop = threading.Event()
+
+        def run(i, producers=producers, receipted=receipted, stop=stop, rnd=rnd):
+            p = producers[i]
+            t = 0
+            try:
+                while not stop.is_set() and t < 200:
+                    tx = f"R{rnd}p{i}t{t}"
+                    p.conn.begin(tx)
+                    for k in range(4):
+                        for dest in (a, b):
+                            p.conn.send(f"/queue/{dest}", body(f"{tx}_{k}", 300),
+                                        headers={**P, "transaction": tx})
+                    p.conn.commit(tx, headers={"receipt": tx})
+                    t += 1
+                    if t % 3 == 0:
+                        p.listener.wait_quietly(lambda tx=tx: tx in p.listener.receipts, 2)
+            except Exception:  # the kill drops the connection
+                pass
+            receipted[i] = list(p.listener.receipts)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for th in threads:
+            th.start()
+        time.sleep(0.4 + 0.3 * rnd)
+        proc.kill()
+        stop.set()
+        for th in threads:
+            th.join(10)
+        proc.start()
+        got = {}
+        for dest in (a, b):
+            n = _count(proc, dest)
+            reader = stomp_client(proc)
+            got[dest] = _drain(reader, f"/queue/{dest}", n, timeout=30) if n else []
+            reader.disconnect()
+        assert got[a] == got[b] or sorted(got[a]) == sorted(got[b]), "addresses disagree"
+        txs: dict[str, list[int]] = {}
+        for name in got[a]:
+            tx, k = name.split("_")
+            txs.setdefault(tx, []).append(int(k))
+        torn = {t: k for t, k in txs.items() if k != [0, 1, 2, 3]}
+        assert not torn, torn
+        for i in range(3):
+            mine = [int(t.split("t")[-1]) for t in txs if t.startswith(f"R{rnd}p{i}t")]
+            assert mine == list(range(len(mine))), (i, mine)  # a prefix, in order
+            missing = set(receipted[i]) - set(txs)
+            assert not missing, f"receipted commits lost: {sorted(missing)}"
+        for dest in (a, b):
+            per_producer = [n.split("_")[0] for n in got[dest]]
+            for i in range(3):
+                seq = [int(x.split("t")[-1]) for x in per_producer if x.startswith(f"R{rnd}p{i}t")]
+                assert seq == sorted(seq), (dest, i)
+        print(rnd, {i: len(receipted[i]) for i in range(3)}, len(txs))
+    _check_clean(proc)
