@@ -1,0 +1,62 @@
+"""Break-13: bugs found while testing commit atomicity and FIFO across a restart.
+
+Each test shows one bug and is marked xfail(strict=True) until it is fixed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from brokerproc import unique
+from test_paging_helpers import body, send_all, take, wait_address
+
+P = {"persistent": "true"}
+
+
+@pytest.mark.xfail(strict=True, reason="address stays in page mode after a selective consumer "
+                   "drained a read-limited queue; later sends page to an empty queue")
+def test_address_leaves_paging_after_a_selective_consumer_drains_a_read_limited_queue(
+    start_broker, stomp_client
+):
+    proc = start_broker({"address-settings": {"#": {
+        "page-size-bytes": "8KiB", "max-size-messages": 4, "max-read-page-messages": 2}}})
+    queue = unique("stuck")
+    sent = send_all(stomp_client(proc), f"/queue/{queue}", [f"m{n}" for n in range(12)],
+                    size=200, headers={"color": "red"})
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual",
+                       headers={"activemq.prefetchSize": 3, "selector": "color = 'red'"})
+    assert take(consumer, 12) == sent
+    proc.wait_queue(queue, messages=0, messages_in_memory=0, messages_paged=0)
+    time.sleep(0.5)
+    # the queue is empty and has no page file: a new send should be held in memory
+    stomp_client(proc).send(f"/queue/{queue}", body("late", 200), headers=P, receipt=True)
+    info = proc.address(queue)
+    assert (info["messages_paged"], info["page_files"]) == (0, 0), info
+    wait_address(proc, queue, paging=False, timeout=3)
+
+
+@pytest.mark.xfail(strict=True, reason="paged messages that expire as the cursor reads them keep "
+                   "their share of max-read-page-*: after that many, the queue stalls")
+def test_consumer_gets_a_live_paged_message_behind_more_expired_ones_than_the_read_limit(
+    start_broker, stomp_client
+):
+    proc = start_broker({"address-settings": {"#": {
+        "page-size-bytes": "8KiB", "max-size-bytes": 0, "max-read-page-messages": 3}}})
+    queue = unique("expired")
+    producer = stomp_client(proc)
+    expires = {"expires": str(int(time.time() * 1000) + 1000)}
+    for n in range(5):
+        producer.send(f"/queue/{queue}", body(f"e{n}", 200), headers={**P, **expires})
+    producer.send(f"/queue/{queue}", body("keep", 200), headers=P, receipt=True)
+    time.sleep(1.5)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual")
+    # seen: nothing delivered, ever; the queue shows messages_expired == the read limit (3),
+    # messages 3 (e3, e4, keep) paged
+    try:
+        assert take(consumer, 1, timeout=8) == ["keep"]
+    finally:
+        print(proc.queue(queue))
+    proc.wait_queue(queue, messages=0, messages_expired=5)
