@@ -594,6 +594,8 @@ class Broker:
         def copied(done: asyncio.Future[None]) -> None:
             if not done.cancelled() and done.exception() is None:
                 self._release_ref(queue, ref)
+                if not queue.deleted:
+                    queue.dispatch()  # room under the read limits: read on
                 return
             log.warning("message %s stays in queue %r: its copy to %r was not stored",
                         message.message_id, queue.name, target)

@@ -123,13 +123,13 @@ class PageCursor:
     def fill(self, queue: Queue) -> None:
         """Read paged refs into the queue while the depage limits allow; held-back refs older
         than the next paged one go in too (they are in memory already: no limit holds them)."""
-        read_out = False
         if self.unread > 0 and not self._waiting_for_write:
             self._read_in(queue)
-            read_out = self.unread <= 0
         if queue.held:
             self._release_due()
-        if read_out:
+        if self.unread <= 0:
+            # Whoever read the last record (this read, or a selective consumer's look-ahead
+            # that stopped for want of credit), the address may leave page mode now.
             self.pager.maybe_leave_paging()
 
     def _read_in(self, queue: Queue) -> None:
@@ -716,15 +716,17 @@ class AddressPager:
         return True
 
     def commit_tx(self, txid: int) -> PageTxCommit:
-        """The transaction is committed (its journal transaction is being written now): its
-        batch is readable, and the record that says so goes with the page when it goes."""
-        page_no, _first, _queues = self._pending_tx.pop(txid)
+        """The record committing the transaction's batch here, for its journal transaction;
+        it goes with the page when the page goes. Cursors wait on until `release_tx`."""
+        page_no, _first, _queues = self._pending_tx[txid]
         record = PageTxCommit(self.broker.new_id(), txid, self.address.name, page_no)
         self._complete_ids.setdefault(page_no, []).append(record.record_id)
         return record
 
     def release_tx(self, txid: int) -> None:
-        """After `commit_tx`'s record went to the journal: cursors read on past the batch."""
+        """After `commit_tx`'s record went to the journal and the commit's in-memory sends
+        reached their queues: cursors read on past the batch."""
+        del self._pending_tx[txid]
         self._wake(txid)
 
     def abandon_tx(self, txid: int, *, written: bool) -> None:

@@ -251,8 +251,17 @@ class Queue:
         return None
 
     def _dispatch_fifo(self) -> None:
+        """Deliver in order; whenever the pending refs run out (delivered or expired, each
+        making room under the cursor's read limits), read more from the page files."""
         now_ms = 0
-        while self._pending:
+        cursor = self.cursor
+        while True:
+            if not self._pending:
+                if cursor is None:
+                    return
+                cursor.fill(self)  # type: ignore[attr-defined]
+                if not self._pending:
+                    return
             consumer = self._next_ready()
             if consumer is None:
                 return
@@ -264,8 +273,6 @@ class Queue:
                     self.broker.expire(self, ref)
                     continue
             consumer.deliver(ref)
-            if self._pending == 0 and self.cursor is not None:
-                self.cursor.fill(self)  # type: ignore[attr-defined]
 
     def _dispatch_selective(self) -> None:
         """Walk pending refs in order; each goes to the next ready consumer that accepts it.
@@ -292,7 +299,8 @@ class Queue:
                 return
 
     def _offer_pending(self) -> int:
-        """One walk over the pending refs; how many were delivered."""
+        """One walk over the pending refs; how many left them (delivered, or expired: either
+        makes room under the cursor's read limits)."""
         now_ms = int(time.time() * 1000)
         delivered = 0
         kept: list[deque[MessageRef]] = [deque() for _ in range(PRIORITIES)]
@@ -303,6 +311,7 @@ class Queue:
                 if ref.message.expired(now_ms):
                     self._pending -= 1
                     self.broker.expire(self, ref)
+                    delivered += 1
                     continue
                 consumer = self._ready_for(ref)
                 if consumer is None:

@@ -184,3 +184,27 @@ def test_cursors_wait_behind_a_transaction_until_it_commits(tmp_path: Path) -> N
         await close(broker, store, pages)
 
     run(body)
+
+
+def test_a_commit_held_partly_in_memory_and_partly_paged_is_delivered_in_send_order(
+    tmp_path: Path,
+) -> None:
+    """Two sends fit in memory, the rest page; the consumer is there as the commit takes
+    effect: the paged share comes only after the in-memory one reached the queue."""
+    async def body() -> None:
+        broker, store, pages = await paging_broker(tmp_path, address_settings={"max-size-messages": 2})
+        broker.ensure_queue(broker.ensure_address("left", "anycast"), "left", "anycast")
+        broker.ensure_queue(broker.ensure_address("right", "anycast"), "right", "anycast")
+        sink = Collector()
+        broker.subscribe(broker.queues["left"], sink, ack_mode=AckMode.INDIVIDUAL)
+        tx = Transaction("tx")
+        for n in range(5):
+            tx.sends += [_send("left", f"m{n}"), _send("right", f"m{n}")]
+        committed = broker.commit(tx)
+        assert committed is not None
+        await committed
+        await asyncio.sleep(0.05)
+        assert [ref.message.headers["label"] for _t, ref in sink.delivered] == [f"m{n}" for n in range(5)]
+        await close(broker, store, pages)
+
+    run(body)

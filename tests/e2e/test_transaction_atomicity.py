@@ -1,4 +1,5 @@
-"""Break-13: COMMIT atomic across journal and page files (user scenarios, adversarial)."""
+"""COMMIT is atomic across the journal and page files: adversarial user scenarios (interleaved
+transactions, aborts, kills in mid-commit, topics with selective durable subscribers)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Break-13: FIFO per producer across a restart, journal and page messages interleaved."""
+"""FIFO per producer across a restart, journal and page messages interleaved."""
 
 from __future__ import annotations
 

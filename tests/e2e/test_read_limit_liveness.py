@@ -1,21 +1,18 @@
-"""Break-13: bugs found while testing commit atomicity and FIFO across a restart.
-
-Each test shows one bug and is marked xfail(strict=True) until it is fixed.
-"""
+"""Read limits never strand a queue: found while testing commit atomicity and FIFO across
+a restart. Each test is the user scenario that stalled before its fix: a selective
+consumer that read the last paged record left the address in page mode for good, and
+paged messages that expired as they were read back kept their share of the read limit."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
 from brokerproc import unique
 from test_paging_helpers import body, send_all, take, wait_address
 
 P = {"persistent": "true"}
 
 
-@pytest.mark.xfail(strict=True, reason="address stays in page mode after a selective consumer "
-                   "drained a read-limited queue; later sends page to an empty queue")
 def test_address_leaves_paging_after_a_selective_consumer_drains_a_read_limited_queue(
     start_broker, stomp_client
 ):
@@ -37,8 +34,6 @@ def test_address_leaves_paging_after_a_selective_consumer_drains_a_read_limited_
     wait_address(proc, queue, paging=False, timeout=3)
 
 
-@pytest.mark.xfail(strict=True, reason="paged messages that expire as the cursor reads them keep "
-                   "their share of max-read-page-*: after that many, the queue stalls")
 def test_consumer_gets_a_live_paged_message_behind_more_expired_ones_than_the_read_limit(
     start_broker, stomp_client
 ):
@@ -53,10 +48,5 @@ def test_consumer_gets_a_live_paged_message_behind_more_expired_ones_than_the_re
     time.sleep(1.5)
     consumer = stomp_client(proc)
     consumer.subscribe(f"/queue/{queue}", ack="client-individual")
-    # seen: nothing delivered, ever; the queue shows messages_expired == the read limit (3),
-    # messages 3 (e3, e4, keep) paged
-    try:
-        assert take(consumer, 1, timeout=8) == ["keep"]
-    finally:
-        print(proc.queue(queue))
+    assert take(consumer, 1, timeout=8) == ["keep"]
     proc.wait_queue(queue, messages=0, messages_expired=5)
