@@ -33,7 +33,6 @@ from model_reference import PRESENT, Model, QueueModel, Status, Sub, Violation
 RECEIPT_WAIT = 10.0  # one RECEIPT (fsync included) on a shared, loaded machine
 SETTLE_WAIT = 5.0  # deliveries the model says are due
 HTTP_WAIT = 3.0  # management counts catching up with a close or an ACK
-IDLE = 0.25  # a drain is over when nothing more came for this long
 DRAIN_SLOT = 99  # the model's slot for the drain consumer of an anycast queue
 
 _fork_server: ForkServer | None = None
@@ -690,32 +689,7 @@ class Runner:
         sub = self.model.subscribe(slot, sub_id, queue.address, "client", 1000, queue.filter, durable)
         assert sub.queue is queue, f"drain of {queue.key} landed on {sub.queue.key}"
         self.receipt(client, receipt, f"SUBSCRIBE {queue.address} (drain)")
-        last_news = time.monotonic()
-        while True:
-            before = sub.received
-            self.ingest([slot])
-            if sub.received != before:
-                last_news = time.monotonic()
-            if sub.held:
-                copies, ack_id = self.model.take(sub, 0.999) or ([], "")
-                receipt = next(self._receipts)
-                client.conn.ack(ack_id, receipt=receipt)
-                self.receipt(client, receipt, f"ACK {ack_id} (drain)", lambda c=copies: self.model.acked(
-                    c, receipted=True, slot=slot, how="drained"))
-                continue
-            missing = [mid for mid, c in queue.copies.items() if c.status in PRESENT]
-            now = time.monotonic()
-            if not missing and now - last_news > IDLE:
-                break
-            if now - last_news > SETTLE_WAIT:
-                counts = self._http_counts([queue])
-                seen = counts.get(queue.name)
-                kind = "lost" if isinstance(seen, dict) and seen.get("messages") == 0 else "stall"
-                raise Violation(kind, f"draining {queue.name}: {len(missing)} message(s) never came, "
-                                f"nothing for {SETTLE_WAIT}s: {missing[:20]} (the broker counts {counts}); "
-                                + "; ".join(f"{m}: {' / '.join(queue.copies[m].history)}"
-                                            for m in missing[:5]))
-            time.sleep(0.005)
+        self._take_everything(client, sub)
         receipt = next(self._receipts)
         client.conn.unsubscribe(sub_id, headers={"receipt": receipt})
         self.receipt(client, receipt, "UNSUBSCRIBE (drain)")
@@ -733,3 +707,43 @@ class Runner:
                 raise Violation("stall", f"queue {queue.name} still counts {body.get('messages')} "
                                 f"message(s) after a consumer took everything it was given: {body}")
             time.sleep(0.02)
+
+    def _take_everything(self, client: Client, sub: Sub) -> None:
+        """The drain consumer ACKs (with receipts) whatever comes until every message the model
+        says is there came and the broker counts the queue empty."""
+        queue, slot = sub.queue, client.slot
+        last_news = progress = time.monotonic()
+        while True:
+            before = sub.received
+            self.ingest([slot])
+            if sub.received != before:
+                last_news = progress = time.monotonic()
+            if sub.held:
+                copies, ack_id = self.model.take(sub, 0.999) or ([], "")
+                receipt = next(self._receipts)
+                client.conn.ack(ack_id, receipt=receipt)
+                self.receipt(client, receipt, f"ACK {ack_id} (drain)", lambda c=copies: self.model.acked(
+                    c, receipted=True, slot=slot, how="drained"))
+                progress = time.monotonic()
+                continue
+            missing = [mid for mid, c in queue.copies.items() if c.status in PRESENT]
+            now = time.monotonic()
+            if not missing:
+                # Nothing more can come once the broker counts the queue empty: a delivery is
+                # counted until its ACK is receipted, and so is every message it still has.
+                status, body = self.broker.http_get(f"/api/queues/{queue.name}")
+                if status == 200 and body.get("messages") == 0:
+                    return
+                if now - progress > HTTP_WAIT:
+                    raise Violation("stall", f"queue {queue.name} still counts {body.get('messages')} "
+                                    f"message(s) {HTTP_WAIT}s after a consumer took everything it "
+                                    f"was given: {body}")
+            elif now - last_news > SETTLE_WAIT:
+                counts = self._http_counts([queue])
+                seen = counts.get(queue.name)
+                kind = "lost" if isinstance(seen, dict) and seen.get("messages") == 0 else "stall"
+                raise Violation(kind, f"draining {queue.name}: {len(missing)} message(s) never came, "
+                                f"nothing for {SETTLE_WAIT}s: {missing[:20]} (the broker counts {counts}); "
+                                + "; ".join(f"{m}: {' / '.join(queue.copies[m].history)}"
+                                            for m in missing[:5]))
+            time.sleep(0.005)
