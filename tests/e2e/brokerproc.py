@@ -211,7 +211,7 @@ class BrokerProcess:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             lines.append(line)
-            if watch_ready and "ready" in line:
+            if watch_ready and re.search(r"\bready\b", line):  # not "already in use"
                 self._ready.set()
         pipe.close()
 
