@@ -19,13 +19,14 @@ import atexit
 import contextlib
 import itertools
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from brokerproc import PAGEMQ, BrokerProcess, StompClient, run_cli
+from brokerproc import HOST, PAGEMQ, BrokerProcess, StompClient, free_port, run_cli
 from forkserver import ForkServer
 from model_program import Program
 from model_reference import PRESENT, Model, QueueModel, Status, Sub, Violation
@@ -48,6 +49,46 @@ def fork_server() -> ForkServer | None:
         _fork_server = ForkServer(PAGEMQ)
         atexit.register(_fork_server.close)
     return _fork_server
+
+
+class PortRange:
+    """Ports for brokers from a range of our own (PAGEMQ_MODEL_PORTS=LO-HI), taken in turn,
+    skipping any that something else listens on right now."""
+
+    def __init__(self, spec: str) -> None:
+        low, high = (int(part) for part in spec.split("-"))
+        self.spec = spec
+        self.size = high - low + 1
+        self._ports = itertools.cycle(range(low, high + 1))
+
+    def take(self) -> int:
+        for _ in range(self.size):
+            port = next(self._ports)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds
+                try:
+                    sock.bind((HOST, port))
+                except OSError:
+                    continue
+            return port
+        raise RuntimeError(f"no free port in PAGEMQ_MODEL_PORTS={os.environ.get('PAGEMQ_MODEL_PORTS')}")
+
+
+_port_range: PortRange | None = None
+
+
+def broker_ports() -> tuple[int, int]:
+    """(stomp, http) for a new broker: from PAGEMQ_MODEL_PORTS, else two the kernel picks."""
+    global _port_range
+    spec = os.environ.get("PAGEMQ_MODEL_PORTS")
+    if spec and (_port_range is None or _port_range.spec != spec):
+        _port_range = PortRange(spec)
+    take = _port_range.take if spec and _port_range is not None else free_port
+    stomp = take()
+    http = take()
+    while http == stomp:
+        http = take()
+    return stomp, http
 
 
 def pagemq_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -78,7 +119,7 @@ class Runner:
     def __init__(self, program: Program, workdir: Path) -> None:
         self.program = program
         server = fork_server()
-        self.broker = BrokerProcess(workdir, program.config.toml(),
+        self.broker = BrokerProcess(workdir, program.config.toml(), ports=broker_ports(),
                                     launcher=server.popen if server is not None else None)
         self.model = Model(program.config.max_read_page_messages)
         self.clients: dict[int, Client] = {}
@@ -116,10 +157,20 @@ class Runner:
     # -- broker life ----------------------------------------------------------------------
 
     def _start(self) -> None:
-        try:
-            self.broker.start()
-        except RuntimeError as exc:
-            raise Violation("start", f"the broker did not come back: {exc}") from exc
+        for attempt in range(3):
+            try:
+                self.broker.start()
+                return
+            except RuntimeError as exc:
+                # Another process took a port while the broker was down (nothing of the
+                # broker's own can hold it: the last run has exited): the program goes on on
+                # new ports; every connection is made afresh after a start anyway.
+                if "address already in use" in str(exc).lower() and attempt < 2:
+                    self.broker.stomp_port, self.broker.http_port = broker_ports()
+                    self.log.append(f"   (a port was taken meanwhile: restarted on ports "
+                                    f"{self.broker.stomp_port} and {self.broker.http_port})")
+                    continue
+                raise Violation("start", f"the broker did not come back: {exc}") from exc
 
     def _stopped(self, killed: bool) -> None:
         for client in self.clients.values():
