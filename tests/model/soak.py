@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -52,6 +53,10 @@ def worker() -> int:
     """One worker: everything comes in PAGEMQ_MODEL_* variables (model_driver.py)."""
     sys.path.insert(0, str(HERE.parent / "e2e"))
     from model_driver import soak
+
+    # stomp.py warns when the harness drops a socket its reader thread has just closed
+    # ("unable to issue SHUT_RDWR"); pytest keeps such lines out of sight, so does a worker.
+    logging.getLogger("stomp.py").setLevel(logging.ERROR)
 
     minutes = os.environ.get("PAGEMQ_MODEL_MINUTES")
     summary = soak(Path(os.environ["PAGEMQ_MODEL_WORKDIR"]), default_count=None,
