@@ -94,9 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     if base is None:
         base = int(os.environ.get("PAGEMQ_MODEL_BASE_SEED", str(int(time.time() * 1000) % 1_000_000_000)))
     root = Path(tempfile.mkdtemp(prefix="pagemq-soak-"))
-    what = ("a replay" if replay else f"{args.programs} programs" if args.programs is not None
-            else f"{args.minutes:g} minutes")
-    print(f"soak: {what}, {workers} worker(s), seeds from {base}, work in {root}", flush=True)
+    if replay:
+        what = (f"replay of PAGEMQ_MODEL_TRACE={os.environ['PAGEMQ_MODEL_TRACE']}"
+                if os.environ.get("PAGEMQ_MODEL_TRACE")
+                else f"replay of PAGEMQ_MODEL_SEED={os.environ['PAGEMQ_MODEL_SEED']}")
+    else:
+        what = (f"{args.programs} programs" if args.programs is not None else f"{args.minutes:g} minutes")
+        what += f", {workers} worker(s), seeds from {base}"
+    print(f"soak: {what}, work in {root}", flush=True)
     lock = threading.Lock()
     procs: list[tuple[int, subprocess.Popen[str], threading.Thread]] = []
     started = time.monotonic()
