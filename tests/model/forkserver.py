@@ -96,6 +96,8 @@ class _Server:
         if not message:
             for pid in self.children:
                 os.kill(pid, signal.SIGKILL)  # not reaped yet: still ours
+            for pid in self.children:
+                os.waitpid(pid, 0)
             return False
         request = json.loads(message)
         if request.get("retire"):  # no more requests; exit once the children have
