@@ -227,9 +227,14 @@ class ForkServer:
         except TimeoutError:
             ready = b""
         if ready != b"ready":
-            self._server.kill()
-            self._server.wait()
-            raise RuntimeError(f"the fork server did not start (exit {self._server.returncode})")
+            try:
+                self._server.wait(5)  # it failed (an import, say: its traceback is on stderr)
+            except subprocess.TimeoutExpired:
+                self._server.kill()
+                self._server.wait()
+            mine.close()
+            raise RuntimeError(f"the fork server did not start (exit {self._server.returncode}; "
+                               "its stderr says why)")
         mine.settimeout(None)
         self._control = mine
         self._spawned = 0
