@@ -4,9 +4,10 @@ Everything here talks to the broker the way a user does: a subprocess started fr
 installed `pagemq` script, TCP sockets on 127.0.0.1, HTTP for the management API. Every
 wait is bounded; a timeout fails the test with what was seen so far.
 
-- `BrokerProcess`: free ports, optional TOML config (written from a dict), start/stop/kill/
-  restart on the same data directory and ports, stderr drained into `log_lines`,
-  `http_get(path) -> (status, json)`.
+- `BrokerProcess`: free ports (or given ones), optional TOML config (written from a dict),
+  start/stop/kill/restart on the same data directory and ports, stderr drained into
+  `log_lines`, `http_get(path) -> (status, json)`; an optional `launcher` starts the process
+  instead of subprocess.Popen (the model-based test's fork server).
 - `StompClient`: a stomp.py connection (1.0, 1.1 or 1.2) with a `FrameCollector` listener
   (`wait_for(n, timeout)`), receipts waited for where asked, version-aware ACK/NACK.
 - `RawStomp`: bytes in, frames out, for malformed input, exact headers and heart-beats.
@@ -129,14 +130,22 @@ class BrokerProcess:
     """
 
     def __init__(self, workdir: Path, config: Mapping[str, Any] | None = None,
-                 extra_args: Iterable[str] = ()) -> None:
+                 extra_args: Iterable[str] = (), *, ports: tuple[int, int] | None = None,
+                 launcher: Callable[[list[str], Path], Any] | None = None) -> None:
+        """`ports`: (stomp, http) instead of two free ones. `launcher(command, cwd)`: starts
+        the process instead of subprocess.Popen and returns an object with Popen's pid,
+        stdout, stderr (pipes), poll, wait, send_signal, kill and returncode."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.workdir / "data"
-        self.stomp_port = free_port()
-        self.http_port = free_port()
-        while self.http_port == self.stomp_port:
+        if ports is not None:
+            self.stomp_port, self.http_port = ports
+        else:
+            self.stomp_port = free_port()
             self.http_port = free_port()
+            while self.http_port == self.stomp_port:
+                self.http_port = free_port()
+        self.launcher = launcher
         self.config_path: Path | None = None
         if config is not None:
             self.config_path = self.workdir / "pagemq.toml"
@@ -171,10 +180,13 @@ class BrokerProcess:
         assert not self.running, "broker already running"
         self._ready.clear()
         self._run_start = len(self.log_lines)
-        self.proc = subprocess.Popen(
-            self.command, cwd=self.workdir, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
+        if self.launcher is not None:
+            self.proc = self.launcher(self.command, self.workdir)
+        else:
+            self.proc = subprocess.Popen(
+                self.command, cwd=self.workdir, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
         self.start_count += 1
         self._drains = [
             threading.Thread(target=self._drain, args=(self.proc.stderr, self.log_lines, True), daemon=True),
@@ -199,7 +211,7 @@ class BrokerProcess:
         for raw in iter(pipe.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             lines.append(line)
-            if watch_ready and "ready" in line:
+            if watch_ready and re.search(r"\bready\b", line):  # not "already in use"
                 self._ready.set()
         pipe.close()
 

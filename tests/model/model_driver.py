@@ -9,17 +9,30 @@ Environment (all optional; `make test` and `make soak` set none by default):
 - `PAGEMQ_MODEL_MINUTES=M`: the soak runs for M minutes (default 10).
 - `PAGEMQ_MODEL_BASE_SEED=N`: the first seed of a run (default: drawn from the clock, and
   printed); program k of the run has seed N + k.
-- `PAGEMQ_MODEL_SHRINK_SECONDS=S`: how long the shrinker may try (default 90; 600 in soak).
+- `PAGEMQ_MODEL_SHRINK_SECONDS=S`: how long the shrinker may try (default 60; 600 in soak).
+
+Set by `make soak` (tests/model/soak.py) for each of its worker processes:
+
+- `PAGEMQ_MODEL_SEED_STRIDE=W`: program k of the run has seed BASE + k * W (default 1), so W
+  workers with bases B, B+1, ... B+W-1 run disjoint seeds.
+- `PAGEMQ_MODEL_PORTS=LO-HI`: brokers listen on ports from this range (default: free ports
+  the kernel picks), so workers never take each other's ports between a stop and a restart.
+- `PAGEMQ_MODEL_STOP_FILE=PATH`: no new program starts once PATH exists; a failing run
+  creates it before shrinking (the other workers stop, the shrinker gets the machine).
+- `PAGEMQ_MODEL_SUMMARY=PATH`: the run's summary (programs, seeds, failure) written there
+  as JSON.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from model_program import Program, format_program, from_json, generate, to_json
@@ -149,40 +162,72 @@ def seeds_from_env(
     if seed:
         return [generate(int(seed))], lambda k: k, 1
     base = int(os.environ.get("PAGEMQ_MODEL_BASE_SEED", str(int(time.time() * 1000) % 1_000_000_000)))
+    stride = int(os.environ.get("PAGEMQ_MODEL_SEED_STRIDE", "1"))
     count = os.environ.get("PAGEMQ_MODEL_PROGRAMS")
-    return None, lambda k: base + k, int(count) if count else default_count
+    return None, lambda k: base + k * stride, int(count) if count else default_count
 
 
-def run_programs(workroot: Path, *, default_count: int | None, minutes: float | None,
-                 shrink_budget: float) -> None:
-    """Run programs until the count or the time is reached; on the first failure shrink it,
-    save the shrunk program under tests/model/failures/, and fail with the report."""
+@dataclass
+class Summary:
+    """What a run did: `failure` is None when every program kept every promise."""
+
+    programs: int = 0
+    operations: int = 0
+    seconds: float = 0.0
+    seeds: list[int] = field(default_factory=list)
+    failure: dict[str, Any] | None = None  # seed, kind, trace (saved file), data_dir, report
+
+    def write(self) -> None:
+        path = os.environ.get("PAGEMQ_MODEL_SUMMARY")
+        if path:
+            Path(path).write_text(json.dumps(asdict(self)))
+
+
+def _stop_requested() -> bool:
+    stop_file = os.environ.get("PAGEMQ_MODEL_STOP_FILE")
+    return bool(stop_file) and Path(stop_file).exists()
+
+
+def soak(workroot: Path, *, default_count: int | None, minutes: float | None,
+         shrink_budget: float) -> Summary:
+    """Run programs until the count or the time is reached (or the stop file appears); shrink
+    the first failing one, save it under tests/model/failures/ and put its report in the
+    summary."""
     explicit, seed_of, count = seeds_from_env(default_count)
     shrink_budget = float(os.environ.get("PAGEMQ_MODEL_SHRINK_SECONDS", shrink_budget))
     stop_at = time.monotonic() + minutes * 60 if minutes is not None and count is None else None
     dirs = (workroot / f"run{n}" for n in range(1_000_000))
     started = time.monotonic()
-    total_ops = 0
-    k = 0
+    summary = Summary()
     if explicit is None:
-        say(f"model-based test: seeds from {seed_of(0)} "
+        stride = seed_of(1) - seed_of(0)
+        say(f"model-based test: seeds from {seed_of(0)}{f' in steps of {stride}' if stride != 1 else ''} "
             f"({count if count is not None else f'{minutes} minutes of'} programs)")
     while True:
-        if count is not None and k >= count:
+        if count is not None and summary.programs >= count:
             break
         if stop_at is not None and time.monotonic() >= stop_at:
             break
+        if _stop_requested():
+            say("model-based test: stopped (another worker found a failure)")
+            break
+        k = summary.programs
         program = explicit[k] if explicit is not None else generate(seed_of(k))
         workdir = next(dirs)
         outcome = run_once(program, workdir, keep=True)
-        total_ops += len(program.ops)
-        k += 1
+        summary.programs += 1
+        summary.operations += len(program.ops)
+        summary.seeds.append(program.seed)
+        summary.seconds = time.monotonic() - started
         status = "ok" if outcome.violation is None else f"FAILED [{outcome.violation.kind}]"
-        say(f"program {k} seed {program.seed}: {len(program.ops)} ops, {outcome.seconds:.1f}s, {status}"
-            f" (total {time.monotonic() - started:.0f}s)")
+        say(f"program {summary.programs} seed {program.seed}: {len(program.ops)} ops, "
+            f"{outcome.seconds:.1f}s, {status} (total {summary.seconds:.0f}s)")
         if outcome.violation is None:
             shutil.rmtree(workdir, ignore_errors=True)
             continue
+        stop_file = os.environ.get("PAGEMQ_MODEL_STOP_FILE")
+        if stop_file:
+            Path(stop_file).touch()
         say(f"  {outcome.violation}")
         say(f"  its data directory is kept: {workdir / 'data'}")
         shrunk, runs = shrink(outcome, dirs, shrink_budget) if len(program.ops) > 1 else (outcome, 0)
@@ -192,7 +237,21 @@ def run_programs(workroot: Path, *, default_count: int | None, minutes: float | 
         saved = FAILURES / f"seed-{program.seed}-{shrunk.violation.kind}.json"
         shrunk.program.note = str(shrunk.violation)
         saved.write_text(to_json(shrunk.program))
-        text = report(outcome, shrunk, runs, saved, again)
-        pytest.fail(text, pytrace=False)
-    say(f"model-based test: {k} programs, {total_ops} operations, all invariants held "
-        f"({time.monotonic() - started:.0f}s)")
+        summary.failure = {"seed": program.seed, "kind": shrunk.violation.kind, "trace": str(saved),
+                           "data_dir": str(workdir / "data"),
+                           "report": report(outcome, shrunk, runs, saved, again)}
+        break
+    summary.seconds = time.monotonic() - started
+    if summary.failure is None:
+        say(f"model-based test: {summary.programs} programs, {summary.operations} operations, "
+            f"all invariants held ({summary.seconds:.0f}s)")
+    summary.write()
+    return summary
+
+
+def run_programs(workroot: Path, *, default_count: int | None, minutes: float | None,
+                 shrink_budget: float) -> None:
+    """The pytest side of `soak`: fails the test with the report of the first failure."""
+    summary = soak(workroot, default_count=default_count, minutes=minutes, shrink_budget=shrink_budget)
+    if summary.failure is not None:
+        pytest.fail(summary.failure["report"], pytrace=False)

@@ -247,12 +247,15 @@ class Model:
         return copies
 
     def sync(self, slot: int) -> None:
-        """A RECEIPT arrived on this slot's connection: every frame before it was carried out."""
+        """A RECEIPT arrived on this slot's connection: every frame before it was carried out.
+        A message it routed is then there, unless it may have gone meanwhile without the model
+        seeing it (`maybe_seen`: to an auto-ack subscriber that vanished, or by an ACK lost
+        with its connection, not known undone): that one stays a MAY (seed 504)."""
         for effect in self.unsynced.pop(slot, []):
             for copy in effect.copies:
                 if copy.unsynced:
                     copy.unsynced = False
-                    if copy.status is Status.MAY:
+                    if copy.status is Status.MAY and not copy.maybe_seen:
                         copy.status = Status.MUST_SOFT
                         copy.note("its frame was carried out (a later receipt)")
             for copy in effect.acks:

@@ -1,6 +1,8 @@
 """Runs one program against a real `pagemq serve` process and checks it against the model.
 
-One broker per program (restarted in place by the program's restart/kill operations). Every
+One broker per program (restarted in place by the program's restart/kill operations), each
+start forked from a fork server that has pagemq imported (forkserver.py: a start takes a few
+hundredths of a second instead of 0.6 s; PAGEMQ_MODEL_FORKSERVER=0 execs `pagemq`). Every
 wait is for something specific (a RECEIPT, a MESSAGE the model says must come, an HTTP count)
 and bounded; running out of time is itself a finding (a stall, a missing receipt).
 
@@ -13,22 +15,88 @@ empty: receipted acknowledgements stick.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
+import os
+import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from brokerproc import BrokerProcess, StompClient, run_cli
+from brokerproc import HOST, PAGEMQ, BrokerProcess, StompClient, free_port, run_cli
+from forkserver import ForkServer
 from model_program import Program
 from model_reference import PRESENT, Model, QueueModel, Status, Sub, Violation
 
 RECEIPT_WAIT = 10.0  # one RECEIPT (fsync included) on a shared, loaded machine
 SETTLE_WAIT = 5.0  # deliveries the model says are due
 HTTP_WAIT = 3.0  # management counts catching up with a close or an ACK
-IDLE = 0.25  # a drain is over when nothing more came for this long
 DRAIN_SLOT = 99  # the model's slot for the drain consumer of an anycast queue
+
+_fork_server: ForkServer | None = None
+
+
+def fork_server() -> ForkServer | None:
+    """The process-wide fork server that starts `pagemq` (forkserver.py), made on first use;
+    None with PAGEMQ_MODEL_FORKSERVER=0 (then every start execs `pagemq`)."""
+    global _fork_server
+    if os.environ.get("PAGEMQ_MODEL_FORKSERVER", "1") == "0":
+        return None
+    if _fork_server is None:
+        _fork_server = ForkServer(PAGEMQ)
+        atexit.register(_fork_server.close)
+    return _fork_server
+
+
+class PortRange:
+    """Ports for brokers from a range of our own (PAGEMQ_MODEL_PORTS=LO-HI), taken in turn,
+    skipping any that something else listens on right now."""
+
+    def __init__(self, spec: str) -> None:
+        low, high = (int(part) for part in spec.split("-"))
+        self.spec = spec
+        self.size = high - low + 1
+        self._ports = itertools.cycle(range(low, high + 1))
+
+    def take(self) -> int:
+        for _ in range(self.size):
+            port = next(self._ports)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds
+                try:
+                    sock.bind((HOST, port))
+                except OSError:
+                    continue
+            return port
+        raise RuntimeError(f"no free port in PAGEMQ_MODEL_PORTS={os.environ.get('PAGEMQ_MODEL_PORTS')}")
+
+
+_port_range: PortRange | None = None
+
+
+def broker_ports() -> tuple[int, int]:
+    """(stomp, http) for a new broker: from PAGEMQ_MODEL_PORTS, else two the kernel picks."""
+    global _port_range
+    spec = os.environ.get("PAGEMQ_MODEL_PORTS")
+    if spec and (_port_range is None or _port_range.spec != spec):
+        _port_range = PortRange(spec)
+    take = _port_range.take if spec and _port_range is not None else free_port
+    stomp = take()
+    http = take()
+    while http == stomp:
+        http = take()
+    return stomp, http
+
+
+def pagemq_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`pagemq ARGS` to completion, through the fork server when there is one."""
+    server = fork_server()
+    if server is None:
+        return run_cli(*args)
+    return server.run([PAGEMQ, *args], Path.cwd(), timeout=30.0)
 
 
 class Client:
@@ -50,7 +118,9 @@ class Client:
 class Runner:
     def __init__(self, program: Program, workdir: Path) -> None:
         self.program = program
-        self.broker = BrokerProcess(workdir, program.config.toml())
+        server = fork_server()
+        self.broker = BrokerProcess(workdir, program.config.toml(), ports=broker_ports(),
+                                    launcher=server.popen if server is not None else None)
         self.model = Model(program.config.max_read_page_messages)
         self.clients: dict[int, Client] = {}
         self.log: list[str] = []
@@ -87,10 +157,20 @@ class Runner:
     # -- broker life ----------------------------------------------------------------------
 
     def _start(self) -> None:
-        try:
-            self.broker.start()
-        except RuntimeError as exc:
-            raise Violation("start", f"the broker did not come back: {exc}") from exc
+        for attempt in range(3):
+            try:
+                self.broker.start()
+                return
+            except RuntimeError as exc:
+                # Another process took a port while the broker was down (nothing of the
+                # broker's own can hold it: the last run has exited): the program goes on on
+                # new ports; every connection is made afresh after a start anyway.
+                if "address already in use" in str(exc).lower() and attempt < 2:
+                    self.broker.stomp_port, self.broker.http_port = broker_ports()
+                    self.log.append(f"   (a port was taken meanwhile: restarted on ports "
+                                    f"{self.broker.stomp_port} and {self.broker.http_port})")
+                    continue
+                raise Violation("start", f"the broker did not come back: {exc}") from exc
 
     def _stopped(self, killed: bool) -> None:
         for client in self.clients.values():
@@ -117,7 +197,7 @@ class Runner:
     def data_check(self) -> None:
         """`pagemq data check` on the data of a cleanly stopped broker: every journal and page
         file sound (a killed one may leave a torn tail that start-up cuts, so not after kill)."""
-        result = run_cli("data", "check", "--data-dir", str(self.broker.data_dir))
+        result = pagemq_cli("data", "check", "--data-dir", str(self.broker.data_dir))
         if result.returncode != 0:
             raise Violation("data-check", f"pagemq data check exited {result.returncode} after a "
                             f"clean stop: {(result.stdout + result.stderr)[-1500:]}")
@@ -660,32 +740,7 @@ class Runner:
         sub = self.model.subscribe(slot, sub_id, queue.address, "client", 1000, queue.filter, durable)
         assert sub.queue is queue, f"drain of {queue.key} landed on {sub.queue.key}"
         self.receipt(client, receipt, f"SUBSCRIBE {queue.address} (drain)")
-        last_news = time.monotonic()
-        while True:
-            before = sub.received
-            self.ingest([slot])
-            if sub.received != before:
-                last_news = time.monotonic()
-            if sub.held:
-                copies, ack_id = self.model.take(sub, 0.999) or ([], "")
-                receipt = next(self._receipts)
-                client.conn.ack(ack_id, receipt=receipt)
-                self.receipt(client, receipt, f"ACK {ack_id} (drain)", lambda c=copies: self.model.acked(
-                    c, receipted=True, slot=slot, how="drained"))
-                continue
-            missing = [mid for mid, c in queue.copies.items() if c.status in PRESENT]
-            now = time.monotonic()
-            if not missing and now - last_news > IDLE:
-                break
-            if now - last_news > SETTLE_WAIT:
-                counts = self._http_counts([queue])
-                seen = counts.get(queue.name)
-                kind = "lost" if isinstance(seen, dict) and seen.get("messages") == 0 else "stall"
-                raise Violation(kind, f"draining {queue.name}: {len(missing)} message(s) never came, "
-                                f"nothing for {SETTLE_WAIT}s: {missing[:20]} (the broker counts {counts}); "
-                                + "; ".join(f"{m}: {' / '.join(queue.copies[m].history)}"
-                                            for m in missing[:5]))
-            time.sleep(0.005)
+        self._take_everything(client, sub)
         receipt = next(self._receipts)
         client.conn.unsubscribe(sub_id, headers={"receipt": receipt})
         self.receipt(client, receipt, "UNSUBSCRIBE (drain)")
@@ -703,3 +758,43 @@ class Runner:
                 raise Violation("stall", f"queue {queue.name} still counts {body.get('messages')} "
                                 f"message(s) after a consumer took everything it was given: {body}")
             time.sleep(0.02)
+
+    def _take_everything(self, client: Client, sub: Sub) -> None:
+        """The drain consumer ACKs (with receipts) whatever comes until every message the model
+        says is there came and the broker counts the queue empty."""
+        queue, slot = sub.queue, client.slot
+        last_news = progress = time.monotonic()
+        while True:
+            before = sub.received
+            self.ingest([slot])
+            if sub.received != before:
+                last_news = progress = time.monotonic()
+            if sub.held:
+                copies, ack_id = self.model.take(sub, 0.999) or ([], "")
+                receipt = next(self._receipts)
+                client.conn.ack(ack_id, receipt=receipt)
+                self.receipt(client, receipt, f"ACK {ack_id} (drain)", lambda c=copies: self.model.acked(
+                    c, receipted=True, slot=slot, how="drained"))
+                progress = time.monotonic()
+                continue
+            missing = [mid for mid, c in queue.copies.items() if c.status in PRESENT]
+            now = time.monotonic()
+            if not missing:
+                # Nothing more can come once the broker counts the queue empty: a delivery is
+                # counted until its ACK is receipted, and so is every message it still has.
+                status, body = self.broker.http_get(f"/api/queues/{queue.name}")
+                if status == 200 and body.get("messages") == 0:
+                    return
+                if now - progress > HTTP_WAIT:
+                    raise Violation("stall", f"queue {queue.name} still counts {body.get('messages')} "
+                                    f"message(s) {HTTP_WAIT}s after a consumer took everything it "
+                                    f"was given: {body}")
+            elif now - last_news > SETTLE_WAIT:
+                counts = self._http_counts([queue])
+                seen = counts.get(queue.name)
+                kind = "lost" if isinstance(seen, dict) and seen.get("messages") == 0 else "stall"
+                raise Violation(kind, f"draining {queue.name}: {len(missing)} message(s) never came, "
+                                f"nothing for {SETTLE_WAIT}s: {missing[:20]} (the broker counts {counts}); "
+                                + "; ".join(f"{m}: {' / '.join(queue.copies[m].history)}"
+                                            for m in missing[:5]))
+            time.sleep(0.005)

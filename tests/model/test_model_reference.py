@@ -155,6 +155,31 @@ def test_an_auto_ack_subscriber_that_vanishes_may_have_swallowed_what_it_would_a
     assert queue.copies["blue"].status is Status.MUST
 
 
+def test_a_send_carried_out_later_stays_a_may_when_a_vanished_auto_ack_subscriber_may_have_had_it() -> None:
+    """Seed 504: slot 0 sends m6 without receipt to a topic; the auto-ack durable subscriber of
+    slot 1 drops its connection (the broker delivered and auto-acked m6 first, unseen); a later
+    receipt on slot 0 proves the SEND was carried out, not that m6 is still there."""
+    model = _model()
+    sub = _subscribe(model, dest="/topic/t0", ack="auto", durable="d0")
+    _send(model, "m6", dest="/topic/t0", receipted=False)
+    model.connection_closed(sub.slot, "connection dropped")
+    model.sync(0)
+    queue = model.durables["c1.t0-d0"]
+    assert queue.copies["m6"].status is Status.MAY
+    assert queue.count_range() == (0, 1)
+
+
+def test_an_ack_without_receipt_lost_with_its_connection_is_not_undone_by_the_senders_receipt() -> None:
+    model = _model()
+    _send(model, "m1", receipted=False)
+    sub = _subscribe(model)
+    _deliver(model, sub, "m1")
+    _ack_all(model, sub, receipted=False)
+    model.connection_closed(sub.slot, "connection dropped")  # the ACK may or may not have happened
+    model.sync(0)
+    assert model.queues["q0"].copies["m1"].status is Status.MAY
+
+
 def test_a_consumer_with_credit_must_get_what_it_accepts_unless_a_read_limit_holds_it() -> None:
     model = _model(max_read=1)
     _send(model, "m1")
