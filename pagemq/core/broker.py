@@ -94,8 +94,8 @@ class Broker:
         # Address/queue records written since the last paged send; see _after_bindings().
         self._bindings_dirty = False
         self._bindings_durable: asyncio.Future[None] | None = None
-        # Journal write batch -> the (queues, refs) of the messages it holds; see _watch_write.
-        self._unsynced_writes: dict[asyncio.Future[None], list[tuple[list[Queue], list[MessageRef]]]] = {}
+        # The last journal write batch watched for failure; see _watch_write.
+        self._watched_write: asyncio.Future[None] | None = None
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -356,28 +356,28 @@ class Broker:
         future = None
         if durable:
             future = self.store.store_message(message, tuple(durable), sync=True)
-        refs = self._deliver_new(message, queues, len(durable))
+        self._deliver_new(message, queues, len(durable))
         if future is not None:
-            self._watch_write(future, queues, refs)
+            message.write = future
+            if future is not self._watched_write:
+                self._watched_write = future
+                future.add_done_callback(self._writes_done)
         return future
 
-    def _watch_write(self, future: asyncio.Future[None], queues: list[Queue], refs: list[MessageRef]) -> None:
-        """Take the message back from its queues if its journal write fails (the client
-        gets an ERROR and may send it again); one callback per write batch."""
-        watched = self._unsynced_writes.get(future)
-        if watched is None:
-            watched = self._unsynced_writes[future] = []
-            future.add_done_callback(self._writes_done)
-        watched.append((queues, refs))
-
     def _writes_done(self, future: asyncio.Future[None]) -> None:
-        watched = self._unsynced_writes.pop(future, [])
+        """A journal write batch is done. If it failed, its messages still pending leave
+        their queues (the clients get an ERROR and may send them again; one delivered
+        already stays with its consumer). Each message names its batch (`Message.write`)
+        rather than the broker keeping a list per batch: that costs nothing per SEND, and
+        the scan of pending refs is only paid when a write fails."""
+        if future is self._watched_write:
+            self._watched_write = None
         if future.cancelled() or future.exception() is None:
             return
-        for queues, refs in watched:
-            for queue, ref in zip(queues, refs, strict=True):
+        for queue in list(self.queues.values()):
+            for ref in [r for r in queue if r.message.write is future]:
                 if not queue.remove_pending_ref(ref):
-                    continue  # already delivered: it stays with its consumer
+                    continue
                 queue.counters.added -= 1
                 self._durable_release(queue, ref.message)
                 self._unhold(queue, ref.message)

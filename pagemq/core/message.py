@@ -38,6 +38,7 @@ class Message:
         "properties_cache",
         "refs",
         "timestamp",
+        "write",
     )
 
     def __init__(
@@ -65,6 +66,8 @@ class Message:
         self.refs = 0
         self.durable_refs = 0
         self.memory_size = estimate_memory(headers, body)
+        # The journal write batch (a future) that stores it, while it may still fail.
+        self.write: object | None = None
 
     def expired(self, now_ms: int) -> bool:
         return self.expiration > 0 and now_ms >= self.expiration
