@@ -338,17 +338,19 @@ class Broker:
         persistent: bool = False,
         priority: int = 4,
         expiration: int = 0,
+        internal: bool = False,
     ) -> asyncio.Future[None] | None:
-        """Route and store one message; the future resolves when it is durable.
+        """Route and store one message (page file or journal) and hand it to its queues;
+        the future resolves when it is durable.
 
         Raises `AddressFull` (FAIL policy), `Blocked` (BLOCK policy: retry later) or another
         `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
+        `internal`: a message the broker moves (dead letter, expiry); see `admit`.
         """
-        routed = self._route(address_name, routing_type, headers, body, persistent, priority, expiration)
-        return self._store_routed(routed) if routed is not None else None
-
-    def _store_routed(self, routed: tuple[Address, Message, list[Queue], str]) -> asyncio.Future[None] | None:
-        """Store a routed message (page file or journal) and hand it to its queues."""
+        routed = self._route(address_name, routing_type, headers, body, persistent, priority, expiration,
+                             internal=internal)
+        if routed is None:
+            return None
         address, message, queues, decision = routed
         if decision is PAGE:
             return self._after_bindings(self.pager(address).page([(message, queues)]))
@@ -580,9 +582,8 @@ class Broker:
         headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
         headers["destination"] = target
         try:
-            routed = self._route(target, ANYCAST, headers, message.body, message.persistent,
-                                 message.priority, 0, internal=True)
-            future = self._store_routed(routed) if routed is not None else None
+            future = self.send(target, ANYCAST, headers, message.body, persistent=message.persistent,
+                               priority=message.priority, internal=True)
         except (BrokerError, Blocked, OSError) as exc:
             log.warning("message %s stays in queue %r: it cannot be moved to %r: %s",
                         message.message_id, queue.name, target, exc)
