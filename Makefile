@@ -35,8 +35,8 @@ test-slow: $(TEST_STAMP)
 # The model-based soak (tests/model/soak.py): `make soak SOAK_MINUTES=60` runs for that long,
 # `make soak SOAK_PROGRAMS=2000` runs that many programs (seeds B .. B+1999; B from
 # PAGEMQ_MODEL_BASE_SEED, else drawn from the clock and printed). SOAK_WORKERS=2 splits them
-# over two worker processes (seeds B+i, B+i+2, ...; own ports and data directories each),
-# about 1.2 s a program per worker on a 2-core machine. A summary ends the run: programs,
+# over two worker processes (seeds B+i, B+i+2, ...; own ports and data directories each):
+# 2000 programs took 15 minutes that way on a 2-core machine. A summary ends the run: programs,
 # seeds covered, failures. The first failure stops every worker and is shrunk, saved under
 # tests/model/failures/ and reported with its seed. Replay: `PAGEMQ_MODEL_SEED=N make soak`
 # (or PAGEMQ_MODEL_TRACE=FILE for a saved shrunk trace).

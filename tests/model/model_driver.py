@@ -20,7 +20,7 @@ Set by `make soak` (tests/model/soak.py) for each of its worker processes:
 - `PAGEMQ_MODEL_STOP_FILE=PATH`: no new program starts once PATH exists; a failing run
   creates it before shrinking (the other workers stop, the shrinker gets the machine).
 - `PAGEMQ_MODEL_SUMMARY=PATH`: the run's summary (programs, seeds, failure) written there
-  as JSON.
+  as JSON, after every program and at the end.
 """
 
 from __future__ import annotations
@@ -222,6 +222,7 @@ def soak(workroot: Path, *, default_count: int | None, minutes: float | None,
         status = "ok" if outcome.violation is None else f"FAILED [{outcome.violation.kind}]"
         say(f"program {summary.programs} seed {program.seed}: {len(program.ops)} ops, "
             f"{outcome.seconds:.1f}s, {status} (total {summary.seconds:.0f}s)")
+        summary.write()  # as it goes: a run killed from outside still says what it did
         if outcome.violation is None:
             shutil.rmtree(workdir, ignore_errors=True)
             continue

@@ -151,11 +151,13 @@ def summarize(root: Path, procs: list[tuple[int, subprocess.Popen[str], threadin
     per_worker: list[str] = []
     for index, proc, _ in procs:
         path = root / f"summary-w{index}.json"
-        if not path.exists():
-            failures.append(f"worker {index} exited with {proc.returncode} without a summary "
-                            "(see its output)")
+        summary = json.loads(path.read_text()) if path.exists() else None
+        if summary is None or (proc.returncode != 0 and summary["failure"] is None):
+            ran = f" after {summary['programs']} program(s)" if summary is not None else ""
+            failures.append(f"worker {index} exited with {proc.returncode}{ran} without finishing "
+                            "(killed from outside? see its output)")
+        if summary is None:
             continue
-        summary = json.loads(path.read_text())
         programs += summary["programs"]
         operations += summary["operations"]
         seeds += summary["seeds"]
