@@ -9,6 +9,10 @@ memory accountant can bound the broker's RSS rather than the payload bytes alone
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
 
 # Measured with sys.getsizeof on CPython 3.11 (64-bit); see tests/unit/core/test_message.py,
 # which checks the estimate against tracemalloc so the figures cannot silently drift.
@@ -67,7 +71,7 @@ class Message:
         self.durable_refs = 0
         self.memory_size = estimate_memory(headers, body)
         # The journal write batch (a future) that stores it, while it may still fail.
-        self.write: object | None = None
+        self.write: asyncio.Future[None] | None = None
 
     def expired(self, now_ms: int) -> bool:
         return self.expiration > 0 and now_ms >= self.expiration

@@ -42,6 +42,17 @@ async def _prepare(broker: Broker) -> None:
         await future
 
 
+def _acking_left_before(broker: Broker) -> Transaction:
+    """A transaction that has acknowledged "left-before", delivered to a new consumer."""
+    sink = Collector()
+    consumer = broker.subscribe(broker.queues["left"], sink, ack_mode=AckMode.INDIVIDUAL)
+    ((tag, _ref),) = sink.delivered
+    tx = Transaction("tx")
+    tx.acks.append((consumer, consumer.take(tag)))
+    broker.hold_for_transaction(consumer, [tx.acks[0][1]])
+    return tx
+
+
 async def _counts(tmp_path: Path) -> dict[str, list[str]]:
     broker, store, pages = await paging_broker(tmp_path)
     try:
@@ -105,12 +116,7 @@ def test_paged_acks_and_sends_of_one_commit_cut_before_its_record_all_come_back_
         pages_io, journal_io = FaultyFileIO(), FaultyFileIO()
         broker, store, pages = await paging_broker(tmp_path, pages_io, journal_fileio=journal_io)
         await _prepare(broker)
-        sink = Collector()
-        consumer = broker.subscribe(broker.queues["left"], sink, ack_mode=AckMode.INDIVIDUAL)
-        ((tag, _ref),) = sink.delivered
-        tx = Transaction("tx")
-        tx.acks.append((consumer, consumer.take(tag)))
-        broker.hold_for_transaction(consumer, [tx.acks[0][1]])
+        tx = _acking_left_before(broker)
         tx.sends.append(_send("right", "right-tx"))
         journal_io.hold_fsync()
         committed = broker.commit(tx)
@@ -129,12 +135,7 @@ def test_a_failed_page_write_fails_the_commit_and_leaves_nothing_of_it(tmp_path:
         pages_io = FaultyFileIO()
         broker, store, pages = await paging_broker(tmp_path, pages_io)
         await _prepare(broker)
-        sink = Collector()
-        consumer = broker.subscribe(broker.queues["left"], sink, ack_mode=AckMode.INDIVIDUAL)
-        ((tag, _ref),) = sink.delivered
-        tx = Transaction("tx")
-        tx.acks.append((consumer, consumer.take(tag)))
-        broker.hold_for_transaction(consumer, [tx.acks[0][1]])
+        tx = _acking_left_before(broker)
         tx.sends += [_send("left", "left-tx"), _send("right", "right-tx")]
         pages_io.fail_write(2, errno.ENOSPC)  # the second address's batch
         committed = broker.commit(tx)
