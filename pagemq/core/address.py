@@ -42,7 +42,6 @@ class Address:
         # Sends of a commit being admitted that will page: counted against page limits.
         self.staged_records = 0
         self.staged_bytes = 0
-        self.pager: object | None = None  # core.paging.AddressPager once it has paged
         self._anycast_next = 0
 
     # -- routing --------------------------------------------------------------------------

@@ -4,11 +4,15 @@ A consumer knows nothing of the protocol that feeds it: it hands each delivery t
 `DeliverySink` (the STOMP session implements one) and is told about acknowledgements by
 tag, a per-consumer increasing integer. In-flight deliveries are kept in delivery order so a
 cumulative (client mode) acknowledgement settles a prefix.
+
+A consumer does not know its queue (whoever subscribed it does): an auto-acked delivery is
+settled through the one callable it is handed, `auto_settle`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.errors import UnknownDelivery
@@ -16,7 +20,6 @@ from pagemq.core.selector.properties import message_view
 
 if TYPE_CHECKING:
     from pagemq.core.message import Message
-    from pagemq.core.queue import Queue
     from pagemq.core.selector import Selector
 
 
@@ -29,11 +32,16 @@ class AckMode(enum.Enum):
 class MessageRef:
     """One queue's hold on a message; the message object itself is shared (multicast)."""
 
-    __slots__ = ("delivery_count", "message", "page_pos")
+    # Weakly referenced by the expiry timers (core.expiry): an entry must not keep an
+    # acknowledged message alive until it would have expired.
+    __slots__ = ("__weakref__", "delivery_count", "message", "page_pos", "queued")
 
     def __init__(self, message: Message, page_pos: tuple[int, int] | None = None) -> None:
         self.message = message
         self.delivery_count = 0
+        # Pending in its queue (ready or held back), as far as the queue has said: False
+        # means surely not (delivered, settled), so expiry need not look for it.
+        self.queued = False
         # (page number, ordinal) when the message came from the address's page files.
         self.page_pos = page_pos
 
@@ -51,13 +59,13 @@ class Consumer:
 
     __slots__ = (
         "ack_mode",
+        "auto_settle",
         "bytes_in_flight",
         "closed",
         "in_flight",
         "key",
         "next_tag",
         "prefetch",
-        "queue",
         "selector",
         "sink",
         "window_bytes",
@@ -66,17 +74,17 @@ class Consumer:
 
     def __init__(
         self,
-        queue: Queue,
         sink: DeliverySink,
         *,
+        auto_settle: Callable[[MessageRef], None] | None = None,
         key: object = None,
         ack_mode: AckMode = AckMode.AUTO,
         selector: Selector | None = None,
         prefetch: int = 1000,
         window_bytes: int = UNLIMITED,
     ) -> None:
-        self.queue = queue
         self.sink = sink
+        self.auto_settle = auto_settle
         self.key = key
         self.ack_mode = ack_mode
         self.selector = selector
@@ -107,7 +115,8 @@ class Consumer:
         if self.ack_mode is AckMode.AUTO:
             self.sink.deliver(self, ref, tag)
             # Auto ack: settled as it is handed to the transport (at-most-once, as STOMP says).
-            self.queue.broker.settle(self.queue, ref)
+            if self.auto_settle is not None:
+                self.auto_settle(ref)
             return
         self.in_flight[tag] = ref
         self.bytes_in_flight += len(ref.message.body)

@@ -39,7 +39,6 @@ class Message:
         "message_id",
         "persistent",
         "priority",
-        "properties_cache",
         "refs",
         "timestamp",
         "write",
@@ -65,7 +64,6 @@ class Message:
         self.priority = priority
         self.expiration = expiration
         self.timestamp = timestamp
-        self.properties_cache: object | None = None
         # Queues still holding this message in memory / in the journal; see core.queue.
         self.refs = 0
         self.durable_refs = 0

@@ -27,7 +27,7 @@ import bisect
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import MessageRef
 from pagemq.core.selector.properties import message_view
@@ -40,13 +40,28 @@ if TYPE_CHECKING:
     import asyncio
 
     from pagemq.core.address import Address
-    from pagemq.core.broker import Broker
     from pagemq.core.consumer import Consumer
+    from pagemq.core.memory import MemoryAccountant
     from pagemq.core.message import Message
     from pagemq.core.queue import Queue
     from pagemq.core.selector import Selector
 
 log = logging.getLogger("pagemq.paging")
+
+
+class PagingHost(Protocol):
+    """What paging needs of the broker around it, and nothing more: the journal for cursor
+    records, ids for them, the memory budget, and the batching of cursor acks."""
+
+    @property
+    def store(self) -> MessageStore: ...
+    @property
+    def memory(self) -> MemoryAccountant: ...
+    @property
+    def stale_records(self) -> list[int]: ...
+    def new_id(self) -> int: ...
+    def acks_to_write(self, cursor: PageCursor) -> None: ...
+    def forget_record(self, record_id: int) -> None: ...
 
 
 _NONE: frozenset[int] = frozenset()
@@ -256,6 +271,8 @@ class PageCursor:
             return
         queue.take_pending(later)
         later.sort(key=_message_id)
+        for ref in later:
+            ref.queued = True  # pending still, held back
         queue.held.extend(later)
         self._holding = True
         self._hold_until = later[-1].message.message_id
@@ -289,6 +306,7 @@ class PageCursor:
         if found is None or message_id < found[1].message_id:
             return False
         bisect.insort(self.queue.held, ref, key=_message_id)
+        ref.queued = True
         for scan in self._scans.values():
             scan.held_seen = min(scan.held_seen, message_id - 1)
         return True
@@ -312,6 +330,7 @@ class PageCursor:
                 index += 1  # an expired one is expired once it is let into the queue
                 continue
             del held[index]
+            ref.queued = False
             consumer.deliver(ref)
         return consumer.has_credit()
 
@@ -621,7 +640,7 @@ def _merged(paged: Iterator[MessageRef], held: list[MessageRef]) -> Iterator[Mes
 class AddressPager:
     """Owns one address's page store, its queues' cursors and page completion."""
 
-    def __init__(self, broker: Broker, address: Address, store: PageStore) -> None:
+    def __init__(self, broker: PagingHost, address: Address, store: PageStore) -> None:
         self.broker = broker
         self.address = address
         self.store = store
@@ -644,6 +663,13 @@ class AddressPager:
         # write batch -> its appends (page, queues, records, bytes), undone if it fails
         self._unsynced: dict[asyncio.Future[None], list[tuple[int, list[Queue], int, int]]] = {}
         store.on_records_lost = self.records_lost
+
+    def drop_cursor(self, queue_id: int) -> None:
+        """The queue is deleted: its cursor holds no page any more, and goes."""
+        cursor = self.cursors.get(queue_id)
+        if cursor is not None:
+            cursor.drop()
+            del self.cursors[queue_id]
 
     def cursor(self, queue: Queue) -> PageCursor:
         cursor = self.cursors.get(queue.queue_id)

@@ -12,7 +12,9 @@ would have without the restart. They are pending: counted, browsed, expired and 
 with the queue like the others.
 
 What a queue does *not* do: persistence and memory accounting belong to the broker (it
-knows whether a message is shared by other queues), paging to the address's cursor.
+knows whether a message is shared by other queues), paging to the address's cursor. It does
+not call into the broker either: what it cannot settle itself (auto acks, expiry, dead
+letters) goes to the narrow `QueueOwner` it is handed, expiry after a dispatch round.
 
 Loop-only: every method runs on the event loop thread.
 """
@@ -22,18 +24,54 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import Consumer, MessageRef
 from pagemq.core.selector.properties import message_view
 
 if TYPE_CHECKING:
-    from pagemq.core.address import Address
-    from pagemq.core.broker import Broker
     from pagemq.core.message import Message
     from pagemq.core.selector import Selector
+    from pagemq.core.settings import AddressSettings
 
 PRIORITIES = 10
+_FEW = 64  # take_pending: up to this many refs are removed one by one
+
+
+class QueueOwner(Protocol):
+    """What a queue hands back to whoever owns it (the broker) instead of calling into it:
+    the message lifetime beyond one queue (shared copies, persistence, moves to other
+    addresses) is not the queue's business."""
+
+    def settle(self, queue: Queue, ref: MessageRef) -> None:
+        """A delivery was auto-acknowledged as it went out."""
+
+    def expired(self, queue: Queue, refs: list[MessageRef]) -> None:
+        """Refs taken off the queue because they expired; called after a dispatch round,
+        never inside one (their move to an expiry address routes to other queues)."""
+
+    def dead_letter(self, queue: Queue, refs: list[MessageRef]) -> list[MessageRef]:
+        """Refs returned unacknowledged once too often: moved to the dead-letter address;
+        returns those that could not be moved (they go back to the queue)."""
+
+    def expires(self, queue: Queue, ref: MessageRef) -> None:
+        """A ref of a message with an expiration became pending: note when it is due."""
+
+
+class PagedSource(Protocol):
+    """The queue's side of its page cursor (core.paging.PageCursor): what the queue and its
+    owner ask of the part of the queue that lives in page files."""
+
+    unread: int
+
+    def fill(self, queue: Queue) -> None: ...
+    def look_ahead(self, consumer: Consumer) -> None: ...
+    def is_ahead(self, ref: MessageRef) -> bool: ...
+    def put_back(self, ref: MessageRef) -> None: ...
+    def takes_back(self, ref: MessageRef) -> bool: ...
+    def forget(self, consumer: Consumer) -> None: ...
+    def settle(self, ref: MessageRef, *, acked: bool, journaled: bool = False) -> None: ...
+    def browse(self, selector: Selector | None) -> Iterator[MessageRef]: ...
 
 
 class QueueCounters:
@@ -51,8 +89,9 @@ class Queue:
 
     def __init__(
         self,
-        broker: Broker,
-        address: Address,
+        owner: QueueOwner,
+        address_name: str,
+        settings: AddressSettings,
         queue_id: int,
         name: str,
         *,
@@ -62,9 +101,10 @@ class Queue:
         durable: bool = True,
         temporary: bool = False,
     ) -> None:
-        self.broker = broker
+        self.owner = owner
         self.routing_type = routing_type
-        self.address = address
+        self.address_name = address_name
+        self.settings = settings
         self.queue_id = queue_id
         self.name = name
         self.filter_text = filter_text
@@ -82,7 +122,8 @@ class Queue:
         self._next_consumer = 0
         self._dispatching = False
         self._selective = 0
-        self.cursor: object | None = None  # the address's page cursor for this queue
+        self.cursor: PagedSource | None = None  # the address's page cursor for this queue
+        self._expired: list[MessageRef] = []  # taken off in this dispatch round
         self.transacted = 0  # deliveries ACKed/NACKed in an open transaction (see Broker)
         self.deleted = False
 
@@ -120,11 +161,15 @@ class Queue:
 
     def add_depaged(self, ref: MessageRef) -> None:
         """A ref read back from page files by this queue's cursor (already counted as added)."""
-        priority = ref.message.priority
+        message = ref.message
+        priority = message.priority
         self._levels[priority].append(ref)
+        ref.queued = True
         self._pending += 1
         if priority > self._top:
             self._top = priority
+        if message.expiration:
+            self.owner.expires(self, ref)
 
     def add_recovered(self, ref: MessageRef) -> None:
         """A ref rebuilt from storage at start-up: counted as added, nothing dispatched yet."""
@@ -132,22 +177,35 @@ class Queue:
         self.counters.added += 1
 
     def return_refs(self, refs: list[MessageRef], *, dead_letter: bool = True) -> None:
-        """Put unacknowledged refs back at the head, oldest first, or dead-letter them."""
+        """Put unacknowledged refs back at the head, oldest first; those delivered
+        `max-delivery-attempts` times go to the owner to be dead-lettered (any it cannot
+        move come back like the others)."""
+        limit = self.settings.max_delivery_attempts
+        if dead_letter and limit > 0:
+            spent = [ref for ref in refs if ref.delivery_count >= limit]
+            if spent:
+                kept = {id(ref) for ref in self.owner.dead_letter(self, spent)}
+                moved = {id(ref) for ref in spent if id(ref) not in kept}
+                refs = [ref for ref in refs if id(ref) not in moved]
         cursor = self.cursor
         for ref in reversed(refs):
-            if dead_letter and self.broker.exhausted(self, ref):
-                continue
             if cursor is not None:
-                if ref.page_pos is not None and cursor.is_ahead(ref):  # type: ignore[attr-defined]
-                    cursor.put_back(ref)  # type: ignore[attr-defined]
+                if ref.page_pos is not None and cursor.is_ahead(ref):
+                    cursor.put_back(ref)
                     continue
-                if ref.page_pos is None and cursor.takes_back(ref):  # type: ignore[attr-defined]
+                if ref.page_pos is None and cursor.takes_back(ref):
+                    if ref.message.expiration:
+                        self.owner.expires(self, ref)
                     continue
-            priority = ref.message.priority
+            message = ref.message
+            priority = message.priority
             self._levels[priority].appendleft(ref)
+            ref.queued = True
             self._pending += 1
             if priority > self._top:
                 self._top = priority
+            if message.expiration:
+                self.owner.expires(self, ref)  # its earlier entry may have gone while in flight
 
     def _pop_head(self) -> MessageRef:
         levels = self._levels
@@ -155,6 +213,7 @@ class Queue:
         while not levels[top]:
             top -= 1
         ref = levels[top].popleft()
+        ref.queued = False
         self._pending -= 1
         if not levels[top]:
             while top >= 0 and not levels[top]:
@@ -165,6 +224,8 @@ class Queue:
     def remove_pending(self) -> list[MessageRef]:
         """Take every pending ref out, held-back ones included (queue delete / purge)."""
         refs = [*self, *self.held]
+        for ref in refs:
+            ref.queued = False
         for level in self._levels:
             level.clear()
         self.held.clear()
@@ -173,31 +234,52 @@ class Queue:
         return refs
 
     def remove_pending_ref(self, ref: MessageRef) -> bool:
-        """Take one ref out if it is still pending (not delivered); whether it was."""
+        """Take one ref out if it is still pending (not delivered); whether it was. The
+        search runs from the head, where the oldest (the first to expire) wait."""
+        if not ref.queued:
+            return False
         level = self._levels[ref.message.priority]
         try:
             level.remove(ref)
         except ValueError:
+            if ref in self.held:
+                self.held.remove(ref)
+                ref.queued = False
+                return True
             return False
+        ref.queued = False
         self._pending -= 1
         if not level and self._top == ref.message.priority:
             self._top = max((i for i in range(PRIORITIES) if self._levels[i]), default=-1)
         return True
 
-    def take_pending(self, refs: list[MessageRef]) -> None:
-        """Take these pending refs out (expiry scan), held-back ones too; the caller settles them."""
-        doomed = {id(ref) for ref in refs}
-        doomed_held = 0
+    def take_pending(self, refs: list[MessageRef]) -> list[MessageRef]:
+        """Take those of `refs` still pending out (held-back ones too) and return them; the
+        caller settles them. Refs delivered meanwhile are left alone. A few are looked for
+        one by one from the head; many cost one pass over the queue."""
+        if len(refs) <= _FEW:
+            return [ref for ref in refs if self.remove_pending_ref(ref)]
+        doomed = {id(ref) for ref in refs if ref.queued}
+        if not doomed:
+            return []
+        taken: list[MessageRef] = []
         if self.held:
             kept = [r for r in self.held if id(r) not in doomed]
-            doomed_held = len(self.held) - len(kept)
-            self.held.clear()
-            self.held.extend(kept)
+            if len(kept) != len(self.held):
+                taken.extend(r for r in self.held if id(r) in doomed)
+                self.held.clear()
+                self.held.extend(kept)
         for index, level in enumerate(self._levels):
             if level:
-                self._levels[index] = deque(r for r in level if id(r) not in doomed)
-        self._pending -= len(doomed) - doomed_held
+                before = len(taken)
+                taken.extend(r for r in level if id(r) in doomed)
+                if len(taken) != before:
+                    self._levels[index] = deque(r for r in level if id(r) not in doomed)
+                    self._pending -= len(taken) - before
         self._top = max((i for i in range(PRIORITIES) if self._levels[i]), default=-1)
+        for ref in taken:
+            ref.queued = False
+        return taken
 
     # -- consumers ------------------------------------------------------------------------
 
@@ -215,7 +297,7 @@ class Queue:
                 self._selective -= 1
         consumer.closed = True
         if self.cursor is not None:
-            self.cursor.forget(consumer)  # type: ignore[attr-defined]
+            self.cursor.forget(consumer)
         refs = consumer.take_all()
         if refs:
             self.return_refs(refs)
@@ -224,17 +306,28 @@ class Queue:
     # -- dispatch -------------------------------------------------------------------------
 
     def dispatch(self) -> None:
-        """Deliver pending refs to consumers with credit until one side runs out."""
+        """Deliver pending refs to consumers with credit until one side runs out.
+
+        Refs found expired on the way are handed to the owner after each round, not while
+        walking the queue; settling them makes room under the cursor's read limits, so
+        another round follows."""
         if self._dispatching or not self.consumers:
             return
         self._dispatching = True
         try:
-            if self.cursor is not None:
-                self.cursor.fill(self)  # type: ignore[attr-defined]
-            if self._selective:
-                self._dispatch_selective()
-            else:
-                self._dispatch_fifo()
+            while True:
+                if self.cursor is not None:
+                    self.cursor.fill(self)
+                if self._selective:
+                    self._dispatch_selective()
+                else:
+                    self._dispatch_fifo()
+                if not self._expired:
+                    return
+                expired, self._expired = self._expired, []
+                self.owner.expired(self, expired)
+                if not self.consumers:
+                    return
         finally:
             self._dispatching = False
 
@@ -259,7 +352,7 @@ class Queue:
             if not self._pending:
                 if cursor is None:
                     return
-                cursor.fill(self)  # type: ignore[attr-defined]
+                cursor.fill(self)
                 if not self._pending:
                     return
             consumer = self._next_ready()
@@ -270,7 +363,7 @@ class Queue:
             if message.expiration:
                 now_ms = now_ms or int(time.time() * 1000)
                 if message.expired(now_ms):
-                    self.broker.expire(self, ref)
+                    self._expired.append(ref)
                     continue
             consumer.deliver(ref)
 
@@ -288,13 +381,13 @@ class Queue:
             before = self._pending
             for consumer in self.consumers:
                 if consumer.selector is not None:
-                    cursor.look_ahead(consumer)  # type: ignore[attr-defined]
+                    cursor.look_ahead(consumer)
             if self._pending > before:
                 continue  # the look-ahead let held-back refs in: offer them
-            if not delivered or cursor.unread <= 0:  # type: ignore[attr-defined]
+            if not delivered or cursor.unread <= 0:
                 return
             before = self._pending
-            cursor.fill(self)  # type: ignore[attr-defined]
+            cursor.fill(self)
             if self._pending == before:
                 return
 
@@ -310,7 +403,8 @@ class Queue:
                 ref = refs.popleft()
                 if ref.message.expired(now_ms):
                     self._pending -= 1
-                    self.broker.expire(self, ref)
+                    ref.queued = False
+                    self._expired.append(ref)
                     delivered += 1
                     continue
                 consumer = self._ready_for(ref)
@@ -318,6 +412,7 @@ class Queue:
                     kept[level].append(ref)
                     continue
                 self._pending -= 1
+                ref.queued = False
                 consumer.deliver(ref)
                 delivered += 1
         self._levels = kept

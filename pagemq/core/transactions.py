@@ -2,16 +2,20 @@
 
 Nothing a transaction holds is visible or durable before the commit; the broker then makes
 every message and acknowledgement of it durable at one point, one journal transaction (which
-also commits any page-file batches), so a crash leaves all or none of it (`Broker.commit`).
+also commits any page-file batches), so a crash leaves all or none of it (`core.commit.Transactions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pagemq.core.consumer import Consumer, MessageRef
 from pagemq.core.message import estimate_memory
+
+if TYPE_CHECKING:
+    from pagemq.core.consumer import MessageRef
+    from pagemq.core.queue import Queue
 
 
 @dataclass(slots=True)
@@ -33,9 +37,9 @@ class PendingSend:
 class Transaction:
     name: str
     sends: list[PendingSend] = field(default_factory=list)
-    acks: list[tuple[Consumer, MessageRef]] = field(default_factory=list)
-    # Charged to the broker's memory budget by `Broker.stage` until commit or rollback.
+    acks: list[tuple[Queue, MessageRef]] = field(default_factory=list)  # by the queue it came from
+    # Charged to the broker's memory budget by `Transactions.stage` until commit or rollback.
     staged_bytes: int = 0
-    # Set by `Broker.commit` when the commit takes effect only once page files are written:
+    # Set by `Transactions.commit` when the commit takes effect only once page files are written:
     # resolves then (the sender's later frames wait for it, so they stay behind the commit).
     applied: asyncio.Future[None] | None = None

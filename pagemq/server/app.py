@@ -32,7 +32,7 @@ from pagemq.storage.paging.page_store import PageStore
 
 log = logging.getLogger("pagemq")
 
-EXPIRY_SCAN_PERIOD = 1.0
+EXPIRY_TICK_PERIOD = 1.0
 CLEANUP_CHECK_PERIOD = 0.25  # how often the journal is asked whether a cleanup is due
 TRIM_CHECK_PERIOD = 1.0
 GC_THRESHOLD = 20_000
@@ -107,7 +107,7 @@ class BrokerServer:
             listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
         self._tasks = [
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
-            asyncio.create_task(self._every(EXPIRY_SCAN_PERIOD, self.broker.expire_scan)),
+            asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
             asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pagemq.core.address import ANYCAST, MULTICAST
-from pagemq.core.broker import Blocked, Broker, compile_filter
+from pagemq.core.broker import Blocked, Broker
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, SubscriptionError, TransactionError, UnknownDelivery
 from pagemq.core.message import Message
 from pagemq.core.queue import Queue
-from pagemq.core.selector import Selector
+from pagemq.core.selector import Selector, compile_filter
 from pagemq.core.selector.properties import message_view
 from pagemq.core.transactions import PendingSend, Transaction
 from pagemq.protocol.errors import ProtocolError
@@ -67,7 +67,7 @@ class Transport(Protocol):
 
 
 class Subscription:
-    __slots__ = ("ack_mode", "browse", "consumer", "destination", "id", "index")
+    __slots__ = ("ack_mode", "browse", "consumer", "destination", "id", "index", "queue")
 
     def __init__(self, sub_id: str, index: int, destination: str, ack_mode: AckMode) -> None:
         self.id = sub_id
@@ -75,6 +75,7 @@ class Subscription:
         self.destination = destination
         self.ack_mode = ack_mode
         self.consumer: Consumer | None = None
+        self.queue: Queue | None = None  # the consumer's (consumers do not know their queue)
         self.browse: Iterator[MessageRef] | None = None
 
 
@@ -83,7 +84,7 @@ class StompTransaction(Transaction):
     """A client transaction plus its NACKs, which take effect at COMMIT (ABORT undoes them,
     as it undoes ACKs: the messages go back to their queues)."""
 
-    nacks: list[tuple[Consumer, MessageRef]] = field(default_factory=list)
+    nacks: list[tuple[Queue, MessageRef]] = field(default_factory=list)
 
 
 class _Failure:
@@ -338,6 +339,7 @@ class StompSession:
             self._start_browse(sub, destination, event.selector)
         else:
             queue, selector, changed = self._queue_for(destination, headers, event.selector, sub.index)
+            sub.queue = queue
             sub.consumer = self.broker.subscribe(
                 queue, self, key=sub, ack_mode=mode, selector=selector,
                 prefetch=_int_header(headers, PREFETCH_HEADERS, 1000),
@@ -407,13 +409,13 @@ class StompSession:
     def _close_subscription(self, sub: Subscription) -> None:
         self._by_index.pop(sub.index, None)
         sub.browse = None
-        consumer = sub.consumer
-        if consumer is None:
+        consumer, queue = sub.consumer, sub.queue
+        if consumer is None or queue is None:
             return
         if self._msgid_acks:
             for ref in consumer.in_flight.values():
                 self._forget_msgid(str(ref.message.message_id), sub.index)
-        self.broker.close_consumer(consumer)
+        self.broker.close_consumer(queue, consumer)
 
     # -- acknowledgements -----------------------------------------------------------------
 
@@ -465,16 +467,16 @@ class StompSession:
 
     def _on_ack(self, event: ev.Ack) -> None:
         sub, tag = self._locate(event)
-        consumer = sub.consumer
-        assert consumer is not None
+        queue = sub.queue
+        assert queue is not None
         refs = self._take(sub, tag)
         if event.transaction is not None:
             tx = self._transaction(event.transaction)
-            self.broker.hold_for_transaction(consumer, refs)
-            tx.acks.extend((consumer, ref) for ref in refs)
+            self.broker.hold_for_transaction(queue, refs)
+            tx.acks.extend((queue, ref) for ref in refs)
             durable = None
         else:
-            self.broker.acknowledge(consumer.queue, refs)
+            self.broker.acknowledge(queue, refs)
             durable = self.broker.flush() if event.receipt is not None else None
         if event.receipt is not None:
             # The RECEIPT of an ACK promises it will not be redelivered after a crash.
@@ -482,15 +484,15 @@ class StompSession:
 
     def _on_nack(self, event: ev.Nack) -> None:
         sub, tag = self._locate(event)
-        consumer = sub.consumer
-        assert consumer is not None
+        queue = sub.queue
+        assert queue is not None
         if event.transaction is not None:
             tx = self._transaction(event.transaction)  # before taking: a bad name changes nothing
             refs = self._take(sub, tag)
-            self.broker.hold_for_transaction(consumer, refs)
-            tx.nacks.extend((consumer, ref) for ref in refs)
+            self.broker.hold_for_transaction(queue, refs)
+            tx.nacks.extend((queue, ref) for ref in refs)
         else:
-            self.broker.nack(consumer, self._take(sub, tag))
+            self.broker.nack(queue, self._take(sub, tag))
         if event.receipt is not None:
             self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
 
@@ -516,8 +518,8 @@ class StompSession:
         if tx.applied is not None and not tx.applied.done():
             self._commit_applying = tx.applied
             tx.applied.add_done_callback(self._commit_applied)
-        for consumer, refs in _by_consumer(tx.nacks):
-            self.broker.nack(consumer, refs, transacted=True)
+        for queue, refs in _by_queue(tx.nacks):
+            self.broker.nack(queue, refs, transacted=True)
         if event.receipt is not None:
             self._reply(future, self.protocol.receipt(event.receipt), event.receipt)
         elif future is not None:
@@ -627,8 +629,8 @@ class StompSession:
                 sub.consumer.writable = writable
         if writable:
             for sub in list(self._by_index.values()):
-                if sub.consumer is not None:
-                    sub.consumer.queue.dispatch()
+                if sub.queue is not None and sub.consumer is not None:
+                    sub.queue.dispatch()
                 elif sub.browse is not None:
                     self._pump_browse(sub)
             if self._backlog:
@@ -780,10 +782,10 @@ def _failure_of(future: asyncio.Future[None]) -> BaseException | None:
     return future.exception()
 
 
-def _by_consumer(pairs: list[tuple[Consumer, MessageRef]]) -> list[tuple[Consumer, list[MessageRef]]]:
-    grouped: dict[Consumer, list[MessageRef]] = {}
-    for consumer, ref in pairs:
-        grouped.setdefault(consumer, []).append(ref)
+def _by_queue(pairs: list[tuple[Queue, MessageRef]]) -> list[tuple[Queue, list[MessageRef]]]:
+    grouped: dict[Queue, list[MessageRef]] = {}
+    for queue, ref in pairs:
+        grouped.setdefault(queue, []).append(ref)
     return list(grouped.items())
 
 

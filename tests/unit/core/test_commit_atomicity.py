@@ -45,11 +45,12 @@ async def _prepare(broker: Broker) -> None:
 def _acking_left_before(broker: Broker) -> Transaction:
     """A transaction that has acknowledged "left-before", delivered to a new consumer."""
     sink = Collector()
-    consumer = broker.subscribe(broker.queues["left"], sink, ack_mode=AckMode.INDIVIDUAL)
+    queue = broker.queues["left"]
+    consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
     ((tag, _ref),) = sink.delivered
     tx = Transaction("tx")
-    tx.acks.append((consumer, consumer.take(tag)))
-    broker.hold_for_transaction(consumer, [tx.acks[0][1]])
+    tx.acks.append((queue, consumer.take(tag)))
+    broker.hold_for_transaction(queue, [tx.acks[0][1]])
     return tx
 
 

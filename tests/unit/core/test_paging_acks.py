@@ -146,7 +146,7 @@ def test_committed_paged_acks_are_written_in_the_commits_journal_transaction(tmp
     async def body() -> None:
         setup = await Subscribed.start(tmp_path, 5)
         tx = Transaction("tx1")
-        tx.acks.extend((setup.consumer, setup.consumer.take(tag)) for tag, _ref in setup.sink.delivered[:2])
+        tx.acks.extend((setup.queue, setup.consumer.take(tag)) for tag, _ref in setup.sink.delivered[:2])
         committed = setup.broker.commit(tx)
         assert [r.ordinals for r in setup.store.cursor_records] == [(0, 1)]
         assert committed is not None

@@ -31,7 +31,7 @@ def test_message_paged_after_a_selective_consumer_left_reaches_a_cumulative_acki
         await asyncio.sleep(0.05)
         broker.send("q", "anycast", {"color": "red", "n": "late"}, b"x" * 40, persistent=True)
         await asyncio.sleep(0.05)
-        broker.close_consumer(selective)
+        broker.close_consumer(queue, selective)
 
         got = Collector()
         consumer = broker.subscribe(queue, got, ack_mode=AckMode.CLIENT, prefetch=1000)

@@ -123,7 +123,7 @@ def test_a_record_taken_ahead_and_given_back_after_its_bytes_were_damaged_is_gon
         assert page_store.live_page_no() > 1  # the damaged live page was closed
         assert broker.queue_info("q")["messages"] == 20  # the red one is in memory, not lost for q
 
-        broker.close_consumer(selective)  # back to its place in the page files, which is damaged
+        broker.close_consumer(queue, selective)  # back to its place in the page files, which is damaged
         assert broker.queue_info("q")["messages"] == 19
         blue = Collector()
         plain = broker.subscribe(queue, blue, ack_mode=AckMode.INDIVIDUAL, prefetch=1000)

@@ -58,8 +58,8 @@ def history(directory: Path, settings: dict[str, object] | None = None,
         for tag, _ref in sink.delivered[:len(held)]:
             broker.acknowledge(queue, [consumer.take(tag)])
         await broker.flush()
-        broker.close_consumer(consumer)
-        assert not queue.address.paging
+        broker.close_consumer(queue, consumer)
+        assert not broker.addresses[queue.address_name].paging
         await send(broker, "ef", expires)
         assert queue.cursor.unread == 0  # e, f in memory
         await send(broker, "gh")
@@ -150,7 +150,7 @@ def test_a_journal_message_a_selective_consumer_returns_goes_back_to_its_place(t
         selective = broker.subscribe(queue, reds, ack_mode=AckMode.INDIVIDUAL, selector="color = 'red'")
         await settle_down()
         assert got(reds) == "fh"
-        broker.close_consumer(selective)
+        broker.close_consumer(queue, selective)
         assert [ref.message.headers["n"] for ref in queue.held] == ["e", "f"]
         plain = Collector()
         broker.subscribe(queue, plain)
@@ -190,13 +190,13 @@ def test_held_back_messages_expire_and_go_with_a_deleted_queue(tmp_path: Path) -
         queue = broker.queues["q"]
         assert len(queue.held) == 2  # e, f wait behind d
         await asyncio.sleep(0.35)
-        assert broker.expire_scan() == 1
+        assert broker.expire_due() == 1
         await settle_down()  # the copy to ExpiryQueue is durable: the original goes
         info = broker.queue_info("q")
         assert (info["messages"], info["messages_expired"], len(queue.held)) == (4, 1, 1)
         assert broker.queue_info("ExpiryQueue")["messages"] == 1
         broker.delete_queue(queue)
-        assert queue.address.messages_in_memory == 0
+        assert broker.addresses[queue.address_name].messages_in_memory == 0
         assert broker.memory.used_messages == 1  # the copy in ExpiryQueue
 
     run(body)
@@ -218,8 +218,8 @@ def test_a_second_restart_keeps_the_order(tmp_path: Path) -> None:
         broker.acknowledge(queue, [consumer.take(sink.delivered[0][0])])
         await settle_down()
         assert got(sink) == "de"
-        broker.close_consumer(consumer)
-        assert queue.address.paging  # g read in (one may be), h not
+        broker.close_consumer(queue, consumer)
+        assert broker.addresses[queue.address_name].paging  # g read in (one may be), h not
         await send(broker, "i")
         await broker.flush()
         await close(broker, store, pages)
@@ -250,7 +250,7 @@ def test_new_messages_after_the_restart_come_after_the_recovered_ones(tmp_path: 
         broker.subscribe(queue, sink)
         await settle_down()
         assert got(sink) == "defghi"
-        assert not queue.address.paging
+        assert not broker.addresses[queue.address_name].paging
         await send(broker, "j")
         assert queue.cursor.unread == 0
         assert got(sink) == "defghij"

@@ -1,0 +1,229 @@
+"""Committing and rolling back client transactions, atomically across journal and page files.
+
+Every send of a commit is admitted before anything is stored, each against what the earlier
+ones of the transaction already take (memory held, page-limit room), so a commit of 100
+sends to an address holding 10 pages 90 of them, and a FAIL (or BLOCK) policy refuses (or
+delays) the whole commit, leaving nothing behind.
+
+One journal transaction is the commit point. A commit that pages to one address and writes
+nothing else is a single page batch instead. Any other commit that pages first writes its
+page batches marked with a transaction id (cursors do not read past them) and waits for
+their fsync; then the journal transaction holds its messages, acks, cursor acks and a commit
+record per paged batch, and only then do sends reach their queues. A crash before that
+record voids the batches at start-up, as Artemis' page transaction records do.
+`Transaction.applied` resolves when the commit has taken effect: the sender's connection
+holds its later frames until then.
+
+Pending sends are memory like any other: they count toward `global-max-size` (so other
+traffic pages sooner), and the pending sends of all open transactions together may not pass
+it: the SEND that would is refused and the rest of the broker goes on.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from pagemq.core.consumer import MessageRef
+from pagemq.core.errors import TransactionError
+from pagemq.core.futures import chain, failure
+from pagemq.core.routing import PAGE
+from pagemq.storage.api import StoreAck, StoreMessage, StoreOp
+
+if TYPE_CHECKING:
+    from pagemq.core.address import Address
+    from pagemq.core.bindings import Bindings
+    from pagemq.core.ids import Ids
+    from pagemq.core.ledger import Ledger
+    from pagemq.core.memory import MemoryAccountant
+    from pagemq.core.message import Message
+    from pagemq.core.paging import AddressPager, PageCursor
+    from pagemq.core.queue import Queue
+    from pagemq.core.routing import Router
+    from pagemq.core.transactions import PendingSend, Transaction
+    from pagemq.storage.api import MessageStore
+
+Held = list[tuple["Message", list["Queue"], int]]
+"""A commit's sends held in memory: message, its queues, how many of them hold it durably."""
+Paged = dict["Address", list[tuple["Message", list["Queue"]]]]
+"""A commit's sends to page, per address."""
+
+
+class Transactions:
+    def __init__(
+        self, router: Router, bindings: Bindings, ledger: Ledger, memory: MemoryAccountant,
+        store: MessageStore, ids: Ids,
+    ) -> None:
+        self.router = router
+        self.bindings = bindings
+        self.ledger = ledger
+        self.memory = memory
+        self.store = store
+        self.ids = ids
+
+    def stage(self, tx: Transaction, send: PendingSend) -> None:
+        """Hold a transactional SEND until COMMIT, charged to the one memory budget."""
+        size = send.memory_size
+        limit = self.memory.max_bytes
+        if limit >= 0 and self.memory.staged_bytes + size > limit:
+            raise TransactionError(
+                f"transaction {tx.name!r} cannot hold this send: pending transactional sends "
+                f"would pass global-max-size ({limit} bytes); commit in smaller transactions"
+            )
+        tx.sends.append(send)
+        tx.staged_bytes += size
+        self.memory.stage(size)
+
+    def hold(self, queue: Queue, refs: list[MessageRef]) -> None:
+        """Deliveries ACKed or NACKed inside a transaction: no longer in flight, not settled
+        until COMMIT or ABORT, and still counted by their queue (as Artemis counts them
+        delivering)."""
+        queue.transacted += len(refs)
+
+    def _unstage(self, tx: Transaction) -> None:
+        if tx.staged_bytes:
+            self.memory.unstage(tx.staged_bytes, len(tx.sends))
+            tx.staged_bytes = 0
+
+    def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
+        """Apply a transaction's sends and acks atomically; the future says when it is durable."""
+        self._unstage(tx)
+        held, paged, ops = self._route_sends(tx)
+        if not paged:
+            return self._apply(tx, held, ops, [], 0)
+        pager = self.bindings.pager
+        if len(paged) == 1 and not ops and not tx.acks:
+            ((address, items),) = paged.items()
+            written = self.router.after_bindings(pager(address).page(items))
+            self._apply(tx, held, ops, [], 0)
+            return written
+        txid = self.ids.new_id()
+        writes = [(pager(address), pager(address).page(items, txid=txid)) for address, items in paged.items()]
+        pending = [future for _pager, future in writes if future is not None]
+        if not pending:  # nothing persistent was paged: nothing to wait for
+            return self._apply(tx, held, ops, [p for p, _future in writes], txid)
+        loop = pending[0].get_loop()
+        durable: asyncio.Future[None] = loop.create_future()
+        applied = tx.applied = loop.create_future()
+        left = len(pending)
+
+        def written(_future: asyncio.Future[None]) -> None:
+            nonlocal left
+            left -= 1
+            if left:
+                return
+            failures = [failure(f) for _p, f in writes]
+            try:
+                if any(failures):
+                    stored = [(p, e is None) for (p, _f), e in zip(writes, failures, strict=True)]
+                    self._abandon(tx, held, stored, txid)
+                    durable.set_exception(next(e for e in failures if e is not None))
+                else:
+                    chain(self._apply(tx, held, ops, [p for p, _f in writes], txid), durable)
+            except BaseException as exc:  # the commit's client must hear of it
+                if not durable.done():
+                    durable.set_exception(exc)
+            finally:
+                applied.set_result(None)
+
+        for future in pending:
+            future.add_done_callback(written)
+        return durable
+
+    def _apply(
+        self, tx: Transaction, held: Held, ops: list[StoreOp], pagers: list[AddressPager], txid: int,
+    ) -> asyncio.Future[None] | None:
+        """The commit point: one journal transaction, then the effects (see the module)."""
+        ledger = self.ledger
+        paged_acks: dict[PageCursor, list[MessageRef]] = {}
+        for queue, ref in tx.acks:
+            if ref.page_pos is not None:
+                paged_acks.setdefault(self._cursor(queue), []).append(ref)
+                continue
+            last = ledger.durable_release(queue, ref.message)
+            if last is not None:
+                ops.append(StoreAck(ref.message.message_id, queue.queue_id, last))
+        for cursor, refs in paged_acks.items():
+            ops.extend(cursor.ack_records(refs))
+        ops.extend(pager.commit_tx(txid) for pager in pagers)
+        future = self.store.transaction(ops, sync=True) if ops else None
+        for message, queues, _durable in held:
+            for queue in queues:
+                queue.add(MessageRef(message))
+        touched: set[Queue] = set()
+        for queue, ref in tx.acks:
+            queue.counters.acknowledged += 1
+            queue.transacted -= 1
+            touched.add(queue)
+            if ref.page_pos is not None:
+                self._cursor(queue).settle(ref, acked=True, journaled=True)
+                continue
+            ledger.unhold(queue, ref.message)
+        for pager in pagers:  # after the in-memory sends: they were admitted first
+            pager.release_tx(txid)
+        for queue in touched:
+            queue.dispatch()
+        return future
+
+    def _cursor(self, queue: Queue) -> PageCursor:
+        return self.bindings.pager(self.bindings.address_of(queue)).cursor(queue)
+
+    def _abandon(
+        self, tx: Transaction, held: Held, writes: list[tuple[AddressPager, bool]], txid: int,
+    ) -> None:
+        """A page batch of the commit was not stored: nothing of it takes effect."""
+        for message, queues, _durable in held:
+            self.ledger.unhold_all(self.bindings.address_of(queues[0]), message)
+        for pager, written in writes:
+            pager.abandon_tx(txid, written=written)
+        self._return_acks(tx)
+
+    def _route_sends(self, tx: Transaction) -> tuple[Held, Paged, list[StoreOp]]:
+        """A transaction's sends: (held in memory, with their durable queue count), (to page,
+        per address), and the store ops of the held ones."""
+        held: Held = []
+        paged: Paged = {}
+        ops: list[StoreOp] = []
+        try:
+            for send in tx.sends:
+                routed = self.router.route(send.address, send.routing_type, send.headers, send.body,
+                                           send.persistent, send.priority, send.expiration)
+                if routed is None:
+                    continue
+                address, message, queues, decision = routed
+                if decision is PAGE:
+                    paged.setdefault(address, []).append((message, queues))
+                    address.staged_records += 1
+                    address.staged_bytes += len(message.body)
+                    continue
+                durable = [q.queue_id for q in queues if q.durable] if send.persistent else []
+                if durable:
+                    ops.append(StoreMessage(message, tuple(durable)))
+                # Held (charged) now, so the next send of the transaction is admitted
+                # against it; the refs are added once the store transaction is written.
+                self.ledger.hold(message, address, len(queues), durable=len(durable))
+                held.append((message, queues, len(durable)))
+        except BaseException:
+            for message, queues, _durable in held:
+                self.ledger.unhold_all(self.bindings.address_of(queues[0]), message)
+            raise
+        finally:
+            for address in paged:
+                address.staged_records = address.staged_bytes = 0
+        return held, paged, ops
+
+    def rollback(self, tx: Transaction) -> None:
+        """Discard the sends; acknowledged deliveries go back to their queues, in order."""
+        self._unstage(tx)
+        self._return_acks(tx)
+
+    def _return_acks(self, tx: Transaction) -> None:
+        by_queue: dict[Queue, list[MessageRef]] = {}
+        for queue, ref in tx.acks:
+            by_queue.setdefault(queue, []).append(ref)
+        for queue, refs in by_queue.items():
+            queue.transacted -= len(refs)
+            queue.return_refs(refs)
+            queue.dispatch()

@@ -1,0 +1,114 @@
+"""Moving messages a queue cannot keep: dead letters and expired messages.
+
+A ref returned unacknowledged `max-delivery-attempts` times goes to the address's
+`dead-letter-address`, an expired one to its `expiry-address`, as Artemis does, each as a copy
+sent there (with `original-destination`); the original is settled once the copy is durable.
+A message is never destroyed because its target cannot take it: a dead letter that cannot be
+moved stays in its queue, and the copy is admitted past the target's full policy (it pages).
+An expired message with no usable expiry address is discarded (it has expired), as Artemis
+discards it without one.
+
+Queues hand their refs over after a dispatch round, never from inside one (`QueueOwner`), so
+a move, which routes to other queues, never runs in the middle of another queue's walk.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from pagemq.core.address import ANYCAST
+from pagemq.core.errors import BrokerError
+from pagemq.core.routing import Blocked
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from pagemq.core.bindings import Bindings
+    from pagemq.core.consumer import MessageRef
+    from pagemq.core.expiry import ExpiryTimers
+    from pagemq.core.ledger import Ledger
+    from pagemq.core.queue import Queue
+    from pagemq.core.routing import Router
+
+log = logging.getLogger("pagemq.broker")
+
+ORIGINAL_DESTINATION = "original-destination"
+
+
+class DeadLetters:
+    def __init__(self, router: Router, ledger: Ledger, bindings: Bindings, timers: ExpiryTimers) -> None:
+        self.router = router
+        self.ledger = ledger
+        self.bindings = bindings
+        self.timers = timers
+
+    def exhausted(self, queue: Queue, refs: list[MessageRef]) -> list[MessageRef]:
+        """Dead-letter refs delivered too often; returns those that could not be moved."""
+        kept = []
+        target = queue.settings.dead_letter_address
+        for ref in refs:
+            if self._move(queue, ref, target):
+                queue.counters.killed += 1
+            else:
+                kept.append(ref)
+        return kept
+
+    def expired(self, queue: Queue, refs: list[MessageRef]) -> None:
+        """Move expired refs (already off their queue) to the expiry address, or discard them."""
+        target = queue.settings.expiry_address
+        for ref in refs:
+            queue.counters.expired += 1
+            if not self._move(queue, ref, target):
+                self.ledger.release(queue, ref)
+
+    def expire_due(self) -> int:
+        """Take the refs whose time has passed off their queues and move them on (queues
+        nobody consumes see no dispatch that would); how many expired."""
+        now_ms = int(time.time() * 1000)
+        expired = 0
+        for queue, refs in self.timers.due(now_ms).items():
+            taken = [ref for ref in queue.take_pending(refs) if ref.message.expired(now_ms)]
+            if taken:
+                self.expired(queue, taken)
+                expired += len(taken)
+        return expired
+
+    def _move(self, queue: Queue, ref: MessageRef, target: str) -> bool:
+        """Send a copy to `target` (an anycast address), then settle the original once the
+        copy is durable; False, with the original untouched, if `target` cannot take it."""
+        message = ref.message
+        if not target or target == queue.address_name:
+            self.ledger.release(queue, ref)
+            return True
+        headers = dict(message.headers)
+        headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
+        headers["destination"] = target
+        try:
+            future = self.router.send(target, ANYCAST, headers, message.body, persistent=message.persistent,
+                                      priority=message.priority, internal=True)
+        except (BrokerError, Blocked, OSError) as exc:
+            log.warning("message %s stays in queue %r: it cannot be moved to %r: %s",
+                        message.message_id, queue.name, target, exc)
+            return False
+        if future is None:
+            self.ledger.release(queue, ref)
+            return True
+
+        def copied(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self.ledger.release(queue, ref)
+                if not queue.deleted:
+                    queue.dispatch()  # room under the read limits: read on
+                return
+            log.warning("message %s stays in queue %r: its copy to %r was not stored",
+                        message.message_id, queue.name, target)
+            if not queue.deleted:
+                queue.return_refs([ref], dead_letter=False)
+                queue.dispatch()
+
+        future.add_done_callback(copied)
+        return True

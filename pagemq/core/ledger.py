@@ -1,0 +1,126 @@
+"""Who holds each message: reference counts, durable releases, memory charges, ack batching.
+
+A message routed to several queues is one shared object (multicast: one copy per address).
+The ledger counts its holders (`Message.refs`) and its durable holders
+(`Message.durable_refs`: queues whose journal record of it is still live), charges it once
+to its address and to the one memory budget, and when the last holder lets go frees the
+memory and, for a persistent message, writes the journal's final acknowledgement. A ref read
+back from a page file is settled by its queue's page cursor instead (its record is in the
+page file, its ack a cursor record).
+
+Acks of paged messages are gathered per cursor and written once per loop turn
+(`acks_to_write`), so a burst of ACK frames costs one journal record per page; `flush` writes
+what is gathered before asking the journal for durability, so a receipt covers them.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pagemq.core.address import Address
+    from pagemq.core.consumer import MessageRef
+    from pagemq.core.memory import MemoryAccountant
+    from pagemq.core.message import Message
+    from pagemq.core.queue import Queue
+    from pagemq.storage.api import MessageStore
+
+
+class AckWriter(Protocol):
+    """A page cursor with acks of paged messages gathered and not yet written."""
+
+    def write_acks(self) -> None: ...
+
+
+class Ledger:
+    def __init__(self, store: MessageStore, memory: MemoryAccountant, addresses: dict[str, Address]) -> None:
+        self.store = store
+        self.memory = memory
+        self._addresses = addresses
+        # Cursors holding acks of paged messages not yet written; see acks_to_write().
+        self._unwritten_acks: dict[AckWriter, None] = {}
+
+    # -- holding ------------------------------------------------------------------------------
+
+    def hold(self, message: Message, address: Address, holders: int, *, durable: int) -> None:
+        """Charge one shared copy to `address` and the global budget; count its holders."""
+        message.refs = holders
+        message.durable_refs = durable
+        size = message.memory_size
+        address.charge(size)
+        self.memory.charge(size)
+
+    def unhold_all(self, address: Address, message: Message) -> None:
+        """Undo `hold` of a message that never reached its queues (a refused commit)."""
+        message.refs = 0
+        size = message.memory_size
+        address.release(size)
+        self.memory.release(size)
+
+    def unhold(self, queue: Queue, message: Message) -> None:
+        """Count `queue`'s hold on `message` off; the last one frees its memory."""
+        message.refs -= 1
+        if message.refs == 0:
+            size = message.memory_size
+            self._addresses[queue.address_name].release(size)
+            self.memory.release(size)
+
+    def durable_release(self, queue: Queue, message: Message) -> bool | None:
+        """Count `queue`'s durable hold on `message` off: whether it was the last one, or
+        None when the queue held no durable record of it."""
+        if message.persistent and queue.durable and message.durable_refs > 0:
+            message.durable_refs -= 1
+            return message.durable_refs == 0
+        return None
+
+    # -- settling -------------------------------------------------------------------------
+
+    def acknowledge(self, queue: Queue, refs: Iterable[MessageRef]) -> None:
+        for ref in refs:
+            self.settle(queue, ref)
+        queue.dispatch()
+
+    def settle(self, queue: Queue, ref: MessageRef) -> None:
+        """Acknowledge one ref (also during dispatch: an auto ack; the dispatch goes on)."""
+        queue.counters.acknowledged += 1
+        self.release(queue, ref)
+
+    def release(self, queue: Queue, ref: MessageRef) -> None:
+        """One queue is done with a message: drop its durable record and memory when last."""
+        if ref.page_pos is not None:
+            assert queue.cursor is not None
+            queue.cursor.settle(ref, acked=True)
+            return
+        message = ref.message
+        last = self.durable_release(queue, message)
+        if last is not None:
+            self.store.acknowledge(message.message_id, queue.queue_id, last=last)
+        self.unhold(queue, message)
+
+    # -- durability -----------------------------------------------------------------------
+
+    def flush(self) -> asyncio.Future[None]:
+        """Resolves once everything done so far is durable, gathered cursor acks included:
+        what a RECEIPT for an ACK or a COMMIT waits for."""
+        self.write_acks()
+        return self.store.flush()
+
+    def acks_to_write(self, cursor: AckWriter) -> None:
+        """`cursor` gathered acks of paged messages: write them at the end of this loop turn
+        (at once when no loop runs), one record per page for all of the turn's ACKs."""
+        first = not self._unwritten_acks
+        self._unwritten_acks[cursor] = None
+        if first:
+            try:
+                asyncio.get_running_loop().call_soon(self.write_acks)
+            except RuntimeError:
+                self.write_acks()
+
+    def write_acks(self) -> None:
+        cursors, self._unwritten_acks = self._unwritten_acks, {}
+        for cursor in cursors:
+            cursor.write_acks()

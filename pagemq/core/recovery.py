@@ -1,0 +1,117 @@
+"""Start-up: the broker's addresses, queues and messages rebuilt from the journal and the
+page files, and cursor records found stale on the way.
+
+1. The journal's records give the addresses, the queues (with their ids and filters) and
+   the messages held in memory, each with the queues that still hold it.
+2. Ids continue above every recovered one (paged messages' too): a queue's order across
+   a restart is the order of its ids.
+3. Each page folder of a known address is read from its page summaries and the cursor
+   records (no page body, but for the rare batch of a transaction that never committed).
+4. Cursor and page-transaction records whose page or queue is gone are collected as
+   stale, deleted once the journal runs (`forget_stale`).
+
+Loop-only: runs on the event loop thread, before any listener accepts.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pagemq.core.consumer import MessageRef
+
+if TYPE_CHECKING:
+    from pagemq.core.bindings import Bindings
+    from pagemq.core.ids import Ids
+    from pagemq.core.ledger import Ledger
+    from pagemq.storage.api import MessageStore, Recovered
+
+log = logging.getLogger("pagemq.broker")
+
+
+class Recovery:
+    def __init__(self, bindings: Bindings, ledger: Ledger, store: MessageStore, ids: Ids) -> None:
+        self.bindings = bindings
+        self.ledger = ledger
+        self.store = store
+        self.ids = ids
+        self.paging_directory = Path("data/paging")
+        # Cursor records found at start-up whose page no longer exists; see forget_stale().
+        self.stale_records: list[int] = []
+
+    def recover(self) -> int:
+        """Rebuild durable addresses, queues and their messages from the store; how many
+        messages there are."""
+        bindings = self.bindings
+        recovered = self.store.load()
+        self.ids.above(recovered.max_id)
+        for record in recovered.addresses:
+            bindings.create_address(record.name, record.routing_type, record.address_id)
+        for queue_record in recovered.queues:
+            address = bindings.addresses.get(queue_record.address)
+            if address is None:
+                address = bindings.create_address(queue_record.address, queue_record.routing_type, 0)
+            bindings.create_queue(
+                address, queue_record.name, queue_record.routing_type,
+                queue_id=queue_record.queue_id, filter_text=queue_record.filter,
+                durable=True, temporary=False,
+            )
+        count = 0
+        by_id = bindings.queues_by_id
+        for item in recovered.messages:
+            message = item.message
+            queues = [by_id[qid] for qid in item.queue_ids if qid in by_id]
+            if not queues:
+                continue
+            address = bindings.address_of(queues[0])
+            self.ledger.hold(message, address, len(queues), durable=len(queues))
+            for queue in queues:
+                queue.add_recovered(MessageRef(message))
+            count += 1
+        if bindings.page_stores is not None:
+            count += self._recover_paging(recovered, self.paging_directory)
+        return count
+
+    def _recover_paging(self, recovered: Recovered, directory: Path) -> int:
+        from pagemq.storage.paging.page_store import PageStore
+
+        bindings = self.bindings
+        paged = 0
+        read: set[str] = set()
+        for name in sorted(PageStore.discover(directory)):
+            address = bindings.addresses.get(name)
+            if address is None:
+                log.warning("page folder for unknown address %r: kept, not read", name)
+                continue
+            pager = bindings.pager(address)
+            pages = pager.store.pages()
+            self.ids.above(*(info.last_id for info in pages))
+            pager.recover(pages, recovered.cursor_acks, recovered.cursor_completes,
+                          recovered.page_tx_commits)
+            paged += pager.messages_paged
+            read.add(name)
+        # Commit records of page transactions whose address pages no more: nothing to commit.
+        self.stale_records.extend(
+            record.record_id for record in recovered.page_tx_commits if record.address not in read
+        )
+        # Cursor records of queues that no longer exist belong to no pager: forget them.
+        self.stale_records.extend(
+            record.record_id for record in [*recovered.cursor_acks, *recovered.cursor_completes]
+            if record.queue_id not in bindings.queues_by_id
+        )
+        return paged
+
+    def forget_record(self, record_id: int) -> None:
+        """Delete a cursor record; after shutdown began, the next start-up finds it stale."""
+        try:
+            self.store.delete_record(record_id)
+        except (OSError, LookupError) as exc:
+            log.debug("cursor record %d kept for the next start-up: %s", record_id, exc)
+
+    def forget_stale(self) -> int:
+        """Delete the stale cursor records found by recovery (the journal must be running)."""
+        stale, self.stale_records = self.stale_records, []
+        for record_id in stale:
+            self.forget_record(record_id)
+        return len(stale)

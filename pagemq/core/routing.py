@@ -1,0 +1,226 @@
+"""Routing a send and admitting it: which queues take a message, and whether it stays in
+memory, goes to the address's page files, or is dropped, refused or held back.
+
+Admission follows Artemis' `address-full-policy` (PAGE / DROP / FAIL / BLOCK) against the
+address's own `max-size-*` and the broker's `global-max-size`, then, once paging, the page
+limits (`page-limit-*` with `page-full-policy`). A message the broker moves itself (dead
+letter, expiry) is admitted past every policy: it pages instead, so nothing is destroyed.
+
+A send's future resolves when it is durable: the journal write of its message, or the fsync
+of its page batch plus the journal's address and queue records it depends on.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pagemq.core.address import ANYCAST
+from pagemq.core.consumer import MessageRef
+from pagemq.core.errors import AddressFull
+from pagemq.core.futures import all_of
+from pagemq.core.message import Message
+
+if TYPE_CHECKING:
+    from pagemq.core.address import Address
+    from pagemq.core.bindings import Bindings
+    from pagemq.core.ids import Ids
+    from pagemq.core.ledger import Ledger
+    from pagemq.core.memory import MemoryAccountant
+    from pagemq.core.queue import Queue
+    from pagemq.storage.api import MessageStore
+
+log = logging.getLogger("pagemq.broker")
+
+MEMORY, PAGE, DROP = "memory", "page", "drop"
+
+Routed = tuple["Address", Message, list["Queue"], str]
+"""A routed send: its address, the new message, its queues, MEMORY or PAGE."""
+
+
+class Blocked(Exception):
+    """BLOCK policy: the address is full; retry the same send once memory is released."""
+
+    def __init__(self, address: Address) -> None:
+        super().__init__(address.name)
+        self.address = address
+
+
+class Router:
+    def __init__(
+        self, bindings: Bindings, ledger: Ledger, memory: MemoryAccountant, store: MessageStore, ids: Ids,
+    ) -> None:
+        self.bindings = bindings
+        self.ledger = ledger
+        self.memory = memory
+        self.store = store
+        self.ids = ids
+        self._bindings_durable: asyncio.Future[None] | None = None
+        # The last journal write batch watched for failure; see _writes_done.
+        self._watched_write: asyncio.Future[None] | None = None
+
+    def send(
+        self,
+        address_name: str,
+        routing_type: str,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        persistent: bool = False,
+        priority: int = 4,
+        expiration: int = 0,
+        internal: bool = False,
+    ) -> asyncio.Future[None] | None:
+        """Route and store one message (page file or journal) and hand it to its queues;
+        the future resolves when it is durable.
+
+        Raises `AddressFull` (FAIL policy), `Blocked` (BLOCK policy: retry later) or another
+        `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
+        `internal`: a message the broker moves (dead letter, expiry); see `admit`.
+        """
+        routed = self.route(address_name, routing_type, headers, body, persistent, priority, expiration,
+                            internal=internal)
+        if routed is None:
+            return None
+        address, message, queues, decision = routed
+        if decision is PAGE:
+            return self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
+        durable = [q.queue_id for q in queues if q.durable] if message.persistent else []
+        future = None
+        if durable:
+            future = self.store.store_message(message, tuple(durable), sync=True)
+        self.ledger.hold(message, address, len(queues), durable=len(durable))
+        for queue in queues:
+            queue.add(MessageRef(message))
+        if future is not None:
+            message.write = future
+            if future is not self._watched_write:
+                self._watched_write = future
+                future.add_done_callback(self._writes_done)
+        return future
+
+    def _writes_done(self, future: asyncio.Future[None]) -> None:
+        """A journal write batch is done. If it failed, its messages still pending leave
+        their queues (the clients get an ERROR and may send them again; one delivered
+        already stays with its consumer). Each message names its batch (`Message.write`)
+        rather than the router keeping a list per batch: that costs nothing per SEND, and
+        the scan of pending refs is only paid when a write fails."""
+        if future is self._watched_write:
+            self._watched_write = None
+        if future.cancelled() or future.exception() is None:
+            return
+        ledger = self.ledger
+        for queue in list(self.bindings.queues.values()):
+            for ref in [r for r in queue if r.message.write is future]:
+                if not queue.remove_pending_ref(ref):
+                    continue
+                queue.counters.added -= 1
+                ledger.durable_release(queue, ref.message)
+                ledger.unhold(queue, ref.message)
+
+    def route(
+        self, address_name: str, routing_type: str, headers: dict[str, str], body: bytes,
+        persistent: bool, priority: int, expiration: int, *, internal: bool = False,
+    ) -> Routed | None:
+        """A new message, its queues and where it goes (MEMORY or PAGE); None when it is not
+        stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise.
+        `internal` (a dead-letter or expiry move) pages where a policy would refuse."""
+        bindings = self.bindings
+        address = bindings.ensure_address(address_name, routing_type)
+        if routing_type == ANYCAST and not address.anycast_queues:
+            bindings.ensure_queue(address, address_name, ANYCAST)
+        message = Message(
+            self.ids.new_id(), address.name, headers, body,
+            persistent=persistent, priority=priority, expiration=expiration,
+            timestamp=int(time.time() * 1000),
+        )
+        queues = address.route(message, routing_type)
+        if not queues:
+            return None
+        decision = self.admit(address, message, internal=internal)
+        if decision is DROP:
+            return None
+        return address, message, queues, decision
+
+    def after_bindings(self, future: asyncio.Future[None] | None) -> asyncio.Future[None] | None:
+        """A paged message's durability also needs its address and queue records, which are
+        in the journal, not the page file: its future waits for them too while they are
+        unsynced (one journal flush covers every record written before it)."""
+        if future is None:
+            return None
+        if self.bindings.dirty:
+            self.bindings.dirty = False
+            self._bindings_durable = self.store.flush()
+        bindings = self._bindings_durable
+        if bindings is None:
+            return future
+        if bindings.done() and not bindings.cancelled() and bindings.exception() is None:
+            self._bindings_durable = None
+            return future
+        return all_of([future, bindings])
+
+    def admit(self, address: Address, message: Message, *, internal: bool = False) -> str:
+        """Apply the address-full policy: MEMORY, PAGE or DROP (FAIL and BLOCK raise).
+
+        An `internal` message (moved by the broker) is paged where the policy would drop,
+        fail or block it, and ignores page limits: the broker never destroys what it moves.
+        """
+        if address.paging:
+            return PAGE if internal else self._page_limit(address)
+        size = message.memory_size
+        if not (address.is_full(size) or self.memory.would_exceed(size)):
+            return MEMORY
+        if internal:
+            if self.bindings.page_stores is None:
+                return MEMORY
+            address.paging = True
+            log.info("address %r entered page mode", address.name)
+            return PAGE
+        policy = address.settings.address_full_policy
+        if policy == "DROP":
+            address.dropped_messages += 1
+            return DROP
+        if policy == "FAIL":
+            raise AddressFull(
+                f"address {address.name!r} is full (address-full-policy FAIL): message not stored"
+            )
+        if policy == "BLOCK":
+            raise Blocked(address)
+        address.paging = True
+        log.info("address %r entered page mode", address.name)
+        return self._page_limit(address)
+
+    def _page_limit(self, address: Address) -> str:
+        """page-limit-bytes / page-limit-messages with page-full-policy, counted on disk now."""
+        settings = address.settings
+        pager = self.bindings.pagers.get(address.name)
+        if pager is None or (settings.page_limit_bytes < 0 and settings.page_limit_messages < 0):
+            return PAGE
+        over_messages = 0 <= settings.page_limit_messages <= pager.records_on_disk + address.staged_records
+        over_bytes = 0 <= settings.page_limit_bytes <= pager.bytes_on_disk + address.staged_bytes
+        if not (over_messages or over_bytes):
+            return PAGE
+        if settings.page_full_policy == "DROP":
+            address.dropped_messages += 1
+            return DROP
+        raise AddressFull(
+            f"address {address.name!r} reached its page limit (page-full-policy FAIL): "
+            "message not stored"
+        )
+
+    def wait_for_memory(self, address: Address, resume: Callable[[], None]) -> Callable[[], bool]:
+        """Call `resume` once `address` can take a message again (BLOCK policy)."""
+
+        def retry() -> bool:
+            if address.is_full(0) or self.memory.is_full():
+                return False
+            resume()
+            return True
+
+        self.memory.wait(retry)
+        return retry
