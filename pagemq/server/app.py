@@ -179,7 +179,10 @@ class BrokerServer:
         # What this pass retired (or the file it rolled away from) may be removable once its
         # last writes are durable: a second pass now, rather than a cleanup-period later.
         try:
-            await self.store.flush()
+            # Shielded: the flush future is shared with every receipt waiting on the journal,
+            # and cancelling this task at stop would otherwise cancel it for all of them
+            # (the journal's own close then failed with CancelledError: model seed 51024).
+            await asyncio.shield(self.store.flush())
         except OSError:
             return  # the journal failed and said so; nothing more to reclaim
         more = self.store.cleanup(compact=compact)
