@@ -96,9 +96,9 @@ class Transactions:
         pager = self.bindings.pager
         if len(paged) == 1 and not ops and not tx.acks:
             ((address, items),) = paged.items()
-            written = self.router.after_bindings(pager(address).page(items))
+            batch = self.router.after_bindings(pager(address).page(items))
             self._apply(tx, held, ops, [], 0)
-            return written
+            return batch
         txid = self.ids.new_id()
         writes = [(pager(address), pager(address).page(items, txid=txid)) for address, items in paged.items()]
         pending = [future for _pager, future in writes if future is not None]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pagemq.core.bindings import Bindings
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
-    from pagemq.storage.api import MessageStore, Recovered
+    from pagemq.storage.api import CursorAck, CursorComplete, MessageStore, Recovered
 
 log = logging.getLogger("pagemq.broker")
 
@@ -96,9 +96,11 @@ class Recovery:
             record.record_id for record in recovered.page_tx_commits if record.address not in read
         )
         # Cursor records of queues that no longer exist belong to no pager: forget them.
+        cursor_records: list[CursorAck | CursorComplete] = [
+            *recovered.cursor_acks, *recovered.cursor_completes
+        ]
         self.stale_records.extend(
-            record.record_id for record in [*recovered.cursor_acks, *recovered.cursor_completes]
-            if record.queue_id not in bindings.queues_by_id
+            record.record_id for record in cursor_records if record.queue_id not in bindings.queues_by_id
         )
         return paged
 

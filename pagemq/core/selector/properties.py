@@ -46,7 +46,7 @@ class MessageView(Mapping[str, object]):
         self._message = message
         self._headers = message.headers
 
-    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+    def get(self, key: str, default: object = None) -> object:
         # The hot path: a selector calls get() once per property it names.
         jms = JMS_NAMES.get(key)
         if jms is None:

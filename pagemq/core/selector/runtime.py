@@ -58,7 +58,7 @@ def _to_int(text: str) -> int | float:
 def hnum(value: object) -> object:
     """Header mode, numeric use: a numeric-looking string becomes its number."""
     if value.__class__ is str:
-        number = read_number(value)  # type: ignore[arg-type]
+        number = read_number(value)
         if number is not None:
             return number
     return value
@@ -67,7 +67,7 @@ def hnum(value: object) -> object:
 def hbool(value: object) -> object:
     """Header mode, boolean use: 'true' / 'false' (any case) become booleans, as ActiveMQ."""
     if value.__class__ is str:
-        lowered = value.lower()  # type: ignore[attr-defined]
+        lowered = value.lower()
         if lowered == "true":
             return True
         if lowered == "false":
@@ -102,7 +102,7 @@ def as_condition(value: object) -> bool | None:
     """A property used as a condition: its boolean, unknown when NULL, else FALSE."""
     if value is None:
         return None
-    return value if value.__class__ is bool else False  # type: ignore[return-value]
+    return value if value.__class__ is bool else False
 
 
 # -- comparisons ----------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def like(value: object, matcher: Callable[[str], bool], negated: bool) -> bool |
         return None
     if value.__class__ is not str:
         return False
-    return matcher(value) is not negated  # type: ignore[arg-type]
+    return matcher(value) is not negated
 
 
 # -- arithmetic -----------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def like(value: object, matcher: Callable[[str], bool], negated: bool) -> bool |
 
 def plus(left: object, right: object) -> object:
     if left.__class__ is str and right.__class__ is str:
-        return left + right  # type: ignore[operator]
+        return left + right
     return _arith(left, right, _add)
 
 
@@ -323,4 +323,4 @@ def _to_regex(part: LikePart) -> str:
         return ".*"
     if part is Wildcard.ONE:
         return "."
-    return re.escape(part)  # type: ignore[arg-type]
+    return re.escape(part)

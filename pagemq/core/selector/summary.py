@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from pagemq.core.selector.properties import JMS_NAMES
 from pagemq.core.selector.runtime import read_number
@@ -212,7 +212,9 @@ class _JmsFold:
     def stats(self, name: str, summary: PageSummary) -> PropertyStats | None:
         count = summary.count
         if name == "JMSPriority":
-            values = set(self.priorities) if len(self.priorities) <= MAX_DISTINCT else None
+            values: set[object] | None = (
+                set(self.priorities) if len(self.priorities) <= MAX_DISTINCT else None
+            )
             return _int_stats(count, values, min(self.priorities), max(self.priorities))
         if name == "JMSTimestamp":
             return _int_stats(count, None, self.timestamp_min, self.timestamp_max)
@@ -268,20 +270,21 @@ def _fold_value(stats: PropertyStats, value: object) -> None:
 
 def _fold_number(stats: PropertyStats, value: object) -> None:
     kind = value.__class__
+    number: int | float | None
     if kind is str:
-        number = read_number(value)  # type: ignore[arg-type]
-        if number is None:
-            return
-    elif kind is int or kind is float:
-        number = value  # type: ignore[assignment]
+        number = read_number(cast(str, value))
+    elif kind is int or kind is float:  # not isinstance: a bool is no number here
+        number = cast(float, value)
     else:
         return
-    least = stats.min_number
-    if least is None:
+    if number is None:
+        return
+    least, most = stats.min_number, stats.max_number
+    if least is None or most is None:
         stats.min_number, stats.max_number = _float_bounds(number)
     elif number < least:
         stats.min_number = _float_bounds(number)[0]
-    elif number > stats.max_number:  # type: ignore[operator]
+    elif number > most:
         stats.max_number = _float_bounds(number)[1]
     elif number != number:  # NaN compares false with everything: it may be anywhere
         stats.min_number, stats.max_number = -math.inf, math.inf
@@ -292,7 +295,7 @@ def _float_bounds(number: int | float) -> tuple[float, float]:
     if number.__class__ is float:
         if number != number:  # NaN
             return -math.inf, math.inf
-        return number, number  # type: ignore[return-value]
+        return number, number
     try:
         approx = float(number)
     except OverflowError:
