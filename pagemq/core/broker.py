@@ -39,11 +39,13 @@ from pagemq.core.views import address_info, queue_info
 from pagemq.storage.api import MemoryStore, MessageStore
 
 if TYPE_CHECKING:
+    import asyncio
     from pathlib import Path
 
     from pagemq.core.address import Address
     from pagemq.core.queue import Queue
     from pagemq.core.settings import AddressSettingsRepository
+    from pagemq.core.transactions import PendingSend, Transaction
 
 
 class Broker:
@@ -73,7 +75,8 @@ class Broker:
         self.dead_letters = DeadLetters(self.router, self.ledger, self.bindings, self.expiry)
         self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids)
         # What sessions, the server and the parts call, bound straight to the part that does
-        # it (no extra call per SEND or ACK).
+        # it (no extra call per SEND or ACK). Bound here, these cannot be overridden by a
+        # subclass; the transaction calls below are methods (a test's broker overrides them).
         self.new_id = self.ids.new_id
         self.flush = self.ledger.flush
         self.acks_to_write = self.ledger.acks_to_write
@@ -93,10 +96,6 @@ class Broker:
         self.expired = self.dead_letters.expired
         self.dead_letter = self.dead_letters.exhausted
         self.expires = self.expiry.add
-        self.hold_for_transaction = self.transactions.hold
-        self.stage = self.transactions.stage
-        self.commit = self.transactions.commit
-        self.rollback = self.transactions.rollback
 
     @property
     def paging_directory(self) -> Path:
@@ -141,6 +140,20 @@ class Broker:
             queue.transacted -= len(refs)
         queue.return_refs(refs)
         queue.dispatch()
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def hold_for_transaction(self, queue: Queue, refs: list[MessageRef]) -> None:
+        self.transactions.hold(queue, refs)
+
+    def stage(self, tx: Transaction, send: PendingSend) -> None:
+        self.transactions.stage(tx, send)
+
+    def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
+        return self.transactions.commit(tx)
+
+    def rollback(self, tx: Transaction) -> None:
+        self.transactions.rollback(tx)
 
     # -- management views -----------------------------------------------------------------
 

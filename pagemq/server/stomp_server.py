@@ -12,6 +12,10 @@ Dead peers are dropped, not waited for:
 - while the session has stopped reading the socket (its read-ahead is full), bytes arriving
   in the kernel's receive buffer or leaving our write buffer count as signs of life; while
   it waits for memory (BLOCK) the peer waits on us, so the timeout does not run.
+
+Timers and the clock come from the `Scheduler` it is given (the running loop by default), and
+it hands the same one to its session, so a test can run the heart-beat timeout and the close
+grace on a manual clock.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import fcntl
 import logging
 import socket
 import struct
+import sys
 import termios
 from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
-from pagemq.server.stomp_session import StompSession
+from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -42,18 +47,19 @@ WRITE_LOW_WATER = 1 << 18
 
 
 class StompServerProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, limits: StompConfig, connections: set[StompServerProtocol]) -> None:
+    def __init__(self, broker: Broker, limits: StompConfig, connections: set[StompServerProtocol],
+                 scheduler: Scheduler | None = None) -> None:
         self._broker = broker
         self._limits = limits
         self._connections = connections
-        self._loop = asyncio.get_event_loop()
+        self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         self._paused_writing = False
         self._reading_paused = False
         self._socket_seen = (0, 0)  # (unread bytes in the kernel, our write buffer) when last looked
-        self._heartbeat: asyncio.TimerHandle | None = None
-        self._close_timer: asyncio.TimerHandle | None = None
+        self._heartbeat: Cancellable | None = None
+        self._close_timer: Cancellable | None = None
         self._last_read = 0.0
         self._last_write = 0.0
         self.session: StompSession | None = None
@@ -71,7 +77,7 @@ class StompServerProtocol(asyncio.Protocol):
             max_headers=self._limits.max_headers,
             max_header_length=self._limits.max_header_length,
         )
-        self.session = StompSession(self._broker, protocol, self)
+        self.session = StompSession(self._broker, protocol, self, self._loop)
         self._connections.add(self)
         self._last_read = self._last_write = self._loop.time()
 
@@ -226,7 +232,7 @@ def _unread_bytes(transport: asyncio.BaseTransport) -> int:
         raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
     except (AttributeError, OSError, ValueError):
         return -1
-    return struct.unpack("i", raw)[0]
+    return int.from_bytes(raw, sys.byteorder, signed=True)
 
 
 async def start_stomp_server(

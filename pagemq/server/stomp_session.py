@@ -18,6 +18,14 @@ what frees the memory a blocked SEND waits for (Artemis gets the same effect fro
 flow control). Everything else keeps its order. Past `READ_AHEAD_BYTES` of held frames the
 socket stops being read, so TCP bounds what a blocked or non-reading client can make us hold.
 
+The session runs no event loop of its own and reads no clock: what it defers (draining held
+frames, the next batch of a browse, a close after the last reply) goes through the
+`Scheduler` it is given. The asyncio shell gives it the running loop; a unit test gives it a
+manual one and drives every turn itself, with no socket and no real time. Which frame may
+do what to a subscription or a transaction is the protocol layer's data
+(`protocol.stomp.subscription_state`, `transaction_state`): the session keeps each one's
+state and follows those tables, so their ERROR messages are the tables' messages.
+
 Loop-only: every method runs on the event loop thread.
 """
 
@@ -29,13 +37,14 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.broker import Blocked, Broker
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
-from pagemq.core.errors import BrokerError, SubscriptionError, TransactionError, UnknownDelivery
+from pagemq.core.errors import BrokerError, SubscriptionError
 from pagemq.core.message import Message
+from pagemq.core.paging import PageCursor
 from pagemq.core.queue import Queue
 from pagemq.core.selector import Selector, compile_filter
 from pagemq.core.selector.properties import message_view
@@ -43,6 +52,15 @@ from pagemq.core.transactions import PendingSend, Transaction
 from pagemq.protocol.errors import ProtocolError
 from pagemq.protocol.stomp import events as ev
 from pagemq.protocol.stomp.connection import StompConnection, VersionMismatch
+from pagemq.protocol.stomp.state_table import ConnectionEnds
+from pagemq.protocol.stomp.subscription_state import (
+    ACK_SCOPES,
+    SUBSCRIPTIONS,
+    AckScope,
+    SubState,
+    ack_mode_error,
+)
+from pagemq.protocol.stomp.transaction_state import TRANSACTIONS, CommitApplied, TxState
 from pagemq.server.destinations import Destination, parse_destination
 
 log = logging.getLogger("pagemq.stomp")
@@ -66,14 +84,31 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-class Subscription:
-    __slots__ = ("ack_mode", "browse", "consumer", "destination", "id", "index", "queue")
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
 
-    def __init__(self, sub_id: str, index: int, destination: str, ack_mode: AckMode) -> None:
+
+class Scheduler(Protocol):
+    """The event loop as the session and its shell see it: run a callback on a later turn,
+    run one after a delay, read the clock. `asyncio.AbstractEventLoop` is one; a test passes
+    a manual one that runs ready callbacks and moves its clock when told."""
+
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> Cancellable: ...
+    def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> Cancellable: ...
+    def time(self) -> float: ...
+
+
+class Subscription:
+    __slots__ = ("ack_mode", "browse", "consumer", "destination", "id", "index", "queue", "scope", "state")
+
+    def __init__(self, sub_id: str, index: int, destination: str, ack_mode: AckMode,
+                 state: SubState) -> None:
         self.id = sub_id
         self.index = index
         self.destination = destination
         self.ack_mode = ack_mode
+        self.scope = ACK_SCOPES[ack_mode.value]  # what its ACK/NACK settles (None: refused)
+        self.state = state
         self.consumer: Consumer | None = None
         self.queue: Queue | None = None  # the consumer's (consumers do not know their queue)
         self.browse: Iterator[MessageRef] | None = None
@@ -82,9 +117,10 @@ class Subscription:
 @dataclass(slots=True)
 class StompTransaction(Transaction):
     """A client transaction plus its NACKs, which take effect at COMMIT (ABORT undoes them,
-    as it undoes ACKs: the messages go back to their queues)."""
+    as it undoes ACKs: the messages go back to their queues), and its `TxState`."""
 
     nacks: list[tuple[Queue, MessageRef]] = field(default_factory=list)
+    state: TxState = TxState.BEGUN
 
 
 class _Failure:
@@ -98,15 +134,18 @@ class _Failure:
 
 
 Reply = tuple["asyncio.Future[None] | None", bytes, "str | None"]
+Held = tuple["ev.Event | _Failure", int]  # a held frame (or the failure behind them), its size
 
 
 class StompSession:
     """Server side of one STOMP connection, bound to a broker."""
 
-    def __init__(self, broker: Broker, protocol: StompConnection, transport: Transport) -> None:
+    def __init__(self, broker: Broker, protocol: StompConnection, transport: Transport,
+                 scheduler: Scheduler | None = None) -> None:
         self.broker = broker
         self.protocol = protocol
         self.transport = transport
+        self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
         self.session_id = f"pagemq-{next(_session_ids)}"
         self.client_id: str | None = None
         self.subscriptions: dict[str, Subscription] = {}
@@ -121,11 +160,12 @@ class StompSession:
         self._replies: deque[Reply] = deque()
         self._watched: asyncio.Future[None] | None = None
         # Held input: (event or _Failure, its size in bytes), in arrival order.
-        self._backlog: deque[tuple[object, int]] = deque()
+        self._backlog: deque[Held] = deque()
         self._backlog_bytes = 0
         self._blocked_retry: Callable[[], bool] | None = None
-        # A COMMIT that takes effect once its page files are written: later frames wait.
-        self._commit_applying: asyncio.Future[None] | None = None
+        # A COMMIT that takes effect once its page files are written (COMMITTING): later
+        # frames wait.
+        self._committing: StompTransaction | None = None
         self._drain_scheduled = False
         self._reading_paused = False
         self._input_closed = False  # a bad frame was read: later bytes are not looked at
@@ -172,16 +212,16 @@ class StompSession:
     @property
     def _held(self) -> bool:
         """Frames wait: a SEND for memory, or everything for a COMMIT taking effect."""
-        return self._blocked_retry is not None or self._commit_applying is not None
+        return self._blocked_retry is not None or self._committing is not None
 
-    def _accept(self, events: Iterable[object]) -> None:
+    def _accept(self, events: Iterable[ev.Event]) -> None:
         if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
         for event in events:
             if self.closing:
                 return
-            if self._backlog or self._commit_applying is not None:
+            if self._backlog or self._committing is not None:
                 self._hold_one(event)
             elif not self._run(event):
                 size = _size(event)
@@ -189,17 +229,17 @@ class StompSession:
                 self._backlog_bytes += size
         self._check_read_ahead()
 
-    def _hold(self, events: Iterable[object]) -> None:
+    def _hold(self, events: Iterable[ev.Event]) -> None:
         for event in events:
             if self.closing:
                 return
             self._hold_one(event)
         self._check_read_ahead()
 
-    def _hold_one(self, event: object) -> None:
+    def _hold_one(self, event: ev.Event) -> None:
         """Queue a frame behind the held ones, except an ACK/NACK outside a transaction,
         which is carried out now: it frees memory, and a blocked SEND may be waiting for it."""
-        if type(event) in _GOES_AHEAD and event.transaction is None:  # type: ignore[attr-defined]
+        if isinstance(event, _GOES_AHEAD) and event.transaction is None:
             self._run(event)
             return
         size = _size(event)
@@ -214,7 +254,7 @@ class StompSession:
     def _schedule_drain(self) -> None:
         if not self._drain_scheduled:
             self._drain_scheduled = True
-            asyncio.get_event_loop().call_soon(self._drain_backlog)
+            self._loop.call_soon(self._drain_backlog)
 
     def _drain_backlog(self) -> None:
         """Carry out held frames in order while nothing holds them (an ERROR behind them
@@ -239,7 +279,7 @@ class StompSession:
             self._reading_paused = False
             self.transport.resume_reading()
 
-    def _run(self, event: object) -> bool:
+    def _run(self, event: ev.Event) -> bool:
         """Carry out one frame; False when a SEND is blocked (retried once memory is freed)."""
         try:
             self._handle(event)
@@ -258,7 +298,7 @@ class StompSession:
             self.fail(f"internal error: {type(exc).__name__}: {exc}", getattr(event, "receipt", None))
         return True
 
-    def _handle(self, event: object) -> None:
+    def _handle(self, event: ev.Event) -> None:
         if isinstance(event, ev.Send):
             self._on_send(event)
         elif isinstance(event, ev.Ack):
@@ -281,7 +321,10 @@ class StompSession:
             self._on_disconnect(event)
 
     def _commit_applied(self, _applied: asyncio.Future[None]) -> None:
-        self._commit_applying = None
+        tx = self._committing
+        if tx is not None:
+            self._committing = None
+            tx.state = TRANSACTIONS.step(tx.state, CommitApplied, tx.name)
         if not self.closing:
             self._schedule_drain()
 
@@ -310,7 +353,7 @@ class StompSession:
         priority = _priority(headers.get("priority"))
         expiration = _expires(headers.get("expires"))
         if event.transaction is not None:
-            tx = self._transaction(event.transaction)
+            tx = self._transaction(event.transaction, ev.Send)
             self.broker.stage(tx, PendingSend(
                 destination.address, destination.routing_type, headers, event.body,
                 persistent, priority, expiration,
@@ -327,12 +370,13 @@ class StompSession:
             self._watch(future)  # a failed write is reported even without a receipt
 
     def _on_subscribe(self, event: ev.Subscribe) -> None:
-        if event.id in self.subscriptions:
-            raise SubscriptionError(f"subscription id {event.id!r} is already in use")
+        existing = self.subscriptions.get(event.id)
+        state = SUBSCRIPTIONS.step(SubState.NONE if existing is None else existing.state,
+                                   ev.Subscribe, event.id)
         mode = AckMode(event.ack)  # the event refused any other ack mode
         destination = parse_destination(event.destination)
         compile_filter(event.selector)  # a bad selector is refused before anything changes
-        sub = Subscription(event.id, next(self._next_index), event.destination, mode)
+        sub = Subscription(event.id, next(self._next_index), event.destination, mode, state)
         headers = event.headers
         changed = False
         if headers.get("browser", "").lower() == "true":
@@ -378,23 +422,23 @@ class StompSession:
         if not self.client_id:
             raise SubscriptionError("a durable subscription needs a client-id on CONNECT")
         name = f"{self.client_id}.{durable_name}"
-        queue = broker.queues.get(name)
-        if queue is not None and (queue.filter_text or None) != (selector or None):
-            broker.delete_queue(queue)  # a new selector makes a new subscription (JMS)
-            queue = None
-        changed = changed or queue is None
-        queue = broker.ensure_queue(address, name, MULTICAST, filter_text=selector)
-        if queue.consumers:
+        existing = broker.queues.get(name)
+        if existing is not None and (existing.filter_text or None) != (selector or None):
+            broker.delete_queue(existing)  # a new selector makes a new subscription (JMS)
+            existing = None
+        changed = changed or existing is None
+        durable = broker.ensure_queue(address, name, MULTICAST, filter_text=selector)
+        if durable.consumers:
             raise SubscriptionError(f"durable subscription {name!r} already has a subscriber")
-        return queue, None, changed
+        return durable, None, changed
 
     def _on_unsubscribe(self, event: ev.Unsubscribe) -> None:
         sub = self.subscriptions.pop(event.id or "", None) if event.id else None
         durable_name = _durable_name(event.headers)
         if sub is None and durable_name is None:
-            raise SubscriptionError(f"no subscription with id {event.id!r}")
+            raise SUBSCRIPTIONS.refuse(SubState.NONE, ev.Unsubscribe, event.id)
         if sub is not None:
-            self._close_subscription(sub)
+            self._close_subscription(sub, ev.Unsubscribe)
         removed = False
         if durable_name is not None and self.client_id:
             queue = self.broker.queues.get(f"{self.client_id}.{durable_name}")
@@ -406,7 +450,9 @@ class StompSession:
             self._reply(self.broker.flush() if removed else None,
                         self.protocol.receipt(event.receipt), event.receipt)
 
-    def _close_subscription(self, sub: Subscription) -> None:
+    def _close_subscription(self, sub: Subscription, cause: type) -> None:
+        """`cause`: UNSUBSCRIBE, or `ConnectionEnds`."""
+        sub.state = SUBSCRIPTIONS.step(sub.state, cause, sub.id)
         self._by_index.pop(sub.index, None)
         sub.browse = None
         consumer, queue = sub.consumer, sub.queue
@@ -444,15 +490,16 @@ class StompSession:
                     index, tag_no = next(iter(deliveries.items()))
                     sub = self._by_index.get(index)
         if sub is None or sub.consumer is None:
-            raise UnknownDelivery(f"ACK/NACK of unknown id {ack_id!r}")
+            raise SUBSCRIPTIONS.refuse(SubState.NONE, type(event), ack_id)
         return sub, tag_no
 
     def _take(self, sub: Subscription, tag: int) -> list[MessageRef]:
         consumer = sub.consumer
         assert consumer is not None
-        if sub.ack_mode is AckMode.AUTO:
-            raise UnknownDelivery("subscription uses ack mode auto: nothing to acknowledge")
-        refs = consumer.take_through(tag) if sub.ack_mode is AckMode.CLIENT else [consumer.take(tag)]
+        scope = sub.scope
+        if scope is None:
+            raise ack_mode_error(sub.ack_mode.value)
+        refs = consumer.take_through(tag) if scope is AckScope.CUMULATIVE else [consumer.take(tag)]
         if self._msgid_acks:
             for ref in refs:
                 self._forget_msgid(str(ref.message.message_id), sub.index)
@@ -471,7 +518,7 @@ class StompSession:
         assert queue is not None
         refs = self._take(sub, tag)
         if event.transaction is not None:
-            tx = self._transaction(event.transaction)
+            tx = self._transaction(event.transaction, ev.Ack)
             self.broker.hold_for_transaction(queue, refs)
             tx.acks.extend((queue, ref) for ref in refs)
             durable = None
@@ -487,7 +534,7 @@ class StompSession:
         queue = sub.queue
         assert queue is not None
         if event.transaction is not None:
-            tx = self._transaction(event.transaction)  # before taking: a bad name changes nothing
+            tx = self._transaction(event.transaction, ev.Nack)  # before taking: a bad name changes nothing
             refs = self._take(sub, tag)
             self.broker.hold_for_transaction(queue, refs)
             tx.nacks.extend((queue, ref) for ref in refs)
@@ -498,26 +545,32 @@ class StompSession:
 
     # -- transactions ---------------------------------------------------------------------
 
-    def _transaction(self, name: str) -> StompTransaction:
+    def _transaction(self, name: str, event: type) -> StompTransaction:
+        """The open transaction `name`, which `event` (a frame naming it) may add to or end."""
         tx = self.transactions.get(name)
         if tx is None:
-            raise TransactionError(f"transaction {name!r} was not begun")
+            raise TRANSACTIONS.refuse(TxState.NONE, event, name)
+        TRANSACTIONS.step(tx.state, event, name)  # a BEGUN one takes every such frame
         return tx
 
     def _on_begin(self, event: ev.Begin) -> None:
-        if event.transaction in self.transactions:
-            raise TransactionError(f"transaction {event.transaction!r} is already active")
-        self.transactions[event.transaction] = StompTransaction(event.transaction)
+        name = event.transaction
+        tx = self.transactions.get(name)
+        state = TRANSACTIONS.step(TxState.NONE if tx is None else tx.state, ev.Begin, name)
+        self.transactions[name] = StompTransaction(name, state=state)
         if event.receipt is not None:
             self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
 
     def _on_commit(self, event: ev.Commit) -> None:
-        tx = self._transaction(event.transaction)
-        future = self.broker.commit(tx)
+        tx = self._transaction(event.transaction, ev.Commit)
+        future = self.broker.commit(tx)  # may raise Blocked: the COMMIT is retried, still BEGUN
+        tx.state = TRANSACTIONS.step(tx.state, ev.Commit, tx.name)
         del self.transactions[event.transaction]
         if tx.applied is not None and not tx.applied.done():
-            self._commit_applying = tx.applied
+            self._committing = tx
             tx.applied.add_done_callback(self._commit_applied)
+        else:
+            tx.state = TRANSACTIONS.step(tx.state, CommitApplied, tx.name)
         for queue, refs in _by_queue(tx.nacks):
             self.broker.nack(queue, refs, transacted=True)
         if event.receipt is not None:
@@ -526,15 +579,16 @@ class StompSession:
             self._watch(future)
 
     def _on_abort(self, event: ev.Abort) -> None:
-        tx = self._transaction(event.transaction)
+        tx = self._transaction(event.transaction, ev.Abort)
         del self.transactions[event.transaction]
-        self._rollback(tx)
+        self._rollback(tx, ev.Abort)
         if event.receipt is not None:
             self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
 
-    def _rollback(self, tx: StompTransaction) -> None:
+    def _rollback(self, tx: StompTransaction, cause: type) -> None:
         """ABORT (or the connection gone): acknowledged and nacked deliveries alike go back
         to their queues, oldest first."""
+        tx.state = TRANSACTIONS.step(tx.state, cause, tx.name)
         if tx.nacks:
             tx.acks = sorted(tx.acks + tx.nacks, key=lambda item: item[1].message.message_id)
             tx.nacks = []
@@ -543,7 +597,8 @@ class StompSession:
     # -- deliveries (DeliverySink) --------------------------------------------------------
 
     def deliver(self, consumer: Consumer, ref: MessageRef, tag: int) -> None:
-        sub: Subscription = consumer.key  # type: ignore[assignment]
+        # Core types a consumer's key `object` (it is the sink's own handle); ours are Subscriptions.
+        sub = cast("Subscription", consumer.key)
         message = ref.message
         message_id = str(message.message_id)
         extra = []
@@ -594,7 +649,7 @@ class StompSession:
             if not self._writable:
                 return  # set_writable(True) resumes this browse
             if sent >= BROWSE_BATCH:
-                asyncio.get_event_loop().call_soon(self._pump_browse, sub)
+                self._loop.call_soon(self._pump_browse, sub)
                 return
         sub.browse = None
         self.write(self.protocol.message(
@@ -675,7 +730,7 @@ class StompSession:
         if self._replies:
             self._after_replies = callback
         else:
-            asyncio.get_event_loop().call_soon(callback)
+            self._loop.call_soon(callback)
 
     def _watch(self, future: asyncio.Future[None]) -> None:
         """Hear when `future` completes: replies may be due, or its write failed. One
@@ -739,10 +794,10 @@ class StompSession:
             self.broker.memory.cancel(self._blocked_retry)
             self._blocked_retry = None
         for tx in self.transactions.values():
-            self._rollback(tx)
+            self._rollback(tx, ConnectionEnds)
         self.transactions.clear()
         for sub in list(self.subscriptions.values()):
-            self._close_subscription(sub)
+            self._close_subscription(sub, ConnectionEnds)
         self.subscriptions.clear()
         self._by_index.clear()
         self._msgid_acks.clear()
@@ -799,11 +854,12 @@ def _browse_refs(queue: Queue | None, selector: Selector | None) -> Iterator[Mes
         return
     cursor = queue.cursor
     in_memory = [ref for c in queue.consumers for ref in c.in_flight.values()] + list(queue)
-    if cursor is not None:
+    paged: Iterator[MessageRef] = iter(())
+    if isinstance(cursor, PageCursor):  # core types it `object`; a paging queue has one
         # Refs a selective consumer claimed ahead are shown at their place in the page files.
-        in_memory = [ref for ref in in_memory if not cursor.is_ahead(ref)]  # type: ignore[attr-defined]
+        in_memory = [ref for ref in in_memory if not cursor.is_ahead(ref)]
+        paged = cursor.browse(selector)
     snapshot = sorted(in_memory, key=lambda ref: ref.message.message_id)  # arrival order
-    paged = cursor.browse(selector) if cursor is not None else iter(())  # type: ignore[attr-defined]
     for ref in snapshot:
         if selector is None or selector.matches_headers(message_view(ref.message)):
             yield ref

@@ -144,7 +144,8 @@ class StompConnection:
                 if build is None:
                     events.append(self._connect(frame.headers))
                 else:
-                    events.append(build(frame.headers, frame.body, self.version))  # type: ignore[arg-type]
+                    # A builder runs only once CONNECT set the version, the parser's too.
+                    events.append(build(frame.headers, frame.body, parser.version))
                 if target is not self.state:
                     self._enter(target)
         except ProtocolError as exc:

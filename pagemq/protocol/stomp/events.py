@@ -139,13 +139,11 @@ def _required(command: str, headers: dict[str, str], name: str) -> str:
 
 
 def from_send(headers: dict[str, str], body: bytes, version: str) -> Send:
-    destination = headers.get("destination")
-    if not destination:
-        _required("SEND", headers, "destination")
+    destination = headers.get("destination") or _required("SEND", headers, "destination")
     receipt = headers.pop("receipt", None)
     transaction = headers.pop("transaction", None)
     headers.pop("content-length", None)
-    return Send(destination, headers, body, receipt, transaction)  # type: ignore[arg-type]
+    return Send(destination, headers, body, receipt, transaction)
 
 
 def from_subscribe(headers: dict[str, str], body: bytes, version: str) -> Subscribe:
@@ -153,14 +151,14 @@ def from_subscribe(headers: dict[str, str], body: bytes, version: str) -> Subscr
     # STOMP 1.0 made `id` optional; ActiveMQ then names the subscription after its destination.
     sub_id = headers.get("id") or (destination if version == "1.0" else None)
     if sub_id is None:
-        _required("SUBSCRIBE", headers, "id")
+        sub_id = _required("SUBSCRIBE", headers, "id")
     ack = headers.get("ack") or "auto"
     if ack not in ACK_MODES:
         raise RemoteProtocolError(
             f"ack header must be auto, client or client-individual, got {ack!r}",
             receipt_id=headers.get("receipt"),
         )
-    return Subscribe(sub_id, destination, ack, headers.get("selector") or None, headers,  # type: ignore[arg-type]
+    return Subscribe(sub_id, destination, ack, headers.get("selector") or None, headers,
                      headers.get("receipt"))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
+from typing import cast
 
 from pagemq.protocol.errors import FrameError, LocalProtocolError
 
@@ -63,7 +64,7 @@ class Frame:
             return NotImplemented
         return (self.command, self.headers, self.body) == (other.command, other.headers, other.body)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable value
+    # No __hash__: a class defining __eq__ alone is unhashable, as a mutable value should be.
 
 
 # -- escaping -------------------------------------------------------------------------------
@@ -149,10 +150,12 @@ def header_pairs(
     """Headers as a re-iterable collection of pairs; exact type checks first (hot path)."""
     kind = type(headers)
     if kind is list or kind is tuple:
-        return headers  # type: ignore[return-value]
-    if kind is dict or isinstance(headers, Mapping):
-        return headers.items()  # type: ignore[union-attr]
-    return list(headers)  # type: ignore[arg-type]
+        return cast("Collection[tuple[str, str]]", headers)  # an exact check mypy cannot narrow on
+    if kind is dict:
+        return cast("dict[str, str]", headers).items()
+    if isinstance(headers, Mapping):
+        return headers.items()
+    return list(headers)
 
 
 def _header_text_raw(pairs: Iterable[tuple[str, str]]) -> str:

@@ -1,9 +1,12 @@
-"""The server-side connection state table, as data (h11's `_state.py` idea).
+"""The server-side connection state table, as data (h11's `_state.py` idea), and the script
+that writes every STOMP state table into docs/stomp.md.
 
 `TRANSITIONS` maps (state, event type) to the next state; any pair not in it is a protocol
 error, raised by `StompConnection` with the message `unexpected_message` gives. ERRORED is
 entered by any error (ours or the peer's) and left by nothing: the shell sends one ERROR and
-closes. `render_into()` writes the table into docs/stomp.md (`python -m
+closes. The per-name tables the session follows live beside this one
+(`subscription_state.SUBSCRIPTIONS` and `ACK_SCOPES`, `transaction_state.TRANSACTIONS`).
+`render_into()` writes all of them into docs/stomp.md (`python -m
 pagemq.protocol.stomp.state docs/stomp.md`); a test keeps the document in step with the code.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pagemq.protocol.stomp.events import (
@@ -26,9 +30,12 @@ from pagemq.protocol.stomp.events import (
     Unsubscribe,
 )
 from pagemq.protocol.stomp.frames import SERVER_COMMANDS
+from pagemq.protocol.stomp.subscription_state import SUBSCRIPTIONS, render_ack_modes
+from pagemq.protocol.stomp.transaction_state import TRANSACTIONS
 
 __all__ = [
     "COMMAND_EVENTS",
+    "SECTIONS",
     "TRANSITIONS",
     "State",
     "render_into",
@@ -100,21 +107,35 @@ def render_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-BEGIN_MARKER = "<!-- state-table:begin (python -m pagemq.protocol.stomp.state docs/stomp.md) -->"
-END_MARKER = "<!-- state-table:end -->"
+# docs/stomp.md section name -> what is written between its markers.
+SECTIONS: dict[str, Callable[[], str]] = {
+    "state-table": render_markdown,
+    "subscription-table": SUBSCRIPTIONS.render_markdown,
+    "ack-mode-table": render_ack_modes,
+    "transaction-table": TRANSACTIONS.render_markdown,
+}
+
+
+def markers(section: str) -> tuple[str, str]:
+    """The comments that open and close `section` in the document."""
+    return (f"<!-- {section}:begin (python -m pagemq.protocol.stomp.state docs/stomp.md) -->",
+            f"<!-- {section}:end -->")
 
 
 def render_into(document: str) -> str:
-    """`document` with the text between the state-table markers replaced by the table."""
-    start = document.index(BEGIN_MARKER) + len(BEGIN_MARKER)
-    end = document.index(END_MARKER, start)
-    return f"{document[:start]}\n{render_markdown()}{document[end:]}"
+    """`document` with the text between each section's markers replaced by its table."""
+    for section, render in SECTIONS.items():
+        begin, end = markers(section)
+        start = document.index(begin) + len(begin)
+        stop = document.index(end, start)
+        document = f"{document[:start]}\n{render()}{document[stop:]}"
+    return document
 
 
 def main(argv: list[str]) -> None:
-    """Print the table, or with a path rewrite that Markdown file's table section in place."""
+    """Print the tables, or with a path rewrite that Markdown file's table sections in place."""
     if not argv:
-        print(render_markdown(), end="")
+        print("\n".join(f"{section}:\n{render()}" for section, render in SECTIONS.items()), end="")
         return
     path = Path(argv[0])
     path.write_text(render_into(path.read_text(encoding="utf-8")), encoding="utf-8")

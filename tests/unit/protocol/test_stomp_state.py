@@ -13,9 +13,11 @@ from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.protocol.stomp.frames import CLIENT_COMMANDS, SERVER_COMMANDS, encode_frame
 from pagemq.protocol.stomp.state import (
     COMMAND_EVENTS,
+    SECTIONS,
     TRANSITIONS,
     State,
     main,
+    markers,
     render_into,
     render_markdown,
     unexpected_message,
@@ -113,8 +115,16 @@ def test_main_rewrites_the_table_section_of_a_file(tmp_path, capsys):
     path.write_text(DOC.read_text(encoding="utf-8").replace("→ DISCONNECTED", "stale"), encoding="utf-8")
     main([str(path)])
     assert path.read_text(encoding="utf-8") == DOC.read_text(encoding="utf-8")
+    for section in SECTIONS:  # every table's section is rewritten, not only the first
+        begin, _end = markers(section)
+        stale = DOC.read_text(encoding="utf-8").replace(begin, f"{begin}\nstale")
+        path.write_text(stale, encoding="utf-8")
+        main([str(path)])
+        assert path.read_text(encoding="utf-8") == DOC.read_text(encoding="utf-8")
     main([])
-    assert capsys.readouterr().out == render_markdown()
+    out = capsys.readouterr().out
+    assert render_markdown() in out
+    assert all(render() in out for render in SECTIONS.values())
 
 
 def test_event_types_are_frozen():

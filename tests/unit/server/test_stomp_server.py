@@ -1,22 +1,22 @@
-"""The asyncio shell's heart-beat timeout and close: a silent peer is aborted; while the
-session does not read the socket, bytes arriving in the kernel or leaving our write buffer
-count as life, and a session waiting for memory (BLOCK) is not timed out; a close that does
-not complete within the grace is aborted."""
+"""The asyncio shell's heart-beat timeout and close, on a manual clock: a silent peer is
+aborted; while the session does not read the socket, bytes arriving in the kernel or leaving
+our write buffer count as life, and a session waiting for memory (BLOCK) is not timed out; a
+close that does not complete within the grace is aborted; our own heart-beats go out."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from manual_loop import ManualLoop
 
 from pagemq.core.broker import Broker
 from pagemq.core.settings import AddressSettingsRepository
 from pagemq.protocol.stomp.frames import encode_frame
-from pagemq.server import stomp_server
 from pagemq.server.config import StompConfig
-from pagemq.server.stomp_server import StompServerProtocol
+from pagemq.server.stomp_server import CLOSE_GRACE, StompServerProtocol
 
 
 class FakeTransport:
@@ -59,85 +59,99 @@ class FakeTransport:
         self.reading = True
 
 
-def _run(test: Any) -> None:
-    async def body() -> None:
+Shell = tuple[StompServerProtocol, FakeTransport, socket.socket, ManualLoop]
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[[str], Shell]]:
+    """A shell over a socketpair end, connected with the given CONNECT `heart-beat` header."""
+    sockets: list[socket.socket] = []
+
+    def make(heart_beat: str) -> Shell:
         ours, peer = socket.socketpair()
-        try:
-            broker = Broker(AddressSettingsRepository())
-            shell = StompServerProtocol(broker, StompConfig(1 << 20, 100, 8192), set())
-            transport = FakeTransport(ours)
-            shell.connection_made(transport)  # type: ignore[arg-type]
-            shell.data_received(encode_frame("CONNECT", {"accept-version": "1.2", "heart-beat": "500,0"}))
-            assert shell.session is not None and shell.session.protocol.expect_heartbeat_ms == 500
-            await test(shell, transport, peer)
-        finally:
-            ours.close()
-            peer.close()
+        sockets.extend((ours, peer))
+        loop = ManualLoop()
+        broker = Broker(AddressSettingsRepository())
+        shell = StompServerProtocol(broker, StompConfig(1 << 20, 100, 8192), set(), loop)
+        transport = FakeTransport(ours)
+        shell.connection_made(transport)  # type: ignore[arg-type]
+        shell.data_received(encode_frame("CONNECT", {"accept-version": "1.2", "heart-beat": heart_beat}))
+        loop.run_ready()
+        return shell, transport, peer, loop
 
-    asyncio.run(body())
-
-
-def _silent_for(shell: StompServerProtocol, seconds: float) -> None:
-    shell._last_read = asyncio.get_running_loop().time() - seconds
+    yield make
+    for sock in sockets:
+        sock.close()
 
 
-def test_a_silent_peer_is_aborted_not_closed() -> None:
-    async def test(shell, transport, peer) -> None:  # type: ignore[no-untyped-def]
-        _silent_for(shell, 1.5)
-        shell._beat()
-        assert transport.aborted and not transport.closed
-
-    _run(test)
-
-
-def test_while_not_reading_bytes_arriving_in_the_kernel_count_as_heart_beats() -> None:
-    async def test(shell, transport, peer) -> None:  # type: ignore[no-untyped-def]
-        shell.pause_reading()
-        peer.sendall(b"\n")
-        _silent_for(shell, 1.5)
-        shell._beat()
-        assert not transport.aborted
-        _silent_for(shell, 1.5)  # nothing more arrived, nothing was read from us
-        shell._beat()
-        assert transport.aborted
-
-    _run(test)
+def test_a_silent_peer_is_aborted_not_closed(connect: Callable[[str], Shell]) -> None:
+    shell, transport, _peer, loop = connect("500,0")
+    assert shell.session is not None and shell.session.protocol.expect_heartbeat_ms == 500
+    loop.advance(1.0)  # twice the interval: still within the grace
+    assert not transport.aborted
+    loop.advance(0.25)  # the next check finds it late
+    assert transport.aborted and not transport.closed
 
 
-def test_while_not_reading_a_peer_taking_our_bytes_is_alive() -> None:
-    async def test(shell, transport, peer) -> None:  # type: ignore[no-untyped-def]
-        transport.buffered = 2 << 20
-        shell.pause_reading()
-        transport.buffered = 1 << 20
-        _silent_for(shell, 1.5)
-        shell._beat()
-        assert not transport.aborted
-
-    _run(test)
+def test_a_peer_sending_heart_beats_is_kept(connect: Callable[[str], Shell]) -> None:
+    shell, transport, _peer, loop = connect("500,0")
+    for _ in range(20):
+        loop.advance(0.45)
+        shell.data_received(b"\n")
+    assert not transport.aborted
 
 
-def test_a_session_waiting_for_memory_is_not_timed_out() -> None:
-    async def test(shell, transport, peer) -> None:  # type: ignore[no-untyped-def]
-        shell.pause_reading()
-        shell.session._blocked_retry = lambda: False  # what Broker.wait_for_memory returns
-        _silent_for(shell, 1.5)
-        shell._beat()
-        assert not transport.aborted
-        shell.session._blocked_retry = None
-        shell.resume_reading()  # the clock restarts: it could not be heard meanwhile
-        shell._beat()
-        assert not transport.aborted
-
-    _run(test)
+def test_while_not_reading_bytes_arriving_in_the_kernel_count_as_heart_beats(
+    connect: Callable[[str], Shell],
+) -> None:
+    shell, transport, peer, loop = connect("500,0")
+    shell.pause_reading()
+    peer.sendall(b"\n")
+    loop.advance(1.25)
+    assert not transport.aborted
+    loop.advance(1.25)  # nothing more arrived, nothing was read from us
+    assert transport.aborted
 
 
-def test_a_close_that_does_not_complete_is_aborted_after_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stomp_server, "CLOSE_GRACE", 0.05)
+def test_while_not_reading_a_peer_taking_our_bytes_is_alive(connect: Callable[[str], Shell]) -> None:
+    shell, transport, _peer, loop = connect("500,0")
+    transport.buffered = 2 << 20
+    shell.pause_reading()
+    transport.buffered = 1 << 20
+    loop.advance(1.25)
+    assert not transport.aborted
 
-    async def test(shell, transport, peer) -> None:  # type: ignore[no-untyped-def]
-        shell.close()
-        assert transport.closed and not transport.aborted
-        await asyncio.sleep(0.1)
-        assert transport.aborted
 
-    _run(test)
+def test_a_session_waiting_for_memory_is_not_timed_out(connect: Callable[[str], Shell]) -> None:
+    shell, transport, _peer, loop = connect("500,0")
+    assert shell.session is not None
+    shell.pause_reading()
+    shell.session._blocked_retry = lambda: False  # what Broker.wait_for_memory returns
+    loop.advance(5.0)
+    assert not transport.aborted
+    shell.session._blocked_retry = None
+    shell.resume_reading()  # the clock restarts: it could not be heard meanwhile
+    loop.advance(1.0)
+    assert not transport.aborted
+    loop.advance(0.25)
+    assert transport.aborted
+
+
+def test_a_close_that_does_not_complete_is_aborted_after_the_grace(connect: Callable[[str], Shell]) -> None:
+    shell, transport, _peer, loop = connect("0,0")
+    shell.close()
+    assert transport.closed and not transport.aborted
+    loop.advance(CLOSE_GRACE - 0.01)
+    assert not transport.aborted
+    loop.advance(0.02)
+    assert transport.aborted
+
+
+def test_the_server_sends_heart_beats_when_it_has_nothing_else_to_write(
+    connect: Callable[[str], Shell],
+) -> None:
+    _shell, transport, _peer, loop = connect("0,500")
+    assert transport.written.startswith(b"CONNECTED")
+    loop.advance(1.0)  # checks every 0.25 s; a beat once 0.45 s passed without a write
+    assert transport.written.split(b"\x00")[-1] == b"\n\n"
+    assert not transport.aborted

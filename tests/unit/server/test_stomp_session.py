@@ -1,332 +1,282 @@
-"""StompSession over a real Broker, a store whose writes complete when the test says, and a
-transport that records what the session asks of it: receipts before an ERROR, receipts that
-wait for durable records, the bounded read-ahead of a blocked connection, failed writes."""
+"""StompSession over a real Broker, with no socket and no event loop (`session_harness`): a
+store whose writes complete when the test says, a manual loop whose turns the test runs.
+Receipts before an ERROR, receipts that wait for durable records, the bounded read-ahead of
+a blocked connection and its retry, frames held behind a COMMIT taking effect, failed writes,
+browse batches."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from session_harness import Harness, RecordingTransport, frame
 
-from pagemq.core.broker import Broker
-from pagemq.core.settings import AddressSettingsRepository
 from pagemq.protocol.stomp.connection import StompConnection
-from pagemq.protocol.stomp.frames import Frame, encode_frame
-from pagemq.protocol.stomp.parser import FrameParser
 from pagemq.server import stomp_session
 from pagemq.server.stomp_session import StompSession
-from pagemq.storage.api import MemoryStore, QueueRecord
-
-
-class HeldStore(MemoryStore):
-    """Durable writes (messages, flushes) complete only when `complete()` is called."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pending: list[asyncio.Future[None]] = []
-        self.refuse: OSError | None = None
-        self.queues: list[str] = []
-
-    def _future(self) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.pending.append(future)
-        return future
-
-    def add_queue(self, record: QueueRecord) -> None:
-        self.queues.append(record.name)
-
-    def store_message(self, message, queue_ids, *, sync):  # type: ignore[no-untyped-def]
-        if self.refuse is not None:
-            raise self.refuse
-        return self._future()
-
-    def flush(self) -> asyncio.Future[None]:
-        return self._future()
-
-    def complete(self, error: BaseException | None = None) -> None:
-        pending, self.pending = self.pending, []
-        for future in pending:
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.session: StompSession | None = None
-        self.out = bytearray()
-        self.paused = False
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.out += data
-
-    def schedule_flush(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-    def close(self) -> None:
-        self.closed = True
-
-    def frames(self) -> list[Frame]:
-        assert self.session is not None
-        self.out += self.session.take_output()
-        parser = FrameParser()
-        parser.version = "1.2"
-        return parser.feed(bytes(self.out))
-
-
-def _frame(command: str, headers: dict[str, str], body: bytes | str = b"") -> bytes:
-    raw = body.encode() if isinstance(body, str) else body
-    return encode_frame(command, headers, raw, version="1.2")
-
-
-def _commands(transport: RecordingTransport) -> list[str]:
-    return [f"{f.command}:{f.headers.get('receipt-id', '')}" for f in transport.frames()]
-
-
-def run(test: Callable[..., Awaitable[None]], settings: dict[str, dict[str, object]] | None = None,
-        **broker_kwargs: object) -> None:
-    async def body() -> None:
-        repository = AddressSettingsRepository()
-        for match, values in (settings or {}).items():
-            repository.add(match, values)
-        store = HeldStore()
-        broker = Broker(repository, store=store, **broker_kwargs)  # type: ignore[arg-type]
-        transport = RecordingTransport()
-        session = StompSession(broker, StompConnection(), transport)
-        transport.session = session
-        session.receive(_frame("CONNECT", {"accept-version": "1.2", "client-id": "c1"}))
-        await test(session, transport, store, broker)
-
-    asyncio.run(body())
-
-
-async def turn() -> None:
-    for _ in range(3):
-        await asyncio.sleep(0)
-
 
 # -- receipts and ERROR ---------------------------------------------------------------------
 
 
 def test_error_waits_for_the_receipts_of_stored_sends_and_comes_after_them() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        sends = b"".join(_frame("SEND", {"destination": "/queue/q", "persistent": "true",
-                                         "receipt": f"r{n}"}, "m") for n in range(3))
-        session.receive(sends + b"SEND\nno colon\n\n\x00")
-        await turn()
-        assert _commands(transport) == ["CONNECTED:"], "ERROR written ahead of receipts due"
-        assert not transport.closed
-        store.complete()
-        await turn()
-        assert _commands(transport) == ["CONNECTED:", "RECEIPT:r0", "RECEIPT:r1", "RECEIPT:r2", "ERROR:"]
-        assert transport.closed
+    h = Harness()
+    sends = b"".join(frame("SEND", {"destination": "/queue/q", "persistent": "true",
+                                    "receipt": f"r{n}"}, "m") for n in range(3))
+    h.session.receive(sends + b"SEND\nno colon\n\n\x00")
+    h.loop.run_ready()
+    assert h.transport.commands() == ["CONNECTED:"], "ERROR written ahead of receipts due"
+    assert not h.transport.closed
+    h.store.complete()
+    assert h.transport.commands() == ["CONNECTED:"], "a receipt went out before its write was heard of"
+    h.loop.run_ready()
+    assert h.transport.commands() == ["CONNECTED:", "RECEIPT:r0", "RECEIPT:r1", "RECEIPT:r2", "ERROR:"]
+    assert h.transport.closed
 
-    run(test)
+
+def test_receipts_go_out_in_arrival_order_whatever_their_durability() -> None:
+    h = Harness()
+    h.receive("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "stored"}, "m")
+    h.receive("BEGIN", {"transaction": "t", "receipt": "begin"})  # due at once, but behind
+    h.receive("SEND", {"destination": "/queue/q", "receipt": "plain"}, "m")
+    h.loop.run_ready()
+    assert h.transport.commands() == ["CONNECTED:"]
+    h.store.complete()
+    h.loop.run_ready()
+    assert h.transport.commands() == ["CONNECTED:", "RECEIPT:stored", "RECEIPT:begin", "RECEIPT:plain"]
 
 
 def test_a_failed_write_drops_its_receipt_and_ends_with_an_error_naming_it() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        session.receive(_frame("SEND", {"destination": "/queue/q", "persistent": "true",
-                                        "receipt": "r0"}, "m"))
-        store.complete()
-        session.receive(_frame("SEND", {"destination": "/queue/q", "persistent": "true",
-                                        "receipt": "r1"}, "m"))
-        store.complete(OSError(28, "No space left on device"))
-        await turn()
-        frames = transport.frames()
-        assert [f.command for f in frames] == ["CONNECTED", "RECEIPT", "ERROR"]
-        assert frames[1].headers["receipt-id"] == "r0"
-        assert frames[2].headers["receipt-id"] == "r1"
-        assert "could not be stored" in frames[2].headers["message"]
-        assert "No space left" in frames[2].headers["message"]
-
-    run(test)
+    h = Harness()
+    h.receive("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r0"}, "m")
+    h.store.complete()
+    h.receive("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r1"}, "m")
+    h.store.complete(OSError(28, "No space left on device"))
+    h.loop.run_ready()
+    frames = h.transport.frames()
+    assert [f.command for f in frames] == ["CONNECTED", "RECEIPT", "ERROR"]
+    assert frames[1].headers["receipt-id"] == "r0"
+    assert frames[2].headers["receipt-id"] == "r1"
+    assert "could not be stored" in frames[2].headers["message"]
+    assert "No space left" in frames[2].headers["message"]
 
 
 def test_a_failed_write_of_a_send_without_receipt_is_reported() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        session.receive(_frame("SEND", {"destination": "/queue/q", "persistent": "true"}, "m"))
-        store.complete(OSError(5, "Input/output error"))
-        await turn()
-        frames = transport.frames()
-        assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
-        assert "Input/output error" in frames[1].headers["message"]
-        assert transport.closed
-
-    run(test)
+    h = Harness()
+    h.receive("SEND", {"destination": "/queue/q", "persistent": "true"}, "m")
+    h.store.complete(OSError(5, "Input/output error"))
+    h.loop.run_ready()
+    frames = h.transport.frames()
+    assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
+    assert "Input/output error" in frames[1].headers["message"]
+    assert h.transport.closed
 
 
 def test_a_store_refusing_a_write_at_once_is_an_error_not_an_exception() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        store.refuse = OSError(27, "journal refuses appends after a failure")
-        session.receive(_frame("SEND", {"destination": "/queue/q", "persistent": "true",
-                                        "receipt": "r0"}, "m"))
-        await turn()
-        frames = transport.frames()
-        assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
-        assert frames[1].headers["receipt-id"] == "r0"
-        assert "refuses appends" in frames[1].headers["message"]
-
-    run(test)
+    h = Harness()
+    h.store.refuse = OSError(27, "journal refuses appends after a failure")
+    h.receive("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r0"}, "m")
+    h.loop.run_ready()
+    frames = h.transport.frames()
+    assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
+    assert frames[1].headers["receipt-id"] == "r0"
+    assert "refuses appends" in frames[1].headers["message"]
 
 
 def test_connect_and_a_bad_frame_in_one_read_answer_connected_then_error() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        other = StompSession(broker, StompConnection(), RecordingTransport())
-        other.transport.session = other  # type: ignore[attr-defined]
-        other.receive(_frame("CONNECT", {"accept-version": "1.2"}) + b"BOGUS\n\n\x00")
-        frames = other.transport.frames()  # type: ignore[attr-defined]
-        assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
-        assert "unknown command" in frames[1].headers["message"]
+    h = Harness()
+    transport = RecordingTransport()
+    other = StompSession(h.broker, StompConnection(), transport, h.loop)
+    transport.session = other
+    other.receive(frame("CONNECT", {"accept-version": "1.2"}) + b"BOGUS\n\n\x00")
+    frames = transport.frames()
+    assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
+    assert "unknown command" in frames[1].headers["message"]
 
-    run(test)
+
+def test_disconnect_closes_only_after_the_receipts_before_it() -> None:
+    h = Harness()
+    h.receive("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r0"}, "m")
+    h.receive("DISCONNECT", {"receipt": "bye"})
+    h.loop.run_ready()
+    assert not h.transport.closed
+    h.store.complete()
+    h.loop.run_ready()
+    assert h.transport.commands() == ["CONNECTED:", "RECEIPT:r0", "RECEIPT:bye"]
+    assert h.transport.closed
 
 
 # -- receipts that promise durable records ---------------------------------------------------
 
 
 def test_durable_subscribe_and_unsubscribe_receipts_wait_for_their_records() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        headers = {"destination": "/topic/t", "id": "s1", "durable-subscription-name": "d"}
-        session.receive(_frame("SUBSCRIBE", {**headers, "receipt": "sub"}))
-        await turn()
-        assert store.queues == ["c1.d"]
-        assert _commands(transport) == ["CONNECTED:"], "durable SUBSCRIBE receipted before its record"
-        store.complete()
-        await turn()
-        assert _commands(transport)[-1] == "RECEIPT:sub"
-        session.receive(_frame("UNSUBSCRIBE", {**headers, "receipt": "unsub"}))
-        await turn()
-        assert _commands(transport)[-1] == "RECEIPT:sub", "UNSUBSCRIBE receipted before the delete"
-        store.complete()
-        await turn()
-        assert _commands(transport)[-1] == "RECEIPT:unsub"
-
-    run(test)
+    h = Harness()
+    headers = {"destination": "/topic/t", "id": "s1", "durable-subscription-name": "d"}
+    h.receive("SUBSCRIBE", {**headers, "receipt": "sub"})
+    h.loop.run_ready()
+    assert h.store.queues == ["c1.d"]
+    assert h.transport.commands() == ["CONNECTED:"], "durable SUBSCRIBE receipted before its record"
+    h.store.complete()
+    h.loop.run_ready()
+    assert h.transport.commands()[-1] == "RECEIPT:sub"
+    h.receive("UNSUBSCRIBE", {**headers, "receipt": "unsub"})
+    h.loop.run_ready()
+    assert h.transport.commands()[-1] == "RECEIPT:sub", "UNSUBSCRIBE receipted before the delete"
+    h.store.complete()
+    h.loop.run_ready()
+    assert h.transport.commands()[-1] == "RECEIPT:unsub"
 
 
 def test_subscribe_to_an_existing_queue_is_receipted_at_once() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        session.receive(_frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s1", "receipt": "a"}))
-        store.complete()
-        await turn()
-        session.receive(_frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s2", "receipt": "b"}))
-        assert _commands(transport)[-1] == "RECEIPT:b"
-
-    run(test)
+    h = Harness()
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s1", "receipt": "a"})
+    h.store.complete()
+    h.loop.run_ready()
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s2", "receipt": "b"})
+    assert h.transport.commands()[-1] == "RECEIPT:b"
 
 
-# -- BLOCK: the read-ahead --------------------------------------------------------------------
+# -- BLOCK: the read-ahead and the retry ------------------------------------------------------
 
 
 BLOCK = {"#": {"max-size-messages": 2, "address-full-policy": "BLOCK"}}
 
 
 def test_blocked_send_holds_later_frames_but_an_ack_goes_ahead_and_unblocks_it() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        session.receive(_frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s",
-                                             "ack": "client-individual"}))
-        for n in range(3):
-            session.receive(_frame("SEND", {"destination": "/queue/q", "receipt": f"r{n}"}, f"m{n}"))
-        assert session.blocked
-        session.receive(_frame("BEGIN", {"transaction": "t", "receipt": "begin"}))
-        messages = [f for f in transport.frames() if f.command == "MESSAGE"]
-        assert [m.body for m in messages] == [b"m0", b"m1"]
-        assert "RECEIPT:begin" not in _commands(transport), "a frame behind a blocked SEND went ahead"
-        session.receive(_frame("ACK", {"id": messages[0].headers["ack"], "receipt": "ack"}))
-        store.complete()
-        await turn()
-        commands = _commands(transport)
-        assert commands.index("RECEIPT:ack") < commands.index("RECEIPT:r2") < commands.index("RECEIPT:begin")
-        assert not session.blocked
-
-    run(test, BLOCK)
+    h = Harness(BLOCK)
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual"})
+    for n in range(3):
+        h.receive("SEND", {"destination": "/queue/q", "receipt": f"r{n}"}, f"m{n}")
+    assert h.session.blocked
+    h.receive("BEGIN", {"transaction": "t", "receipt": "begin"})
+    messages = h.transport.messages()
+    assert [m.body for m in messages] == [b"m0", b"m1"]
+    assert "RECEIPT:begin" not in h.transport.commands(), "a frame behind a blocked SEND went ahead"
+    h.receive("ACK", {"id": messages[0].headers["ack"], "receipt": "ack"})
+    assert not h.session.blocked, "the ACK freed room but the SEND is not retried"
+    assert "RECEIPT:r2" not in h.transport.commands(), "the retry ran inside the ACK, not on a later turn"
+    h.store.complete()
+    h.loop.run_ready()
+    commands = h.transport.commands()
+    assert commands.index("RECEIPT:ack") < commands.index("RECEIPT:r2") < commands.index("RECEIPT:begin")
+    assert [m.body for m in h.transport.messages()] == [b"m0", b"m1", b"m2"]
 
 
 def test_read_ahead_is_bounded_then_the_socket_is_not_read() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        session.receive(_frame("SEND", {"destination": "/queue/q"}, "a"))
-        session.receive(_frame("SEND", {"destination": "/queue/q"}, "b"))
-        session.receive(_frame("SEND", {"destination": "/queue/q"}, "c"))
-        assert session.blocked and not transport.paused
-        chunk = _frame("SEND", {"destination": "/queue/q"}, "x" * 65536)
-        for _ in range(stomp_session.READ_AHEAD_BYTES // 65536 + 1):
-            session.receive(chunk)
-        assert transport.paused
-        queue = broker.queues["q"]
-        session.receive(_frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s"}))  # held
-        assert not queue.consumers
-        auto = StompSession(broker, StompConnection(), RecordingTransport())
-        auto.transport.session = auto  # type: ignore[attr-defined]
-        auto.receive(_frame("CONNECT", {"accept-version": "1.2"}))
-        auto.receive(_frame("SUBSCRIBE", {"destination": "/queue/q", "id": "drain"}))  # auto ack
-        for _ in range(40):
-            await turn()
-            if not transport.paused and not session.blocked:
-                break
-        assert not transport.paused and not session.blocked
-
-    run(test, BLOCK)
+    h = Harness(BLOCK)
+    for body in ("a", "b", "c"):
+        h.receive("SEND", {"destination": "/queue/q"}, body)
+    assert h.session.blocked and not h.transport.paused
+    chunk = frame("SEND", {"destination": "/queue/q"}, "x" * 65536)
+    for _ in range(stomp_session.READ_AHEAD_BYTES // 65536 + 1):
+        h.session.receive(chunk)
+    assert h.transport.paused
+    queue = h.broker.queues["q"]
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s"})  # held
+    assert not queue.consumers
+    auto, _transport = h.connect()
+    auto.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "drain"}))  # auto ack
+    h.loop.run_ready()
+    assert not h.transport.paused and not h.session.blocked
+    assert len(queue.consumers) == 2, "the held SUBSCRIBE was carried out"
 
 
 def test_a_heart_beat_only_connection_is_never_held() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        for n in range(3):
-            session.receive(_frame("SEND", {"destination": "/queue/q"}, f"m{n}"))
-        assert session.blocked
-        for _ in range(10_000):
-            session.receive(b"\n")
-        assert not transport.paused
+    h = Harness(BLOCK)
+    for n in range(3):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    assert h.session.blocked
+    for _ in range(10_000):
+        h.session.receive(b"\n")
+    assert not h.transport.paused
 
-    run(test, BLOCK)
+
+# -- a COMMIT taking effect holds what follows ------------------------------------------------
+
+
+def test_frames_after_a_commit_wait_until_it_has_taken_effect() -> None:
+    h = Harness()
+    h.broker.hold_commits = True
+    h.receive("BEGIN", {"transaction": "t"})
+    h.receive("SEND", {"destination": "/queue/q", "transaction": "t"}, "in-tx")
+    h.receive("COMMIT", {"transaction": "t", "receipt": "commit"})
+    tx = h.session._committing
+    assert tx is not None and tx.state.name == "COMMITTING"
+    h.receive("SEND", {"destination": "/queue/q", "receipt": "after"}, "after")
+    h.receive("BEGIN", {"transaction": "t", "receipt": "again"})  # the name is not free yet
+    h.store.complete()
+    h.loop.run_ready()
+    assert "RECEIPT:after" not in h.transport.commands(), "a SEND overtook the COMMIT"
+    assert [ref.message.body for ref in h.broker.queues["q"]] == [b"in-tx"]
+    h.broker.apply_commits()
+    h.loop.run_ready()
+    assert tx.state.name == "COMMITTED"
+    h.store.complete()
+    h.loop.run_ready()
+    commands = h.transport.commands()
+    assert commands == ["CONNECTED:", "RECEIPT:commit", "RECEIPT:after", "RECEIPT:again"]
+    assert h.session.transactions["t"].state.name == "BEGUN"
 
 
 # -- transactions and acks ------------------------------------------------------------------
 
 
 def test_nack_in_a_transaction_waits_for_commit() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        session.receive(_frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s",
-                                             "ack": "client-individual"}))
-        session.receive(_frame("SEND", {"destination": "/queue/q"}, "m"))
-        (message,) = [f for f in transport.frames() if f.command == "MESSAGE"]
-        assert message.headers["redelivered"] == "false"
-        session.receive(_frame("BEGIN", {"transaction": "t"}))
-        session.receive(_frame("NACK", {"id": message.headers["ack"], "transaction": "t"}))
-        assert len([f for f in transport.frames() if f.command == "MESSAGE"]) == 1
-        session.receive(_frame("COMMIT", {"transaction": "t"}))
-        again = [f for f in transport.frames() if f.command == "MESSAGE"]
-        assert len(again) == 2 and again[1].headers["redelivered"] == "true"
-
-    run(test)
+    h = Harness()
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual"})
+    h.receive("SEND", {"destination": "/queue/q"}, "m")
+    (message,) = h.transport.messages()
+    assert message.headers["redelivered"] == "false"
+    h.receive("BEGIN", {"transaction": "t"})
+    h.receive("NACK", {"id": message.headers["ack"], "transaction": "t"})
+    assert len(h.transport.messages()) == 1
+    h.receive("COMMIT", {"transaction": "t"})
+    again = h.transport.messages()
+    assert len(again) == 2 and again[1].headers["redelivered"] == "true"
 
 
 def test_stomp_1_1_acks_the_same_message_on_two_subscriptions() -> None:
-    async def test(session, transport, store, broker) -> None:  # type: ignore[no-untyped-def]
-        old = StompSession(broker, StompConnection(), RecordingTransport())
-        old.transport.session = old  # type: ignore[attr-defined]
-        old.receive(_frame("CONNECT", {"accept-version": "1.1"}))
-        for sub_id in ("a", "b"):
-            old.receive(_frame("SUBSCRIBE", {"destination": "/topic/t", "id": sub_id,
-                                             "ack": "client-individual"}))
-        old.receive(_frame("SEND", {"destination": "/topic/t"}, "m"))
-        messages = [f for f in old.transport.frames() if f.command == "MESSAGE"]  # type: ignore[attr-defined]
-        assert len(messages) == 2
-        for frame in messages:
-            old.receive(_frame("ACK", {"message-id": frame.headers["message-id"],
-                                       "subscription": frame.headers["subscription"],
-                                       "receipt": frame.headers["subscription"]}))
-        store.complete()  # an ACK's receipt waits for the flush
-        await turn()
-        commands = [f.command for f in old.transport.frames()]  # type: ignore[attr-defined]
-        assert commands.count("RECEIPT") == 2 and "ERROR" not in commands
-        assert not old._msgid_acks
+    h = Harness()
+    old, transport = h.connect("1.1")
+    for sub_id in ("a", "b"):
+        old.receive(frame("SUBSCRIBE", {"destination": "/topic/t", "id": sub_id, "ack": "client-individual"}))
+    old.receive(frame("SEND", {"destination": "/topic/t"}, "m"))
+    messages = transport.messages()
+    assert len(messages) == 2
+    for message in messages:
+        old.receive(frame("ACK", {"message-id": message.headers["message-id"],
+                                  "subscription": message.headers["subscription"],
+                                  "receipt": message.headers["subscription"]}))
+    h.store.complete()  # an ACK's receipt waits for the flush
+    h.loop.run_ready()
+    commands = [f.command for f in transport.frames()]
+    assert commands.count("RECEIPT") == 2 and "ERROR" not in commands
+    assert not old._msgid_acks
 
-    run(test)
+
+# -- browsing ---------------------------------------------------------------------------------
+
+
+def test_a_browse_goes_out_in_batches_one_per_loop_turn_then_browser_end() -> None:
+    h = Harness()
+    count = stomp_session.BROWSE_BATCH * 2 + 10
+    for n in range(count):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "b", "browser": "true"})
+    assert len(h.transport.messages()) == stomp_session.BROWSE_BATCH
+    h.loop.run_once()
+    assert len(h.transport.messages()) == stomp_session.BROWSE_BATCH * 2
+    h.loop.run_once()
+    messages = h.transport.messages()
+    assert [m.body for m in messages[:-1]] == [f"m{n}".encode() for n in range(count)]
+    assert messages[-1].headers["browser"] == "end"
+    assert len(list(h.broker.queues["q"])) == count, "browsing took messages"
+    assert h.loop.pending == 0
+
+
+def test_a_browse_stops_while_the_peer_does_not_read_and_resumes_after() -> None:
+    h = Harness()
+    for n in range(5):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    h.session.set_writable(False)
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "b", "browser": "true"})
+    assert h.transport.messages() == [], "the SUBSCRIBE was not held while unwritable"
+    h.session.set_writable(True)
+    h.loop.run_ready()
+    assert [m.body for m in h.transport.messages()[:-1]] == [f"m{n}".encode() for n in range(5)]
