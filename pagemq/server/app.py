@@ -175,14 +175,15 @@ class BrokerServer:
                 await self._cleanup(compact=False)  # spent files only: cheap under load
 
     async def _cleanup(self, *, after_start: bool = False, compact: bool = True) -> None:
-        report = self.store.cleanup(compact=compact)
+        """File work in the journal's cleanup thread: the loop goes on serving meanwhile."""
+        report = await self.store.cleanup_in_thread(compact=compact)
         # What this pass retired (or the file it rolled away from) may be removable once its
         # last writes are durable: a second pass now, rather than a cleanup-period later.
         try:
             await self.store.flush()
         except OSError:
             return  # the journal failed and said so; nothing more to reclaim
-        more = self.store.cleanup(compact=compact)
+        more = await self.store.cleanup_in_thread(compact=compact)
         report = {key: value + more.get(key, 0) for key, value in report.items()}
         if not any(report.values()):
             return
