@@ -29,13 +29,14 @@ class AckMode(enum.Enum):
 class MessageRef:
     """One queue's hold on a message; the message object itself is shared (multicast)."""
 
-    __slots__ = ("delivery_count", "message", "page_pos")
+    __slots__ = ("delivery_count", "message", "page_pos", "pos")
 
     def __init__(self, message: Message, page_pos: tuple[int, int] | None = None) -> None:
         self.message = message
         self.delivery_count = 0
         # (page number, ordinal) when the message came from the address's page files.
         self.page_pos = page_pos
+        self.pos = 0  # its place among the queue's pending refs (`Queue`), while it is there
 
 
 class DeliverySink(Protocol):
@@ -58,6 +59,7 @@ class Consumer:
         "next_tag",
         "prefetch",
         "queue",
+        "scanned",
         "selector",
         "sink",
         "window_bytes",
@@ -87,6 +89,10 @@ class Consumer:
         self.next_tag = 1
         self.writable = True
         self.closed = False
+        # Per priority level, the span of pending positions whose refs this consumer's
+        # selector has rejected: kept by the queue so that a consumer getting credit back
+        # resumes where it stopped, and a SEND is offered only to the new message.
+        self.scanned: list[tuple[int, int]] = []
 
     def has_credit(self) -> bool:
         if not self.writable or self.closed:
