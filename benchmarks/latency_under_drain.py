@@ -17,8 +17,9 @@ alternating over `--rounds`), on a fresh broker with a small `global-max-size`:
 4. read, for the span of step 3 only: B's end-to-end latency (p50/p99/max; consumer clock
    at MESSAGE minus the send time) and send-receipt p99, A's drain rate (acknowledgements
    per second, from the HTTP API), and the event loop's lag (`GET /api/broker?since=`:
-   maximum lateness of a 10 ms timer, stalls of 50 ms or more; "n/a" for a tree without
-   that view).
+   maximum lateness of a 10 ms timer, stalls of 50 ms or more and how many of them the
+   loop thread spent running rather than waiting for a CPU; "n/a" for a tree without that
+   view).
 
 A's drain must outlast B's run for the figures to mean what they say: a run where A ran
 dry first says so. The load generator is this checkout's `pagemq perf` for both trees.
@@ -29,8 +30,11 @@ Use small figures to try it (`--fill 50000 --count 20000`); the full run takes a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ab_perf import HERE, PERF_ENV, free_port, perf_command, perf_document, run_perf, start_broker
+from ab_perf import HERE, PERF_ENV, free_port, perf_command, run_perf, start_broker
 
 HOST = "127.0.0.1"
 QUEUE_A = "drained-A"
@@ -60,10 +64,12 @@ class Figures:
     a_left: int  # messages of A still there when B was done: 0 means A ran dry during B
     loop_lag_max_ms: float | None
     loop_stalls: int | None
+    loop_busy_stalls: int | None  # of those, the loop thread itself ran >= 50 ms (not waiting for CPU)
 
     def line(self) -> str:
         lag = ("n/a" if self.loop_lag_max_ms is None
-               else f"{self.loop_lag_max_ms:.1f} ms, {self.loop_stalls} stalls >= 50 ms")
+               else f"{self.loop_lag_max_ms:.1f} ms, {self.loop_stalls} stalls >= 50 ms "
+               f"({self.loop_busy_stalls} of them busy)")
         dry = "" if self.a_left else "  (A RAN DRY during the run: drain figures understate)"
         return (f"B end-to-end p50 {self.b_p50_ms:.1f} p99 {self.b_p99_ms:.1f} max {self.b_max_ms:.1f} ms, "
                 f"send-receipt p99 {self.b_receipt_p99_ms:.1f} ms, {self.b_msgs_per_s:,.0f} msg/s; "
@@ -115,7 +121,8 @@ def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
             perf_command(port, f"/queue/{QUEUE_A}", [
                 "--phase", "consume", "--consumers", str(args.drainers), "--count", str(args.fill),
                 "--idle-timeout", "120s", *size]),
-            env=PERF_ENV, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            env=PERF_ENV, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True)  # its own process group: its workers go with it
         deadline = time.monotonic() + 120
         while not _queue(http_port, QUEUE_A)["messages_acknowledged"]:
             if time.monotonic() > deadline or drain.poll() is not None:
@@ -140,17 +147,28 @@ def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
             a_left=a_after["messages"],
             loop_lag_max_ms=None if loop is None else loop["lag_max_ms"],
             loop_stalls=None if loop is None else loop["stalls"],
+            loop_busy_stalls=None if loop is None else loop["busy_stalls"],
         )
     finally:
         if drain is not None:
-            if drain.poll() is None:
-                drain.terminate()
-            out, _ = drain.communicate(timeout=60)
-            if drain.returncode == 0:
-                perf_document(out)  # a drain that finished must have been complete
+            _stop(drain)
         broker.terminate()
         broker.wait(timeout=60)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _stop(drain: subprocess.Popen[bytes]) -> None:
+    """End the drain of A (and its worker processes) if it is still going: SIGINT, as an
+    interrupted `pagemq perf` expects, then SIGKILL."""
+    if drain.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(drain.pid, signal.SIGINT)
+        try:
+            drain.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(drain.pid, signal.SIGKILL)
+    drain.communicate(timeout=30)
 
 
 def main() -> None:
