@@ -61,11 +61,17 @@ def counted(broker: Broker, queue: Queue, sink: Recorder, selector: str, **optio
     return counting
 
 
-def test_a_send_evaluates_an_idle_selector_once_however_much_is_pending() -> None:
+def behind_blue(count: int, **options: object) -> tuple[Broker, Queue, Recorder, Counting]:
+    """`count` blue messages pending, then a consumer of red ones, which looks at all of
+    them once as it subscribes (before its selector's evaluations are counted)."""
     broker, queue, sink = setup()
-    for n in range(10_000):
+    for n in range(count):
         send(broker, "blue", f"b{n}")
-    red = counted(broker, queue, sink, "color = 'red'")  # it looked at all 10,000 once, here
+    return broker, queue, sink, counted(broker, queue, sink, "color = 'red'", **options)
+
+
+def test_a_send_evaluates_an_idle_selector_once_however_much_is_pending() -> None:
+    broker, queue, sink, red = behind_blue(10_000)
     started = time.perf_counter()
     for n in range(1_000):
         send(broker, "blue", f"late-b{n}")
@@ -78,10 +84,7 @@ def test_a_send_evaluates_an_idle_selector_once_however_much_is_pending() -> Non
 
 
 def test_a_consumer_without_credit_is_not_looked_at_and_resumes_where_it_stopped() -> None:
-    broker, queue, sink = setup()
-    for n in range(10_000):
-        send(broker, "blue", f"b{n}")
-    red = counted(broker, queue, sink, "color = 'red'", ack_mode=AckMode.CLIENT, prefetch=1)
+    broker, queue, sink, red = behind_blue(10_000, ack_mode=AckMode.CLIENT, prefetch=1)
     consumer = queue.consumers[0]
     send(broker, "red", "r1")
     assert [body for _key, body in sink.log] == [b"r1"]
@@ -100,10 +103,7 @@ def test_a_consumer_without_credit_is_not_looked_at_and_resumes_where_it_stopped
 
 
 def test_a_returned_ref_is_offered_again_at_the_head() -> None:
-    broker, queue, sink = setup()
-    for n in range(1_000):
-        send(broker, "blue", f"b{n}")
-    reds = counted(broker, queue, sink, "color = 'red'", ack_mode=AckMode.INDIVIDUAL, prefetch=1)
+    broker, queue, sink, reds = behind_blue(1_000, ack_mode=AckMode.INDIVIDUAL, prefetch=1)
     consumer = queue.consumers[0]
     send(broker, "red", "r1")
     send(broker, "red", "r2")

@@ -69,21 +69,22 @@ async def settle(journal: Journal) -> None:
         await journal.cleanup_in_thread()
 
 
-async def compaction_held(journal: Journal, fio: GatedFileIO) -> asyncio.Task[object]:
-    """Start a cleanup and return once its compacted copy waits for its rename."""
+async def compaction_held(directory: Path, fio: GatedFileIO) -> tuple[Journal, asyncio.Task[object]]:
+    """A journal (`fill`ed) whose cleanup is under way: its compacted copy, written and
+    fsynced, waits for its rename."""
+    journal = await started(directory, fio)
+    fill(journal)
     await journal.flush()
     task: asyncio.Task[object] = asyncio.ensure_future(journal.cleanup_in_thread())
     assert await asyncio.to_thread(fio.copying.wait, 10)
-    return task
+    return journal, task
 
 
 def test_records_changed_while_their_copy_is_written_keep_their_fate(tmp_path: Path) -> None:
     fio = GatedFileIO()
 
     async def body() -> None:
-        journal = await started(tmp_path, fio)
-        fill(journal)
-        task = await compaction_held(journal, fio)
+        journal, task = await compaction_held(tmp_path, fio)
         journal.delete(1)  # its ADD is in the copy being written
         journal.update(2, 8, b"redelivered")
         # the loop is not held up by the cleanup: a synced append completes meanwhile
@@ -124,9 +125,7 @@ def test_power_lost_after_a_compaction_keeps_what_was_not_durable_undone(tmp_pat
     fio = GatedFileIO()
 
     async def body() -> None:
-        journal = await started(tmp_path, fio)
-        fill(journal)
-        task = await compaction_held(journal, fio)
+        journal, task = await compaction_held(tmp_path, fio)
         fio.hold_fsync()
         journal.delete(1)
         journal.update(2, 8, b"redelivered")
@@ -148,9 +147,7 @@ def test_a_closing_journal_waits_for_a_cleanup_whose_caller_was_cancelled(tmp_pa
     fio = GatedFileIO()
 
     async def body() -> None:
-        journal = await started(tmp_path, fio)
-        fill(journal)
-        task = await compaction_held(journal, fio)
+        journal, task = await compaction_held(tmp_path, fio)
         task.cancel()
         await asyncio.sleep(0)
         closing = asyncio.ensure_future(journal.close())
