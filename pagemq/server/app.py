@@ -184,7 +184,9 @@ class BrokerServer:
         # What this pass retired (or the file it rolled away from) may be removable once its
         # last writes are durable: a second pass now, rather than a cleanup-period later.
         try:
-            await self.store.flush()
+            # shielded: cancelling this task (stop) must not cancel the batch future that
+            # every SEND of the batch, and the journal's own close, wait on
+            await asyncio.shield(self.store.flush())
         except OSError:
             return  # the journal failed and said so; nothing more to reclaim
         more = await self.store.cleanup_in_thread(compact=compact)

@@ -191,3 +191,28 @@ def test_compaction_looks_only_at_the_live_records_of_its_sources(tmp_path: Path
 
     asyncio.run(body())
     assert len(Journal(tmp_path).load().records) == 304
+
+
+def test_a_cancelled_waiter_does_not_void_the_batch_others_wait_on(tmp_path: Path) -> None:
+    """The broker's cleanup loop, cancelled at shutdown while it awaits a flush, cancels the
+    future it awaits: the batch's shared one, which SENDs and `close` wait on too."""
+    fio = FaultyFileIO()
+
+    async def body() -> None:
+        journal = await started(tmp_path, fio)
+        fio.hold_fsync()
+        journal.add(1, 7, b"first", sync=True)
+        await asyncio.to_thread(fio.fsync_waiting.wait, 5)  # that batch is being written
+        send = journal.add(2, 7, b"second", sync=True)  # the next batch's future
+        waiter = asyncio.ensure_future(journal.flush())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        await asyncio.sleep(0)
+        later = journal.add(3, 7, b"third", sync=True)
+        fio.release_fsync()
+        await asyncio.wait_for(asyncio.gather(journal.flush(), later), 5)  # type: ignore[arg-type]
+        assert send is not None and send.cancelled()  # the one the cancelled task awaited
+        await journal.close()
+
+    asyncio.run(body())
+    assert [r.id for r in Journal(tmp_path).load().records] == [1, 2, 3]
