@@ -150,11 +150,13 @@ def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
             loop_busy_stalls=None if loop is None else loop["busy_stalls"],
         )
     finally:
-        if drain is not None:
-            _stop(drain)
-        broker.terminate()
-        broker.wait(timeout=60)
-        shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            if drain is not None:
+                _stop(drain)
+        finally:
+            broker.terminate()
+            broker.wait(timeout=60)
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _stop(drain: subprocess.Popen[bytes]) -> None:
