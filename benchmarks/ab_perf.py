@@ -29,22 +29,26 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
 PAGEMQ = str(Path(sys.executable).with_name("pagemq"))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _start(tree: Path, data: Path, port: int) -> subprocess.Popen[bytes]:
+def start_broker(tree: Path, data: Path, port: int, *serve_args: str) -> subprocess.Popen[bytes]:
+    """`pagemq serve` of `tree` on `data`, STOMP on `port`; returns once it logs ready.
+    `serve_args`: more flags (`--http`, `--config`); without `--http`, a free port."""
+    if "--http" not in serve_args:
+        serve_args = (*serve_args, "--http", f"127.0.0.1:{free_port()}")
     env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.Popen(
-        [PAGEMQ, "serve", "--data-dir", str(data), "--stomp", f"127.0.0.1:{port}",
-         "--http", f"127.0.0.1:{_free_port()}"],
+        [PAGEMQ, "serve", "--data-dir", str(data), "--stomp", f"127.0.0.1:{port}", *serve_args],
         env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     assert proc.stderr is not None
@@ -59,20 +63,35 @@ def _start(tree: Path, data: Path, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError(f"broker of {tree} did not start")
 
 
+def perf_command(port: int, destination: str, perf_args: list[str]) -> list[str]:
+    """This tree's `pagemq perf` against the broker on `port`, one JSON line out."""
+    return [PAGEMQ, "perf", "--url", f"stomp://127.0.0.1:{port}", "--destination", destination,
+            "--json", *perf_args]
+
+
+PERF_ENV = {**os.environ, "PYTHONPATH": str(HERE)}
+
+
+def perf_document(stdout: bytes) -> dict[str, Any]:
+    """The JSON line of a complete `pagemq perf --json` run (RuntimeError if incomplete)."""
+    document: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
+    if not document["complete"]:
+        raise RuntimeError(f"perf run incomplete: {document['error']}")
+    return document
+
+
+def run_perf(port: int, destination: str, perf_args: list[str]) -> dict[str, Any]:
+    out = subprocess.run(perf_command(port, destination, perf_args), env=PERF_ENV, cwd=HERE,
+                         capture_output=True, check=True, timeout=1800)
+    return perf_document(out.stdout)
+
+
 def _run(tree: Path, perf_args: list[str], round_no: int) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="ab-perf-"))
-    port = _free_port()
-    proc = _start(tree, data, port)
+    port = free_port()
+    proc = start_broker(tree, data, port)
     try:
-        out = subprocess.run(
-            [PAGEMQ, "perf", "--url", f"stomp://127.0.0.1:{port}", "--destination",
-             f"/queue/ab-{round_no}", "--broker-pid", str(proc.pid), "--json", *perf_args],
-            env={**os.environ, "PYTHONPATH": str(HERE)}, cwd=HERE, capture_output=True,
-            check=True, timeout=1800,
-        )
-        document = json.loads(out.stdout.decode().strip().splitlines()[-1])
-        if not document["complete"]:
-            raise RuntimeError(f"perf run incomplete: {document['error']}")
+        document = run_perf(port, f"/queue/ab-{round_no}", ["--broker-pid", str(proc.pid), *perf_args])
         rates = {}
         for result in document["results"]:
             rates[f"{result['phase']}/{result['role']}"] = result["msgs_per_s"]

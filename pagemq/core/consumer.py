@@ -34,7 +34,7 @@ class MessageRef:
 
     # Weakly referenced by the expiry timers (core.expiry): an entry must not keep an
     # acknowledged message alive until it would have expired.
-    __slots__ = ("__weakref__", "delivery_count", "message", "page_pos", "queued")
+    __slots__ = ("__weakref__", "delivery_count", "message", "page_pos", "pos", "queued")
 
     def __init__(self, message: Message, page_pos: tuple[int, int] | None = None) -> None:
         self.message = message
@@ -44,6 +44,7 @@ class MessageRef:
         self.queued = False
         # (page number, ordinal) when the message came from the address's page files.
         self.page_pos = page_pos
+        self.pos = 0  # its place among the queue's pending refs (`Queue`), while it is there
 
 
 class DeliverySink(Protocol):
@@ -66,6 +67,7 @@ class Consumer:
         "key",
         "next_tag",
         "prefetch",
+        "scanned",
         "selector",
         "sink",
         "window_bytes",
@@ -95,6 +97,10 @@ class Consumer:
         self.next_tag = 1
         self.writable = True
         self.closed = False
+        # Per priority level, the span of pending positions whose refs this consumer's
+        # selector has rejected: kept by the queue so that a consumer getting credit back
+        # resumes where it stopped, and a SEND is offered only to the new message.
+        self.scanned: list[tuple[int, int]] = []
 
     def has_credit(self) -> bool:
         if not self.writable or self.closed:

@@ -5,6 +5,15 @@ back to the head of its level, so one producer's messages stay in order across r
 Dispatch is round-robin over consumers with credit. Consumers with selectors take the first
 pending ref they match; refs nobody matches wait without blocking the others.
 
+Selective dispatch costs what changed, not what is pending. Every pending ref has a
+position (`MessageRef.pos`: arrivals count up from the tail, returned refs down from the
+head, so each level is sorted by it and a position is never reused), and every consumer
+remembers per level the span of positions it has already rejected (`Consumer.scanned`).
+A walk offers a consumer only the refs outside its span, and only while it has credit: a
+SEND with ten thousand unmatched refs pending and an idle selective consumer evaluates
+the selector once, on the new message; a consumer getting credit back resumes where it
+stopped.
+
 After a restart, refs recovered from the journal that are newer than messages the queue
 still has in page files wait in `held` (in message-id order) and are let into the queue by
 its page cursor as it reads past those older messages: the queue delivers in the order it
@@ -119,6 +128,8 @@ class Queue:
         # cursor lets them in as it reads past those (see PageCursor.hold_back).
         self.held: deque[MessageRef] = deque()
         self._top = -1
+        self._first = 0  # lowest position given (to a returned ref, at a level's head)
+        self._last = 0  # highest position given (to an arrival, at a level's tail)
         self._next_consumer = 0
         self._dispatching = False
         self._selective = 0
@@ -163,6 +174,8 @@ class Queue:
         """A ref read back from page files by this queue's cursor (already counted as added)."""
         message = ref.message
         priority = message.priority
+        self._last += 1
+        ref.pos = self._last
         self._levels[priority].append(ref)
         ref.queued = True
         self._pending += 1
@@ -199,6 +212,8 @@ class Queue:
                     continue
             message = ref.message
             priority = message.priority
+            self._first -= 1
+            ref.pos = self._first
             self._levels[priority].appendleft(ref)
             ref.queued = True
             self._pending += 1
@@ -287,7 +302,15 @@ class Queue:
         self.consumers.append(consumer)
         if consumer.selector is not None:
             self._selective += 1
+            if self._selective == 1:  # spans were not kept while dispatch was plain FIFO
+                for each in self.consumers:
+                    each.scanned = self._unscanned()
+        consumer.scanned = self._unscanned()
         self.dispatch()
+
+    def _unscanned(self) -> list[tuple[int, int]]:
+        """An empty span per level: every ref pending now and later is still to be offered."""
+        return [(self._last + 1, self._last)] * PRIORITIES
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach; its unacknowledged deliveries come back for redelivery."""
@@ -392,44 +415,88 @@ class Queue:
                 return
 
     def _offer_pending(self) -> int:
-        """One walk over the pending refs; how many left them (delivered, or expired: either
-        makes room under the cursor's read limits)."""
-        now_ms = int(time.time() * 1000)
-        delivered = 0
-        kept: list[deque[MessageRef]] = [deque() for _ in range(PRIORITIES)]
-        for level in range(PRIORITIES - 1, -1, -1):
-            refs = self._levels[level]
-            while refs:
-                ref = refs.popleft()
-                if ref.message.expired(now_ms):
-                    self._pending -= 1
-                    ref.queued = False
-                    self._expired.append(ref)
-                    delivered += 1
-                    continue
-                consumer = self._ready_for(ref)
-                if consumer is None:
-                    kept[level].append(ref)
-                    continue
-                self._pending -= 1
-                ref.queued = False
-                consumer.deliver(ref)
-                delivered += 1
-        self._levels = kept
-        self._top = max((i for i in range(PRIORITIES) if kept[i]), default=-1)
-        return delivered
+        """Offer pending refs, in order, to the consumers with credit that have not yet
+        rejected them (each ref to the next such consumer that accepts it); how many left
+        (delivered, or expired: either makes room under the cursor's read limits)."""
+        ready = [consumer for consumer in self.consumers if consumer.has_credit()]
+        moved = 0
+        for level in range(self._top, -1, -1):
+            if not ready:
+                break
+            if self._levels[level]:
+                moved += self._offer_level(level, ready)
+                ready = [consumer for consumer in ready if consumer.has_credit()]
+        self._top = max((i for i in range(PRIORITIES) if self._levels[i]), default=-1)
+        return moved
 
-    def _ready_for(self, ref: MessageRef) -> Consumer | None:
+    def _offer_level(self, level: int, ready: list[Consumer]) -> int:
+        """One level's walk. Only its head (refs returned since some ready consumer's span
+        began) and tail (refs newer than some ready consumer's span) are taken off the deque
+        and walked; the middle, which every ready consumer has rejected, stays put."""
+        refs = self._levels[level]
+        low = max(consumer.scanned[level][0] for consumer in ready)
+        high = min(consumer.scanned[level][1] for consumer in ready)
+        head: list[MessageRef] = []
+        while refs and refs[0].pos < low:
+            head.append(refs.popleft())
+        tail: list[MessageRef] = []
+        while refs and refs[-1].pos > high:
+            tail.append(refs.pop())
+        if not head and not tail:
+            return 0
+        tail.reverse()
+        first, last = self._first, self._last
+        walking = set(ready)
+        stopped: dict[Consumer, MessageRef | None] = {}  # out of credit at this ref (None: in the head)
+        kept_head = [ref for ref in head if not self._offer(ref, level, walking, stopped, in_head=True)]
+        kept_tail = [ref for ref in tail if not self._offer(ref, level, walking, stopped, in_head=False)]
+        moved = len(head) + len(tail) - len(kept_head) - len(kept_tail)
+        self._pending -= moved
+        for consumer in ready:
+            if consumer not in stopped:
+                consumer.scanned[level] = (first, last)  # rejected all it was offered
+            elif (at := stopped[consumer]) is not None:
+                consumer.scanned[level] = (first, at.pos - 1)  # the head, and the tail up to `at`
+        if refs and (refs[0].pos < first or refs[-1].pos > last):
+            # refs came in or back while delivering (not seen so far): positions say the order
+            merged = sorted([*kept_head, *refs, *kept_tail], key=_position)
+            refs.clear()
+            refs.extend(merged)
+        else:
+            refs.extendleft(reversed(kept_head))
+            refs.extend(kept_tail)
+        return moved
+
+    def _offer(self, ref: MessageRef, level: int, walking: set[Consumer],
+               stopped: dict[Consumer, MessageRef | None], *, in_head: bool) -> bool:
+        """Give one ref to the next ready consumer (round-robin) that has not rejected it
+        yet and accepts it; whether it left the queue (delivered or expired)."""
+        message = ref.message
+        if message.expiration and message.expired(int(time.time() * 1000)):
+            ref.queued = False
+            self._expired.append(ref)  # handed to the owner after the round
+            return True
         consumers = self.consumers
         count = len(consumers)
         start = self._next_consumer
+        pos = ref.pos
         for step in range(count):
             index = (start + step) % count
             consumer = consumers[index]
-            if consumer.has_credit() and consumer.accepts(ref.message):
+            if consumer not in walking or consumer in stopped:
+                continue
+            low, high = consumer.scanned[level]
+            if low <= pos <= high:
+                continue  # rejected it before
+            if not consumer.has_credit():
+                stopped[consumer] = None if in_head else ref
+                continue
+            if consumer.accepts(message):
                 self._next_consumer = index + 1
-                return consumer
-        return None
+                ref.queued = False
+                consumer.deliver(ref)
+                return True
+        return False
 
     def accepts(self, message: Message) -> bool:
         """The queue's own filter (applied at routing time; None accepts everything)."""
@@ -437,3 +504,7 @@ class Queue:
             return True
         return self.filter.matches_headers(message_view(message))
 
+
+
+def _position(ref: MessageRef) -> int:
+    return ref.pos

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
 STATS_KEY: web.AppKey[Callable[[], dict[str, int]]] = web.AppKey("stats")
+# the server's event-loop lag figures (`server/loop_lag.py`), since a unix time or since start
+LoopFigures = Callable[[float | None], dict[str, object]]
+LOOP_KEY: web.AppKey[LoopFigures | None] = web.AppKey("loop")
 
 
 def _error(exc: BrokerError) -> web.Response:
@@ -51,6 +54,25 @@ async def get_queue(request: web.Request) -> web.Response:
         return _error(exc)
 
 
+async def get_broker(request: web.Request) -> web.Response:
+    """Broker-wide figures: memory, store, and how late the event loop ran (`?since=` a
+    unix time: the loop figures of that window only, so a benchmark can read its own run)."""
+    since_text = request.query.get("since")
+    try:
+        since = float(since_text) if since_text is not None else None
+    except ValueError:
+        return web.json_response({"error": f"since: not a unix time: {since_text!r}"}, status=400)
+    memory = request.app[BROKER_KEY].memory
+    figures: dict[str, object] = {
+        "memory": {"used_bytes": memory.used_bytes, "used_messages": memory.used_messages},
+        "store": request.app[STATS_KEY](),
+    }
+    loop = request.app[LOOP_KEY]
+    if loop is not None:
+        figures["event_loop"] = loop(since)
+    return web.json_response(figures)
+
+
 async def not_found(request: web.Request) -> web.Response:
     return web.json_response({"error": f"no such resource: {request.path}"}, status=404)
 
@@ -81,7 +103,7 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render_metrics(broker: Broker, stats: dict[str, int]) -> str:
+def render_metrics(broker: Broker, stats: dict[str, int], loop: dict[str, object] | None = None) -> str:
     lines: list[str] = []
     addresses = [(name, broker.address_info(name)) for name in sorted(broker.addresses)]
     queues = [(name, broker.queue_info(name)) for name in sorted(broker.queues)]
@@ -111,18 +133,32 @@ def render_metrics(broker: Broker, stats: dict[str, int]) -> str:
     for key, value in sorted(stats.items()):
         metric = f"pagemq_store_{key}"
         lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]
+    if loop is not None:
+        lines += [
+            "# HELP pagemq_event_loop_lag_max_seconds Most the event loop ran late since start",
+            "# TYPE pagemq_event_loop_lag_max_seconds gauge",
+            f"pagemq_event_loop_lag_max_seconds {float(loop['lag_max_ms']) / 1000}",  # type: ignore[arg-type]
+            "# HELP pagemq_event_loop_stalls_total Times the event loop ran 50 ms or more late",
+            "# TYPE pagemq_event_loop_stalls_total counter",
+            f"pagemq_event_loop_stalls_total {loop['stalls']}",
+        ]
     return "\n".join(lines) + "\n"
 
 
 async def metrics(request: web.Request) -> web.Response:
-    text = render_metrics(request.app[BROKER_KEY], request.app[STATS_KEY]())
+    loop = request.app[LOOP_KEY]
+    text = render_metrics(request.app[BROKER_KEY], request.app[STATS_KEY](),
+                          loop(None) if loop is not None else None)
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
-def make_app(broker: Broker, stats: Callable[[], dict[str, int]]) -> web.Application:
+def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
+             loop: LoopFigures | None = None) -> web.Application:
     app = web.Application()
     app[BROKER_KEY] = broker
     app[STATS_KEY] = stats
+    app[LOOP_KEY] = loop
+    app.router.add_get("/api/broker", get_broker)
     app.router.add_get("/api/addresses", list_addresses)
     app.router.add_get("/api/addresses/{name}", get_address)
     app.router.add_get("/api/queues", list_queues)
@@ -133,9 +169,10 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]]) -> web.Applica
 
 
 async def start_http(
-    broker: Broker, stats: Callable[[], dict[str, int]], host: str, port: int
+    broker: Broker, stats: Callable[[], dict[str, int]], host: str, port: int,
+    loop: LoopFigures | None = None,
 ) -> web.AppRunner:
-    runner = web.AppRunner(make_app(broker, stats), access_log=None, handle_signals=False)
+    runner = web.AppRunner(make_app(broker, stats, loop), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()

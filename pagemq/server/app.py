@@ -22,6 +22,7 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
 from pagemq.server.config import Config
+from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
@@ -70,6 +71,7 @@ class BrokerServer:
         self._http = None
         self._tasks: list[asyncio.Task[None]] = []
         self._trimmer = MemoryTrimmer()
+        self.loop_lag = LoopLag()
         self._lock = DataDirectoryLock(broker_config.data_directory)
         self.stopped = asyncio.Event()
 
@@ -102,7 +104,8 @@ class BrokerServer:
             # clients are served meanwhile (`ready` still waits for the HTTP listener).
             http_api = await asyncio.to_thread(importlib.import_module, "pagemq.integrations.http_api")
             self._http = await http_api.start_http(
-                self.broker, self.store.stats, acceptors.http.host, acceptors.http.port
+                self.broker, self.store.stats, acceptors.http.host, acceptors.http.port,
+                loop=self.loop_lag.figures,
             )
             listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
         self._tasks = [
@@ -118,6 +121,7 @@ class BrokerServer:
         gc.freeze()
         gc.set_threshold(GC_THRESHOLD, 20, 100)
         self._trimmer.baseline(self.broker.memory.used_bytes)
+        self.loop_lag.start(asyncio.get_running_loop())  # from here on the loop serves clients
         log.info(
             "ready: %s; recovered %d messages in %.2fs",
             " ".join(listening), recovered, time.monotonic() - started,
@@ -175,7 +179,8 @@ class BrokerServer:
                 await self._cleanup(compact=False)  # spent files only: cheap under load
 
     async def _cleanup(self, *, after_start: bool = False, compact: bool = True) -> None:
-        report = self.store.cleanup(compact=compact)
+        """File work in the journal's cleanup thread: the loop goes on serving meanwhile."""
+        report = await self.store.cleanup_in_thread(compact=compact)
         # What this pass retired (or the file it rolled away from) may be removable once its
         # last writes are durable: a second pass now, rather than a cleanup-period later.
         try:
@@ -185,7 +190,7 @@ class BrokerServer:
             await asyncio.shield(self.store.flush())
         except OSError:
             return  # the journal failed and said so; nothing more to reclaim
-        more = self.store.cleanup(compact=compact)
+        more = await self.store.cleanup_in_thread(compact=compact)
         report = {key: value + more.get(key, 0) for key, value in report.items()}
         if not any(report.values()):
             return
@@ -194,6 +199,7 @@ class BrokerServer:
                 " after start-up" if after_start else "", report)
 
     async def stop(self) -> None:
+        self.loop_lag.stop()
         for task in self._tasks:
             task.cancel()
         if self._stomp is not None:

@@ -113,7 +113,7 @@ class GroupCommitWriter:
             future = None
             if sync:
                 future = self._future
-                if future is None:
+                if future is None or future.cancelled():  # a waiter's cancel must not void the batch
                     future = self._future = self._loop.create_future()
             if idle:
                 self._cond.notify()
@@ -131,7 +131,7 @@ class GroupCommitWriter:
                 done = loop.create_future()
                 done.set_result(None)
                 return done
-            if self._future is None:
+            if self._future is None or self._future.cancelled():
                 self._future = loop.create_future()
             self._cond.notify()
             return self._future

@@ -18,7 +18,10 @@ those needed DELETEs out of sparse files, so one old unacknowledged message cann
 every file after it (KahaDB's AMQ-3978).
 
 Threads: every public method except `close` is for the event loop thread only; the index
-is owned by that thread. The writer thread sees only bytes (`GroupCommitWriter`).
+is owned by that thread. The writer thread sees only bytes (`GroupCommitWriter`); the
+cleanup thread (`cleanup_in_thread`) only paths, offsets and bytes (`journal_cleanup`),
+while the loop keeps appending: compaction copes with records deleted or updated while
+their copy is being written (`_install`).
 """
 
 from __future__ import annotations
@@ -28,13 +31,27 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from pagemq.storage import records as rec
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.group_commit import GroupCommitWriter, JournalError
+from pagemq.storage.journal_cleanup import (
+    CleanupReport,
+    CleanupSteps,
+    CompactionPlan,
+    Entry,
+    Retiree,
+    compact_files,
+    retire,
+    retire_files,
+    run_in_thread,
+    run_inline,
+)
 from pagemq.storage.records import OpKind
 
 log = logging.getLogger("pagemq.journal")
@@ -60,10 +77,7 @@ LIGHT_COMPACT_RATIO = 0.01  # the every-second cleanup compacts only files this 
 CLEANUP_AFTER_WRITES = 1.0  # seconds: a cleanup is due this long after the last, if anything was written
 
 Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
-# a compaction entry: (seq, kind, id, location of an add/update, file a DELETE shadows)
-_Entry = tuple[int, OpKind, int, "_Loc | None", int]
 _PAYLOAD_AT = rec.RECORD_HEADER.size
-_DENSE_READ = 64  # more payloads than this from one file: read the file whole
 
 
 class UnknownRecordError(LookupError):
@@ -103,19 +117,6 @@ class DamageReport:
     kind: str
 
 
-@dataclass
-class CleanupReport:
-    """Plain (not slotted) so callers can `vars()` it into a log line or JSON."""
-
-    deleted: int = 0
-    archived: int = 0
-    compacted_files: int = 0
-    compacted_records: int = 0
-    bytes_reclaimed: int = 0
-    set_aside: int = 0  # spent files with damaged bytes, renamed *.jnl.damaged
-    errors: int = 0
-
-
 @dataclass(frozen=True, slots=True)
 class DataFileInfo:
     file_no: int
@@ -151,8 +152,8 @@ class _Live:
 class _DataFile:
     """Per-file bookkeeping that decides when the file may be deleted or compacted."""
 
-    __slots__ = ("compacted_from", "damaged", "file_no", "first_seq", "killed_seq", "killers",
-                 "kills", "last_seq", "live", "ops", "path", "size")
+    __slots__ = ("compacted_from", "damaged", "file_no", "first_seq", "ids", "killed_seq",
+                 "killers", "kills", "last_seq", "live", "ops", "path", "size")
 
     def __init__(self, file_no: int, path: Path, size: int, first_seq: int) -> None:
         self.file_no, self.path, self.size = file_no, path, size
@@ -160,6 +161,10 @@ class _DataFile:
         self.last_seq = first_seq - 1
         self.ops = 0
         self.live = 0  # live add and update ops
+        # ids of the adds and updates written here, live or not since: where compaction looks
+        # for what to copy (a list, not a set of the live ones: an append per op and nothing
+        # per delete, 8 bytes an op, on the hot path)
+        self.ids: list[int] = []
         self.killed_seq = 0  # newest DELETE that killed an op here: it must be durable first
         self.kills: dict[int, list[tuple[int, int]]] = {}  # file -> (seq, id) of needed DELETEs
         self.killers: set[int] = set()  # files whose `kills` point here
@@ -202,10 +207,12 @@ class Journal:
         self._next_file_no = 1
         self._loaded = False
         self._closed = False
-        self._stale: list[tuple[Path, bool]] = []
+        self._stale: list[Retiree] = []  # files whose removal failed: retried next cleanup
         self._counters = {"records_written": 0, "compactions": 0, "files_deleted": 0,
                           "files_archived": 0}
         self._writer = self._new_writer(0)
+        self._cleaner: ThreadPoolExecutor | None = None  # the cleanup thread, made when first used
+        self._cleaning: asyncio.Future[CleanupReport] | None = None
 
     def _new_writer(self, durable_seq: int) -> GroupCommitWriter:
         return GroupCommitWriter(self._fileio, self.directory, self._path,
@@ -299,7 +306,10 @@ class Journal:
             elif repair:
                 log.warning("journal: finishing an interrupted compaction: %s was replaced by %s",
                             o.scan.path.name, rec.file_name(by))
-                self._retire(o.scan.path, CleanupReport(), damaged=bool(o.scan.damage))
+                report = CleanupReport()
+                retire(self._fileio, o.scan.path, self.archive_directory, report,
+                       damaged=bool(o.scan.damage))
+                self._count_removals(report)
         return keep
 
     def _replay(self, opened: list[_Opened]) -> tuple[int, int]:
@@ -490,6 +500,7 @@ class Journal:
         self._records[id] = _Live(_Loc(file.file_no, seq, type, offset, length, payload))
         file.ops += 1
         file.live += 1
+        file.ids.append(id)
         file.last_seq = seq
 
     def _apply_update(self, file: _DataFile, seq: int, id: int, type: int, offset: int, length: int,
@@ -497,6 +508,7 @@ class Journal:
         self._records[id].updates.append(_Loc(file.file_no, seq, type, offset, length, payload))
         file.ops += 1
         file.live += 1
+        file.ids.append(id)
         file.last_seq = seq
 
     def _apply_delete(self, file: _DataFile, seq: int, id: int) -> None:
@@ -541,17 +553,59 @@ class Journal:
         queue records), whose copy costs next to nothing. Copying partly spent files there
         cost a tenth of the drain rate; the full pass runs at start-up and every
         cleanup-period.
+
+        The file work runs on the calling thread, blocking it: for tools and tests. The
+        broker uses `cleanup_in_thread`, which does the same steps in the same order.
         """
+        self._check_no_cleanup()
+        return run_inline(self._cleanup_steps(compact))
+
+    async def cleanup_in_thread(self, *, compact: bool = True) -> CleanupReport:
+        """`cleanup`, with its file work (reads, the compacted copy, fsyncs, unlinks) in the
+        journal's cleanup thread while the loop goes on serving; the loop only updates the
+        index between the steps. A cancelled caller stops waiting, not the cleanup: one
+        stopped half-way would leave the index and the files disagreeing; `close` waits."""
+        self._check_no_cleanup()
+        if self._cleaner is None:
+            self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="pagemq-journal-cleanup")
+        self._cleaning = asyncio.ensure_future(run_in_thread(self._cleanup_steps(compact), self._cleaner))
+        return await asyncio.shield(self._cleaning)
+
+    def _check_no_cleanup(self) -> None:
+        if self._cleaning is not None and not self._cleaning.done():
+            raise RuntimeError("a journal cleanup is already running")
+
+    def _cleanup_steps(self, compact: bool) -> CleanupSteps:
+        """One cleanup: index decisions here (loop), each piece of file work yielded as a
+        callable over plain data and run by `run_inline` or `run_in_thread`."""
         self._since_cleanup = 0
         self._last_cleanup = time.monotonic()
         report = CleanupReport()
-        self._retry_stale(report)
+        stale, self._stale = self._stale, []
         self._retire_sparse_current()
-        self._remove_spent(report)
-        if self._compact(report, self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO):
-            self._remove_spent(report)
+        yield from self._retire_step([*stale, *self._take_spent()], report)
+        plan = self._plan_compaction(self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO)
+        if plan is not None:
+            written = yield partial(compact_files, self._fileio, plan, report)
+            if written is not None:
+                size, offsets = written  # type: ignore[misc]
+                # 4. the sources go (the directory fsynced after), then what that freed
+                yield from self._retire_step(self._install(plan, size, offsets, report), report)
+                yield from self._retire_step(self._take_spent(), report)
         self._note_unsettled()
+        self._count_removals(report)
         return report
+
+    def _retire_step(self, files: list[Retiree], report: CleanupReport
+                     ) -> Generator[Callable[[], object], object, None]:
+        if files:
+            failed = yield partial(retire_files, self._fileio, self.directory,
+                                   self.archive_directory, files, report)
+            self._stale.extend(failed)  # type: ignore[arg-type]
+
+    def _count_removals(self, report: CleanupReport) -> None:
+        self._counters["files_deleted"] += report.deleted
+        self._counters["files_archived"] += report.archived
 
     def _note_unsettled(self) -> None:
         """Files this cleanup would have removed or compacted but for writes not yet durable:
@@ -572,42 +626,22 @@ class Journal:
         self._roll()
 
     # ----- compaction -------------------------------------------------------------------
-    def _compact(self, report: CleanupReport, ratio: float) -> bool:
-        """Copy the live ops and needed DELETEs of sparse files into one new file.
-
-        Crash-safe by ordering: the new file is written under a temp name and fsynced, then
-        renamed into place and the directory fsynced, and only then are its sources retired
-        (then the directory is fsynced again). Its first record names
-        the sources, so a load after a crash between rename and retirement finishes the
-        job, and a temp file left by a crash before the rename is simply removed. Ops keep
-        their seqs, so replay order is right wherever the new file sits.
-        """
+    # Copy the live ops and needed DELETEs of sparse files into one new file. Crash-safe by
+    # ordering (`compact_files`): the copy is written under a temp name and fsynced, renamed
+    # into place and the directory fsynced, and only then are its sources retired (then the
+    # directory is fsynced again). Its first record names the sources, so a load after a
+    # crash between rename and retirement finishes the job, and a temp file left by a crash
+    # before the rename is simply removed. Ops keep their seqs, so replay order is right
+    # wherever the new file sits.
+    def _plan_compaction(self, ratio: float) -> CompactionPlan | None:
         sources = self._pick_sparse(ratio)
         if not sources:
-            return False
-        entries = self._gather(sources)
+            return None
         file_no = self._next_file_no
         self._next_file_no += 1
-        base_seq = min(f.first_seq for f in sources)
-        try:
-            size, offsets = self._write_compacted(file_no, base_seq, sources, entries)
-        except OSError as exc:
-            log.error("journal compaction of %s failed: %s; those files stay as they are",
-                      ", ".join(f.path.name for f in sources), exc)
-            report.errors += 1
-            with contextlib.suppress(OSError):
-                self._fileio.remove(self.directory / rec.temp_name(file_no))
-            return False
-        self._install(file_no, size, base_seq, sources, entries, offsets)
-        for source in sources:
-            self._forget(source)
-            self._retire(source.path, report, size=source.size, damaged=source.damaged)
-        report.bytes_reclaimed -= size
-        report.compacted_files += len(sources)
-        report.compacted_records += len(entries)
-        self._counters["compactions"] += 1
-        self._sync_directories(report)  # 4. the removals (or moves to the archive) are durable
-        return True
+        return CompactionPlan(file_no, self.directory, min(f.first_seq for f in sources),
+                              {f.file_no: f.path for f in sources}, self._gather(sources),
+                              self._next_seq)
 
     def _sparse(self, file: _DataFile, ratio: float | None = None) -> bool:
         """Few enough of its ops are still needed that copying them out is worth it."""
@@ -628,99 +662,98 @@ class Journal:
             planned += estimate
         return picked
 
-    def _gather(self, sources: list[_DataFile]) -> list[_Entry]:
-        """Live adds and updates in the sources, and DELETEs still shadowing other files."""
+    def _gather(self, sources: list[_DataFile]) -> list[Entry]:
+        """Live adds and updates in the sources, and DELETEs still shadowing other files.
+        Only the records written to the sources are looked at (`_DataFile.ids`), not every
+        live one: a few files' worth, most of it dead, against a backlog's worth."""
         numbers = {f.file_no for f in sources}
-        entries: list[_Entry] = []
-        for id, live in self._records.items():
-            if live.add.file_no in numbers:
-                entries.append((live.add.seq, OpKind.ADD, id, live.add, 0))
-            entries.extend((u.seq, OpKind.UPDATE, id, u, 0) for u in live.updates if u.file_no in numbers)
+        entries: list[Entry] = []
+        for id in set().union(*(f.ids for f in sources)):
+            live = self._records.get(id)
+            if live is None:
+                continue
+            for kind, loc in ((OpKind.ADD, live.add), *((OpKind.UPDATE, u) for u in live.updates)):
+                if loc.file_no in numbers:
+                    entries.append((loc.seq, kind, id, loc.type, loc.file_no, loc.offset, loc.length,
+                                    0, loc))
         for file in sources:
             for target, kills in file.kills.items():
                 if target not in numbers:
-                    entries.extend((seq, OpKind.DELETE, id, None, target) for seq, id in kills)
-        entries.sort(key=lambda entry: entry[0])
+                    entries.extend((seq, OpKind.DELETE, id, 0, -1, 0, 0, target, None)
+                                   for seq, id in kills)
         return entries
 
-    def _read_payloads(self, entries: list[_Entry]) -> dict[tuple[int, int], bytes]:
-        by_file: dict[int, list[_Loc]] = {}
-        for _seq, _kind, _id, loc, _target in entries:
-            if loc is not None:
-                by_file.setdefault(loc.file_no, []).append(loc)
-        payloads: dict[tuple[int, int], bytes] = {}
-        for file_no, locs in by_file.items():
-            path = self._files[file_no].path
-            if len(locs) > _DENSE_READ:
-                data = self._fileio.read_bytes(path)
-                for loc in locs:
-                    payloads[file_no, loc.offset] = data[loc.offset:loc.offset + loc.length]
-            else:
-                for loc in locs:
-                    payloads[file_no, loc.offset] = self._fileio.read_range(path, loc.offset, loc.length)
-        return payloads
-
-    def _write_compacted(self, file_no: int, base_seq: int, sources: list[_DataFile],
-                         entries: list[_Entry]) -> tuple[int, list[int]]:
-        """Write, fsync and rename the compacted file; returns its size and payload offsets."""
-        payloads = self._read_payloads(entries)
-        chunks = [rec.FileHeader(file_no, base_seq).encode(),
-                  rec.CompactedRecord(tuple(sorted(f.file_no for f in sources))).encode()]
-        position = sum(len(chunk) for chunk in chunks)
-        offsets = []
-        for seq, kind, id, loc, _target in entries:
-            if loc is None:
-                data = rec.encode_op(OpKind.DELETE, seq, id, 0, b"")
-            else:
-                data = rec.encode_op(kind, seq, id, loc.type, payloads[loc.file_no, loc.offset])
-            offsets.append(position + _PAYLOAD_AT)
-            chunks.append(data)
-            position += len(data)
-        temp = self.directory / rec.temp_name(file_no)
-        handle = self._fileio.open_append(temp)  # 1. write the copy under a temp name, fsync it
-        try:
-            handle.write(b"".join(chunks))
-            handle.fsync()
-        finally:
-            handle.close()
-        self._fileio.rename(temp, self._path(file_no))  # 2. give it its name
-        # 3. make that name durable before any source goes: a crash that kept the removal
-        # of a source but not this rename would lose the source's live records.
-        self._fileio.fsync_directory(self.directory)
-        return position, offsets
-
-    def _install(self, file_no: int, size: int, base_seq: int, sources: list[_DataFile],
-                 entries: list[_Entry], offsets: list[int]) -> None:
-        """Point the index at the compacted copies."""
-        compacted = _DataFile(file_no, self._path(file_no), size, base_seq)
-        compacted.compacted_from = tuple(sorted(f.file_no for f in sources))
-        self._files[file_no] = compacted
-        for (seq, _kind, id, loc, target), offset in zip(entries, offsets, strict=True):
+    def _install(self, plan: CompactionPlan, size: int, offsets: list[int],
+                 report: CleanupReport) -> list[Retiree]:
+        """Point the index at the compacted copy and let its sources go (returned, to be
+        retired). The loop kept appending while the copy was written: a record deleted
+        meanwhile has a dead copy, which its DELETE must now shadow (`_redirect_late_kills`)."""
+        sources = [self._files[file_no] for file_no in sorted(plan.sources)]
+        compacted = _DataFile(plan.file_no, self._path(plan.file_no), size, plan.base_seq)
+        compacted.compacted_from = tuple(sorted(plan.sources))
+        # late deletes of copied ops are durable only when these are
+        compacted.killed_seq = max(source.killed_seq for source in sources)
+        self._files[plan.file_no] = compacted
+        for (seq, _kind, id, _type, _file_no, _offset, _length, target, loc), offset in zip(
+                plan.entries, offsets, strict=True):
             compacted.ops += 1
             compacted.last_seq = seq
-            if loc is None:
+            if not isinstance(loc, _Loc):
                 compacted.kills.setdefault(target, []).append((seq, id))
-                self._files[target].killers.add(file_no)
-            else:
-                loc.file_no, loc.offset = file_no, offset
+                self._files[target].killers.add(plan.file_no)
+                continue
+            loc.file_no, loc.offset = plan.file_no, offset
+            live = self._records.get(id)
+            if live is not None and (live.add is loc or any(u is loc for u in live.updates)):
                 compacted.live += 1
+                compacted.ids.append(id)
+        retired: list[Retiree] = []
+        for source in sources:
+            self._redirect_late_kills(source, compacted, plan.late_seq)
+            self._forget(source)
+            retired.append((source.path, source.size, source.damaged))
+        report.bytes_reclaimed -= size
+        report.compacted_files += len(sources)
+        report.compacted_records += len(plan.entries)
+        self._counters["compactions"] += 1
+        return retired
+
+    def _redirect_late_kills(self, source: _DataFile, compacted: _DataFile, late_seq: int) -> None:
+        """DELETEs appended while the copy was written killed ADDs in `source` that were
+        copied: they shadow the copy now. A file's kills are in seq order, so the late ones
+        are a tail."""
+        for killer_no in source.killers:
+            killer = self._files[killer_no]
+            kills = killer.kills.get(source.file_no, [])
+            cut = len(kills)
+            while cut and kills[cut - 1][0] >= late_seq:
+                cut -= 1
+            if cut == len(kills):
+                continue
+            moved = killer.kills.setdefault(compacted.file_no, [])
+            moved.extend(kills[cut:])
+            moved.sort()
+            del kills[cut:]
+            compacted.killers.add(killer_no)
 
     def _settled(self, file: _DataFile) -> bool:
         """Not being appended to, and every op in it or killing it is durable."""
         durable = self._writer.durable_seq
         return file is not self._cur and file.last_seq <= durable and file.killed_seq <= durable
 
-    def _remove_spent(self, report: CleanupReport) -> None:
+    def _take_spent(self) -> list[Retiree]:
+        """Let go of every file that holds nothing needed (and whose last ops are durable),
+        oldest first, including those that letting go of another one spends."""
+        spent: list[Retiree] = []
         changed = True
         while changed:
             changed = False
             for file in sorted(self._files.values(), key=lambda f: f.file_no):
                 if file.live == 0 and not file.kills and self._settled(file):
                     self._forget(file)
-                    self._retire(file.path, report, size=file.size, damaged=file.damaged)
+                    spent.append((file.path, file.size, file.damaged))
                     changed = True
-        if report.deleted or report.archived or report.set_aside:
-            self._sync_directories(report)
+        return spent
 
     def _forget(self, file: _DataFile) -> None:
         """Drop a file from the index; DELETEs elsewhere that only shadowed it stop mattering."""
@@ -734,50 +767,6 @@ class Journal:
             if held is not None:
                 held.killers.discard(file.file_no)
 
-    def _retire(self, path: Path, report: CleanupReport, *, size: int = 0, damaged: bool = False) -> bool:
-        """Delete a data file, or move it into the archive directory (archive-data-logs); a
-        file that held damaged bytes is renamed `*.jnl.damaged` instead, and kept."""
-        try:
-            if damaged:
-                aside = path.with_name(path.name.removesuffix(rec.FILE_SUFFIX) + rec.DAMAGED_SUFFIX)
-                self._fileio.rename(path, aside)
-                report.set_aside += 1
-                log.warning("journal: %s held damaged bytes; spent now, set aside as %s (kept for "
-                            "inspection, never deleted)", path.name, aside.name)
-            elif self.archive_directory is not None:
-                self._fileio.makedirs(self.archive_directory)
-                self._fileio.rename(path, self.archive_directory / path.name)
-                report.archived += 1
-                self._counters["files_archived"] += 1
-            else:
-                self._fileio.remove(path)
-                report.deleted += 1
-                self._counters["files_deleted"] += 1
-        except OSError as exc:
-            log.error("journal cleanup: cannot %s %s: %s; will retry",
-                      "archive" if self.archive_directory else "delete", path, exc)
-            report.errors += 1
-            self._stale.append((path, damaged))
-            return False
-        report.bytes_reclaimed += size
-        return True
-
-    def _retry_stale(self, report: CleanupReport) -> None:
-        stale, self._stale = self._stale, []
-        for path, damaged in stale:
-            self._retire(path, report, damaged=damaged)
-
-    def _sync_directories(self, report: CleanupReport) -> None:
-        directories = [self.directory]
-        if self.archive_directory is not None and report.archived:
-            directories.append(self.archive_directory)
-        for directory in directories:
-            try:
-                self._fileio.fsync_directory(directory)
-            except OSError as exc:
-                log.error("journal cleanup: cannot fsync directory %s: %s", directory, exc)
-                report.errors += 1
-
     # ----- shutdown and introspection ---------------------------------------------------
     async def close(self) -> None:
         """Flush, stop the writer thread, close files. A failed journal closes quietly:
@@ -785,6 +774,10 @@ class Journal:
         if self._closed:
             return
         self._closed = True
+        if self._cleaning is not None:
+            await asyncio.wait([self._cleaning])  # its failure, if any, was its caller's
+        if self._cleaner is not None:
+            self._cleaner.shutdown(wait=False)  # idle now; the thread ends by itself
         if self._writer.running:
             with contextlib.suppress(JournalError):
                 await self._writer.flush_future()

@@ -278,6 +278,10 @@ class JournalMessageStore:
     def cleanup(self, *, compact: bool = True) -> dict[str, int]:
         return dict(vars(self.journal.cleanup(compact=compact)))
 
+    async def cleanup_in_thread(self, *, compact: bool = True) -> dict[str, int]:
+        """`cleanup` with its file work off the event loop (`Journal.cleanup_in_thread`)."""
+        return dict(vars(await self.journal.cleanup_in_thread(compact=compact)))
+
     def cleanup_wanted(self) -> bool:
         return self.journal.cleanup_wanted()
 

@@ -129,3 +129,20 @@ def test_metrics_is_prometheus_text_with_per_queue_figures(broker, stomp_client,
     assert any("messages" in name and value == 3 for name, value in mine), mine
     assert any("acknowledged" in name and value == 0 for name, value in mine), mine
     assert any("added" in name and value == 3 for name, value in mine), mine
+
+
+def test_broker_view_has_the_event_loop_lag_figures(broker):
+    status, body = broker.http_get("/api/broker")
+    assert status == 200
+    loop = body["event_loop"]
+    assert set(loop) >= {"since", "samples", "lag_max_ms", "stalls", "busy_stalls", "stall_threshold_ms",
+                         "recent_stalls"}
+    assert loop["samples"] > 0 and loop["stall_threshold_ms"] == 50
+    assert loop["lag_max_ms"] >= 0 and loop["stalls"] >= 0
+    assert set(body["store"]) >= {"files", "live_records"} and body["memory"]["used_bytes"] >= 0
+    status, window = broker.http_get(f"/api/broker?since={loop['since'] + 1e6}")
+    assert status == 200 and window["event_loop"]["samples"] == 0  # a window in the future is empty
+    status, error = broker.http_get("/api/broker?since=yesterday")
+    assert status == 400 and "since" in error["error"]
+    _, _, text = broker.http_get_text("/metrics")
+    assert "pagemq_event_loop_stalls_total " in text and "pagemq_event_loop_lag_max_seconds " in text

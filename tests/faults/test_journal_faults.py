@@ -15,7 +15,7 @@ import pytest
 
 from pagemq.storage import records as rec
 from pagemq.storage.fileio import FaultyFileIO, SimulatedCrash
-from pagemq.storage.journal import Journal, JournalError, LiveRecord, OpKind
+from pagemq.storage.journal import CleanupReport, Journal, JournalError, LiveRecord, OpKind
 
 SMALL = 2048
 PAYLOAD = b"m" * 100
@@ -116,7 +116,12 @@ def _fill(journal: Journal) -> None:
     journal.add(5000, 7, b"late")
 
 
-def _cleanup_steps(directory: Path) -> int:
+async def _cleanup(journal: Journal, in_thread: bool) -> CleanupReport:
+    """As tools do (file work on this thread), or as the broker does (in the cleanup thread)."""
+    return await journal.cleanup_in_thread() if in_thread else journal.cleanup()
+
+
+def _cleanup_steps(directory: Path, in_thread: bool) -> int:
     fio = FaultyFileIO()
 
     async def body() -> int:
@@ -124,7 +129,7 @@ def _cleanup_steps(directory: Path) -> int:
         _fill(journal)
         await journal.flush()
         before = fio.steps
-        report = journal.cleanup()
+        report = await _cleanup(journal, in_thread)
         assert report.compacted_files > 0 and report.errors == 0
         await journal.close()
         return fio.steps - before
@@ -135,15 +140,16 @@ def _cleanup_steps(directory: Path) -> int:
 EXPECTED = [LiveRecord(1, 7, b"early", [(8, b"redelivered")]), LiveRecord(5000, 7, b"late", [])]
 
 
+@pytest.mark.parametrize("in_thread", [False, True], ids=["inline", "cleanup-thread"])
 @pytest.mark.parametrize("removes_survive", [False, True], ids=["power-loss", "removals-durable"])
 def test_fault_crash_at_every_step_of_cleanup_loses_and_duplicates_nothing(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, removes_survive: bool
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, removes_survive: bool, in_thread: bool
 ) -> None:
     """Power lost at each step of a cleanup (compaction included): entries and bytes not
     fsynced are gone; in the second variant the file system had made the removals durable
     but nothing else, which is what a source removed before its copy's name was durable
     would turn into lost records."""
-    steps = _cleanup_steps(tmp_path / "dry-run")
+    steps = _cleanup_steps(tmp_path / "dry-run", in_thread)
     assert steps > 5
     finished_on_load = 0
     for crash_at in range(1, steps + 1):
@@ -155,7 +161,7 @@ def test_fault_crash_at_every_step_of_cleanup_loses_and_duplicates_nothing(
             _fill(journal)
             await journal.flush()
             fio.crash_after(n)
-            report = journal.cleanup()
+            report = await _cleanup(journal, in_thread)
             assert report.errors > 0
             await journal.close()
 
