@@ -68,6 +68,10 @@ log = logging.getLogger("pagemq.stomp")
 _session_ids = itertools.count(1)
 OUTPUT_HIGH_WATER = 1 << 20
 READ_AHEAD_BYTES = 1 << 20  # held frames (about) past which the socket is no longer read
+# Frames carried out per callback (a socket read, a backlog drain) before the rest waits for a
+# later loop turn: one read can bring a thousand ACKs (~40 ms of work), and a dozen such
+# connections in one turn would stall every other connection and timer for half a second.
+FRAMES_PER_TURN = 64
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_BATCH = 256
 
@@ -218,16 +222,26 @@ class StompSession:
         if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
+        budget = FRAMES_PER_TURN
         for event in events:
             if self.closing:
                 return
-            if self._backlog or self._committing is not None:
+            if budget <= 0:
+                self._defer(event)  # this turn's share is done: the rest on a later turn
+            elif self._backlog or self._committing is not None:
                 self._hold_one(event)
             elif not self._run(event):
                 size = _size(event)
                 self._backlog.append((event, size))
                 self._backlog_bytes += size
+            budget -= 1
         self._check_read_ahead()
+
+    def _defer(self, event: ev.Event) -> None:
+        size = _size(event)
+        self._backlog.append((event, size))
+        self._backlog_bytes += size
+        self._schedule_drain()
 
     def _hold(self, events: Iterable[ev.Event]) -> None:
         for event in events:
@@ -237,9 +251,12 @@ class StompSession:
         self._check_read_ahead()
 
     def _hold_one(self, event: ev.Event) -> None:
-        """Queue a frame behind the held ones, except an ACK/NACK outside a transaction,
-        which is carried out now: it frees memory, and a blocked SEND may be waiting for it."""
-        if isinstance(event, _GOES_AHEAD) and event.transaction is None:
+        """Queue a frame behind the held ones, except an ACK/NACK outside a transaction
+        while something holds them (a blocked SEND, a COMMIT taking effect, a peer not
+        reading), which is carried out now: it frees memory, and a blocked SEND may be
+        waiting for it. Frames merely deferred to a later turn keep their order."""
+        if (isinstance(event, _GOES_AHEAD) and event.transaction is None
+                and (self._held or not self._writable)):
             self._run(event)
             return
         size = _size(event)
@@ -261,9 +278,14 @@ class StompSession:
         is reached even while the peer does not read: it is what closes the connection)."""
         self._drain_scheduled = False
         backlog = self._backlog
+        budget = FRAMES_PER_TURN
         while backlog and not self.closing and not self._held:
             if not self._writable and not self._input_closed:
                 break
+            if budget <= 0:
+                self._schedule_drain()  # a later turn goes on (others get theirs meanwhile)
+                break
+            budget -= 1
             event, size = backlog.popleft()
             self._backlog_bytes -= size
             if isinstance(event, _Failure):

@@ -280,3 +280,21 @@ def test_a_browse_stops_while_the_peer_does_not_read_and_resumes_after() -> None
     h.session.set_writable(True)
     h.loop.run_ready()
     assert [m.body for m in h.transport.messages()[:-1]] == [f"m{n}".encode() for n in range(5)]
+
+
+def test_a_read_of_many_frames_is_carried_out_over_several_turns_in_order() -> None:
+    h = Harness()
+    count = 3 * stomp_session.FRAMES_PER_TURN + 5
+    sends = b"".join(frame("SEND", {"destination": "/queue/q", "receipt": f"r{n}"}, "m")
+                     for n in range(count))
+    h.session.receive(sends)
+    assert h.broker.queue_info("q")["messages"] == stomp_session.FRAMES_PER_TURN
+    turns = 0
+    while h.broker.queue_info("q")["messages"] < count:
+        h.loop.run_once()
+        turns += 1
+        assert turns <= 10, "the deferred frames were not carried out"
+    assert turns >= 3  # a share per turn, not all at once
+    h.loop.run_ready()
+    receipts = [c for c in h.transport.commands() if c.startswith("RECEIPT:")]
+    assert receipts == [f"RECEIPT:r{n}" for n in range(count)]
