@@ -45,6 +45,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from paging_bench import broker_config
 from rss import format_mib, process_rss
 
 HERE = Path(__file__).resolve().parents[1]
@@ -101,17 +102,6 @@ def _count(text: str) -> int:
     text = text.strip().lower().replace("_", "").replace(",", "")
     scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
     return int(float(text[:-1] if scale > 1 else text) * scale)
-
-
-def broker_config(global_max_size: str) -> str:
-    return (
-        "[broker]\n"
-        f'global-max-size = "{global_max_size}"\n'
-        "journal-sync = true\n\n"
-        "[[addresses]]\n"
-        f'name = "{QUEUE}"\n'
-        'routing-type = "anycast"\n'
-    )
 
 
 def _serve_args(data: Path, config: Path, stomp_port: int) -> list[str]:
@@ -204,7 +194,7 @@ def build_backlog(where: Path, args: argparse.Namespace) -> Backlog:
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     config = where / "pagemq.toml"
-    config.write_text(broker_config(args.global_max_size))
+    config.write_text(broker_config(args.global_max_size, QUEUE))
     log = where / "fill.log"
     port = _free_port()
     with log.open("ab") as out:
