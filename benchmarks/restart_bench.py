@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/restart_bench.py --messages 2M --cache /tmp/restart-cache
         [--runs 5] [--size 1024] [--global-max-size 64MiB] [--tree OTHER_TREE]
-        [--profile] [--rebuild] [--delete] [--json]
+        [--profile] [--rebuild] [--crash] [--no-bytecode-cache] [--delete] [--json]
 
 1. Fill, once per (messages, size, budget), cached under `--cache`: a broker of this tree
    with `global-max-size` (64 MiB) and one anycast queue takes `--messages` persistent
@@ -20,7 +20,8 @@
    broker had used by then (steadier than wall time on a shared machine), its RSS then and
    a second later, and the message count its `ready` line says it recovered. Bytecode is
    cached (under `--cache`, PYTHONPYCACHEPREFIX) and warmed before the first run, as an
-   installed broker's would be: without it every start compiles pagemq's sources again.
+   installed broker's would be; `--no-bytecode-cache` measures a tree whose sources are
+   compiled at every start (an editable install under PYTHONDONTWRITEBYTECODE: ~0.15 s).
 3. `--profile`: one more start-up under cProfile (imports included, from the interpreter's
    first line of pagemq to CONNECTED: the benchmark signals the broker as soon as it reads
    CONNECTED, and the broker dumps the profile then), top entries by cumulative and by own
@@ -60,11 +61,12 @@ START_TIMEOUT = 300.0
 # Run inside the profiled broker: profile from before pagemq is imported; SIGUSR1 (sent by
 # the benchmark when it reads CONNECTED) stops the profiler and writes the stats.
 PROFILED_MAIN = """
-import cProfile, signal, sys
+import cProfile, os, signal, sys
 profile = cProfile.Profile()
 def dump(_signum, _frame):
     profile.disable()
-    profile.dump_stats(sys.argv[1])
+    profile.dump_stats(sys.argv[1] + ".tmp")
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 signal.signal(signal.SIGUSR1, dump)
 profile.enable()
 from pagemq.cli import main
@@ -72,17 +74,25 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def broker_env(tree: Path, cache: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONPYCACHEPREFIX": str(cache / "pycache")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+def broker_env(tree: Path, cache: Path | None) -> dict[str, str]:
+    """The broker's environment: bytecode cached under `cache`, or (None) never written, so
+    that sources without a `__pycache__` are compiled at every start."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    if cache is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    else:
+        env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
-def warm_bytecode(tree: Path, cache: Path) -> None:
+def warm_bytecode(tree: Path, cache: Path | None) -> None:
     """Compile (into the cache) everything a broker start imports, HTTP API included."""
-    subprocess.run([PYTHON, "-c", "import pagemq.cli, pagemq.server.app, pagemq.server.config, "
-                    "pagemq.integrations.http_api, pagemq.storage.paging.page_store"],
-                   env=broker_env(tree, cache), check=True, cwd=tree)
+    if cache is not None:
+        subprocess.run([PYTHON, "-c", "import pagemq.cli, pagemq.server.app, pagemq.server.config, "
+                        "pagemq.integrations.http_api, pagemq.storage.paging.page_store"],
+                       env=broker_env(tree, cache), check=True, cwd=tree)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -261,10 +271,10 @@ class Run:
     rss_connected: int
     rss_settled: int
     recovered: int
-    ready_s: float  # the broker's own figure in its `ready` line (recovery to listening)
+    ready_s: float  # its `ready` line's figure: BrokerServer.start to every listener up
 
 
-def start_once(where: Path, tree: Path, cache: Path, *, profile_to: Path | None = None) -> Run:
+def start_once(where: Path, tree: Path, cache: Path | None, *, profile_to: Path | None = None) -> Run:
     work = Path(tempfile.mkdtemp(prefix="run-", dir=where))
     try:
         snapshot(where / "data", work / "data")
@@ -284,9 +294,8 @@ def start_once(where: Path, tree: Path, cache: Path, *, profile_to: Path | None 
             rss_connected = process_rss(proc.pid)
             if profile_to is not None:
                 proc.send_signal(signal.SIGUSR1)
-                while not profile_to.exists() or profile_to.stat().st_size == 0:
+                while not profile_to.exists():
                     time.sleep(0.05)
-                time.sleep(0.5)  # the dump is written in one go, but let it finish
             ready = _wait_log(log, READY, proc, START_TIMEOUT)
             time.sleep(1.0)
             return Run(round(connected, 3), round(cpu, 2), rss_connected, process_rss(proc.pid),
@@ -318,6 +327,9 @@ def main() -> None:
     parser.add_argument("--crash", action="store_true", help="SIGKILL the filling broker (no clean stop)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--tree", type=Path, default=HERE, help="source tree whose broker is started")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="compile the tree's sources at every start (PYTHONDONTWRITEBYTECODE, no "
+                             "cache), as an editable install run that way does")
     parser.add_argument("--profile", action="store_true", help="one more start-up under cProfile")
     parser.add_argument("--top", type=int, default=30, help="profile entries shown")
     parser.add_argument("--delete", action="store_true", help="delete the filled data directory at the end")
@@ -327,18 +339,19 @@ def main() -> None:
     print(f"backlog: {backlog.messages:,} x {backlog.size} B, global-max-size {backlog.global_max_size}, "
           f"{backlog.page_files} page files, data {backlog.data_bytes / 1e9:.2f} GB, journal "
           f"{format_mib(backlog.journal_bytes)}; filled at {backlog.fill_rate:,} msg/s")
-    print(f"tree: {args.tree.resolve()}")
-    runs: list[Run] = []
     tree = args.tree.resolve()
-    warm_bytecode(tree, args.cache)
+    print(f"tree: {tree}")
+    runs: list[Run] = []
+    bytecode = None if args.no_bytecode_cache else args.cache
+    warm_bytecode(tree, bytecode)
     try:
         for number in range(1, args.runs + 1):
-            run = start_once(where, tree, args.cache)
+            run = start_once(where, tree, bytecode)
             runs.append(run)
             print(f"run {number}: CONNECTED after {run.connected_s:.3f} s (CPU {run.cpu_s:.2f} s), "
                   f"RSS {format_mib(run.rss_connected)}"
                   f" (a second later {format_mib(run.rss_settled)}), recovered {run.recovered:,}"
-                  f" (broker's own figure {run.ready_s:.2f} s)", flush=True)
+                  f" ({run.ready_s:.2f} s from start() to `ready`)", flush=True)
         if runs:
             print(f"median of {len(runs)}: CONNECTED after "
                   f"{statistics.median(r.connected_s for r in runs):.3f} s (CPU "
@@ -348,11 +361,11 @@ def main() -> None:
         if args.profile:
             with tempfile.TemporaryDirectory() as scratch:
                 path = Path(scratch) / "start.prof"
-                run = start_once(where, tree, args.cache, profile_to=path)
+                run = start_once(where, tree, bytecode, profile_to=path)
                 print(f"profiled run: CONNECTED after {run.connected_s:.3f} s (under cProfile)")
                 print_profile(path, args.top)
         if args.json:
-            print(json.dumps({"backlog": asdict(backlog), "tree": str(args.tree.resolve()),
+            print(json.dumps({"backlog": asdict(backlog), "tree": str(tree),
                               "runs": [asdict(r) for r in runs]}))
     finally:
         if args.delete:
