@@ -76,13 +76,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def broker_config(global_max_size: str) -> str:
+def broker_config(global_max_size: str, queue: str = QUEUE) -> str:
     return (
         "[broker]\n"
         f'global-max-size = "{global_max_size}"\n'
         "journal-sync = true\n\n"
         "[[addresses]]\n"
-        f'name = "{QUEUE}"\n'
+        f'name = "{queue}"\n'
         'routing-type = "anycast"\n'
     )
 

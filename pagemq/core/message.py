@@ -84,7 +84,14 @@ def estimate_memory(headers: dict[str, str], body: bytes) -> int:
     Header strings are counted at their ASCII size plus object header; an interned key shared
     with other messages is still counted (the estimate errs high, which keeps RSS bounded).
     """
-    size = _OBJECT_OVERHEAD + _BYTES_OVERHEAD + len(body) + _DICT_BASE
+    text = 0
     for key, value in headers.items():
-        size += _DICT_PER_ITEM + 2 * _STR_OVERHEAD + len(key) + len(value)
-    return size + _REF_OVERHEAD
+        text += len(key) + len(value)
+    return estimate_from_lengths(len(headers), text, len(body))
+
+
+def estimate_from_lengths(header_count: int, header_text: int, body_length: int) -> int:
+    """`estimate_memory` of a message known by its lengths only (an encoded one, whose
+    header text is counted in bytes: at least its characters, so the estimate errs high)."""
+    return (_OBJECT_OVERHEAD + _BYTES_OVERHEAD + body_length + _DICT_BASE + _REF_OVERHEAD
+            + header_count * (_DICT_PER_ITEM + 2 * _STR_OVERHEAD) + header_text)

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 from pagemq.core.consumer import MessageRef
 
 if TYPE_CHECKING:
+    from pagemq.core.address import Address
     from pagemq.core.bindings import Bindings
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
+    from pagemq.core.queue import Queue
     from pagemq.storage.api import CursorAck, CursorComplete, MessageStore, Recovered
 
 log = logging.getLogger("pagemq.broker")
@@ -58,20 +60,33 @@ class Recovery:
                 durable=True, temporary=False,
             )
         count = 0
-        by_id = bindings.queues_by_id
+        hold = self.ledger.hold
+        # The queues (and their address) of each set of queue ids met: messages come by the
+        # ten thousand and almost all of them go to the same few sets.
+        targets: dict[tuple[int, ...], tuple[list[Queue], Address | None]] = {}
         for item in recovered.messages:
+            key = tuple(item.queue_ids)
+            target = targets.get(key)
+            if target is None:
+                target = targets[key] = self._target(key)
+            queues, address = target
+            if address is None:
+                continue  # every queue of it is gone
             message = item.message
-            queues = [by_id[qid] for qid in item.queue_ids if qid in by_id]
-            if not queues:
-                continue
-            address = bindings.address_of(queues[0])
-            self.ledger.hold(message, address, len(queues), durable=len(queues))
+            hold(message, address, len(queues), durable=len(queues))
             for queue in queues:
                 queue.add_recovered(MessageRef(message))
             count += 1
         if bindings.page_stores is not None:
             count += self._recover_paging(recovered, self.paging_directory)
         return count
+
+    def _target(self, queue_ids: tuple[int, ...]) -> tuple[list[Queue], Address | None]:
+        """The queues of these ids that still exist, and their address (a message goes to
+        queues of one address); None for the address when none of them exists."""
+        by_id = self.bindings.queues_by_id
+        queues = [by_id[qid] for qid in queue_ids if qid in by_id]
+        return queues, self.bindings.address_of(queues[0]) if queues else None
 
     def _recover_paging(self, recovered: Recovered, directory: Path) -> int:
         from pagemq.storage.paging.page_store import PageStore

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from pathlib import Path
 
 from pagemq.storage import records as rec
@@ -78,6 +78,7 @@ CLEANUP_AFTER_WRITES = 1.0  # seconds: a cleanup is due this long after the last
 
 Op = tuple[OpKind, int, int, bytes]  # (kind, id, type, payload); DELETE ignores type/payload
 _PAYLOAD_AT = rec.RECORD_HEADER.size
+_MAX_SEQ = (1 << 64) - 1
 
 
 class UnknownRecordError(LookupError):
@@ -247,15 +248,21 @@ class Journal:
         self._next_seq = max_seq + 1  # 6
         self._loaded = True
         self._writer = self._new_writer(max_seq)
-        records = sorted(self._records.items(), key=lambda item: item[1].add.seq)
-        result = LoadResult(
-            [LiveRecord(id, live.add.type, live.add.payload or b"",
-                        [(u.type, u.payload or b"") for u in live.updates]) for id, live in records],
-            max_id, dropped, reports)
-        for _id, live in records:
-            for loc in (live.add, *live.updates):
-                loc.payload = None
-        return result
+        return LoadResult(self._live_records(), max_id, dropped, reports)
+
+    def _live_records(self) -> list[LiveRecord]:
+        """The live records in the order of their adds (replay inserts them into the index
+        in seq order), their payloads handed over: the index keeps only their places."""
+        records = []
+        append = records.append
+        for id, live in self._records.items():
+            add = live.add
+            updates = [(u.type, u.payload or b"") for u in live.updates] if live.updates else []
+            append(LiveRecord(id, add.type, add.payload or b"", updates))
+            add.payload = None
+            for update in live.updates:
+                update.payload = None
+        return records
 
     def _note_number(self, file_no: int) -> None:
         self._next_file_no = max(self._next_file_no, file_no + 1)
@@ -283,8 +290,8 @@ class Journal:
                 continue
             self._note_number(file_no)
             scan = rec.FileScan(path, self._fileio.size(path))
-            records = rec.scan_file(self._fileio, path, scan, file_no=file_no)
-            first = next(records, None)
+            batches = rec.scan_ops(self._fileio, path, scan, file_no=file_no)
+            first = next(batches, None)  # the header is read, and a compaction marker if any
             if scan.header is not None and scan.header.file_no != file_no:
                 scan.error = rec.CorruptRecord(f"header says file {scan.header.file_no}", 0)
                 scan.header = None
@@ -293,7 +300,7 @@ class Journal:
                 continue
             for source in scan.sources or ():
                 self._note_number(source)
-            opened.append(_Opened(file_no, scan, first, records))
+            opened.append(_Opened(file_no, scan, first, batches))
         return opened, damaged
 
     def _finish_compactions(self, opened: list[_Opened], repair: bool) -> list[_Opened]:
@@ -313,42 +320,73 @@ class Journal:
         return keep
 
     def _replay(self, opened: list[_Opened]) -> tuple[int, int]:
+        """Replay every op once, in seq order across files (the lower file's when two
+        files hold the same seq), batch by batch (`_replay_rows`): appended files hold
+        disjoint seq ranges, so a file is mostly replayed batch after batch with no merge
+        step, and a compacted file interleaves with the others only where it must."""
         max_id = max_seq = 0
         for o in opened:
             assert o.scan.header is not None
             file = _DataFile(o.file_no, o.scan.path, o.scan.size, o.scan.header.base_seq)
             file.compacted_from = o.scan.sources
-            self._files[o.file_no] = file
+            self._files[o.file_no] = o.file = file
             max_seq = max(max_seq, o.scan.header.base_seq - 1)
+        active = [o for o in opened if o.head() is not None]
         previous = 0
-        for seq, file_no, op in heapq.merge(*(o.ops() for o in opened)):
-            if seq == previous:
-                log.warning("journal: op seq %d met twice (in %s); replaying it once",
-                            seq, rec.file_name(file_no))
-                continue
-            previous = seq
-            max_seq = max(max_seq, seq)
-            max_id = max(max_id, op.id)
-            self._replay_op(self._files[file_no], op)
+        while active:
+            active.sort(key=_Opened.position)
+            o = active[0]
+            limit = _MAX_SEQ
+            if len(active) > 1:
+                seq, file_no = active[1].position()
+                limit = seq if o.file_no < file_no else seq - 1  # ties go to the lower file
+            previous = self._replay_rows(o, limit, previous)
+            if o.head() is None:
+                active.remove(o)
+                max_id, max_seq = max(max_id, o.max_id), max(max_seq, o.max_seq)
         for file in self._files.values():
             self._note_number(file.file_no)
         return max_id, max_seq
 
-    def _replay_op(self, file: _DataFile, op: rec.ScannedOp) -> None:
-        live = self._records.get(op.id)
-        if op.kind == OpKind.ADD:
+    def _replay_rows(self, o: _Opened, limit: int, previous: int) -> int:
+        """Replay `o`'s ops from where it stands up to seq `limit`; the last seq replayed."""
+        file = o.file
+        records = self._records
+        rows, at = o.rows, o.at
+        while at < len(rows):
+            row = rows[at]
+            seq, kind, id, type, payload, offset = row
+            if seq > limit:
+                break
+            at += 1
+            if seq == previous:
+                log.warning("journal: op seq %d met twice (in %s); replaying it once",
+                            seq, rec.file_name(file.file_no))
+                continue
+            previous = seq
+            if kind is OpKind.ADD and id not in records:  # most ops: no lookup of a live record
+                self._apply_add(file, seq, id, type, offset, len(payload), payload)
+            else:
+                self._replay_op(file, row)
+        o.at = at
+        return previous
+
+    def _replay_op(self, file: _DataFile, row: rec.OpRow) -> None:
+        seq, kind, id, type, payload, offset = row
+        live = self._records.get(id)
+        if kind == OpKind.ADD:
             if live is not None:
                 log.warning("journal: record %d added again at seq %d without a delete; "
-                            "the later add wins", op.id, op.seq)
-                self._kill(live, op.seq)
-            self._apply_add(file, op.seq, op.id, op.type, op.payload_offset, len(op.payload), op.payload)
+                            "the later add wins", id, seq)
+                self._kill(live, seq)
+                del self._records[id]  # re-added below: the index stays in add order
+            self._apply_add(file, seq, id, type, offset, len(payload), payload)
         elif live is None:
             # an update or delete whose add was in a file cleanup already removed
             file.ops += 1
-            file.last_seq = op.seq
+            file.last_seq = seq
         else:
-            self._apply(file, op.seq, op.kind, op.id, op.type, op.payload_offset, len(op.payload),
-                        op.payload)
+            self._apply(file, seq, kind, id, type, offset, len(payload), payload)
 
     def _report_damage(self, opened: list[_Opened], damaged: list[rec.FileScan],
                        dropped: list[str], reports: list[DamageReport], repair: bool) -> None:
@@ -830,19 +868,36 @@ def _damage_message(scan: rec.FileScan, damage: rec.Damage) -> str:
 
 
 class _Opened:
-    """A data file being replayed: its scan state and the rest of its records."""
+    """A data file being replayed: its scan state, and its ops read a batch at a time
+    (`records.scan_ops`), so no more than a chunk of a file's ops is held beyond the live
+    records' payloads."""
 
-    __slots__ = ("file_no", "first", "records", "scan")
+    __slots__ = ("at", "batches", "file", "file_no", "max_id", "max_seq", "rows", "scan")
 
-    def __init__(self, file_no: int, scan: rec.FileScan, first: tuple[int, rec.Record] | None,
-                 records: Iterator[tuple[int, rec.Record]]) -> None:
-        self.file_no, self.scan, self.first, self.records = file_no, scan, first, records
+    def __init__(self, file_no: int, scan: rec.FileScan, first: list[rec.OpRow] | None,
+                 batches: Iterator[list[rec.OpRow]]) -> None:
+        self.file_no, self.scan, self.batches = file_no, scan, batches
+        self.rows: list[rec.OpRow] = first or []
+        self.at = 0
+        self.file: _DataFile
+        self.max_id = self.max_seq = 0
+        self._note(self.rows)
 
-    def ops(self) -> Iterator[tuple[int, int, rec.ScannedOp]]:
-        """(seq, file_no, op): heapq.merge orders by seq; seqs never tie within a file."""
-        if self.first is not None:
-            for op in rec.record_ops(self.first[1], self.first[0]):
-                yield op.seq, self.file_no, op
-        for offset, record in self.records:
-            for op in rec.record_ops(record, offset):
-                yield op.seq, self.file_no, op
+    def head(self) -> int | None:
+        """The seq of the next op to replay (reading the next batch if need be); None at the end."""
+        while self.at >= len(self.rows):
+            rows = next(self.batches, None)
+            if rows is None:
+                return None
+            self.rows, self.at = rows, 0
+            self._note(rows)
+        return self.rows[self.at][0]
+
+    def position(self) -> tuple[int, int]:
+        """(seq of the next op, file number): the order of the merge."""
+        return self.rows[self.at][0], self.file_no
+
+    def _note(self, rows: list[rec.OpRow]) -> None:
+        if rows:  # seqs rise within a file: the batch's last is its highest
+            self.max_seq = max(self.max_seq, rows[-1][0])
+            self.max_id = max(self.max_id, max(map(itemgetter(2), rows)))

@@ -33,7 +33,7 @@ from pagemq.storage.api import (
 )
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.journal import Journal, OpKind
-from pagemq.storage.message_codec import CodecError, decode_message, encode_message
+from pagemq.storage.message_codec import CodecError, encode_message, stored_message
 
 if TYPE_CHECKING:
     from pagemq.core.message import Message
@@ -79,21 +79,25 @@ def _message_payload(message: Message, queue_ids: tuple[int, ...]) -> bytes:
 def message_refs(payload: bytes) -> tuple[list[int], str, memoryview]:
     """A type-3 payload's queue ids, address and encoded message, without decoding it.
     struct.error or UnicodeDecodeError when the payload is too short for its counts."""
+    queue_ids, address, at = _message_fields(payload, {})
+    return queue_ids, address, memoryview(payload)[at:]
+
+
+def _message_fields(payload: bytes, addresses: dict[bytes, str]) -> tuple[list[int], str, int]:
+    """(queue ids, address, where the encoded message starts) of a type-3 payload; each
+    address decoded once per `addresses` cache, so recovered messages share the string."""
     (count,) = _U16.unpack_from(payload, 0)
-    offset = 2
-    queue_ids = [_U64.unpack_from(payload, offset + 8 * i)[0] for i in range(count)]
-    offset += 8 * count
+    queue_ids = list(_queue_ids_struct(count).unpack_from(payload, 0)[1:])
+    offset = 2 + 8 * count
     (length,) = _U16.unpack_from(payload, offset)
     offset += 2
     if offset + length > len(payload):
         raise struct.error(f"address of {length} bytes runs past the record")
-    address = payload[offset:offset + length].decode()
-    return queue_ids, address, memoryview(payload)[offset + length:]
-
-
-def _parse_message(payload: bytes) -> tuple[list[int], Message]:
-    queue_ids, address, encoded = message_refs(payload)
-    return queue_ids, decode_message(encoded, address)
+    raw = payload[offset:offset + length]
+    address = addresses.get(raw)
+    if address is None:
+        address = addresses[raw] = raw.decode()
+    return queue_ids, address, offset + length
 
 
 def acked_queue(payload: bytes) -> int:
@@ -164,23 +168,25 @@ class JournalMessageStore:
     def load(self) -> Recovered:
         result = self.journal.load()
         recovered = Recovered(max_id=result.max_id)
-        records = result.records
-        for index in range(len(records)):
-            # Consumed as decoded: each payload is freed before the next message is built,
-            # so recovery peaks at one copy of the in-memory messages, not two.
-            record = records[index]
-            records[index] = None  # type: ignore[call-overload]
+        messages = recovered.messages
+        addresses: dict[bytes, str] = {}
+        for record in result.records:
+            # A message keeps its record's payload and is decoded when first read
+            # (`stored_message`): recovery holds one copy of the in-memory messages.
             kind = record.type
             if kind == RecordType.MESSAGE:
-                queue_ids, message = _parse_message(record.payload)
-                acked = {
-                    _U64.unpack(payload)[0]
-                    for update_type, payload in record.updates
-                    if update_type == RecordType.ACK
-                }
-                remaining = [q for q in queue_ids if q not in acked]
-                if remaining:
-                    recovered.messages.append(RecoveredMessage(message, remaining))
+                payload = record.payload
+                queue_ids, address, at = _message_fields(payload, addresses)
+                message = stored_message(payload, at, address)
+                if record.updates:
+                    acked = {
+                        _U64.unpack(update)[0]
+                        for update_type, update in record.updates
+                        if update_type == RecordType.ACK
+                    }
+                    queue_ids = [q for q in queue_ids if q not in acked]
+                if queue_ids:
+                    messages.append(RecoveredMessage(message, queue_ids))
             elif kind == RecordType.QUEUE:
                 data = json.loads(record.payload)
                 recovered.queues.append(

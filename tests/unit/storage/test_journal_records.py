@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 import zlib
 from pathlib import Path
@@ -209,3 +210,79 @@ def test_the_one_table_of_broker_record_types_matches_the_code() -> None:
     assert set(documented) == {int(t) for t in RecordType}
     assert documented[RecordType.ACK] == "UPDATE"
     assert "| type | kind" not in (docs / "storage-format.md").read_text()  # one table, not two
+
+
+def _random_file(path: Path, rng: random.Random, *, compacted: bool) -> None:
+    """A data file of every record kind (a compaction marker first when `compacted`),
+    with a little damage of a random kind when the coin says so."""
+    chunks = [rec.FileHeader(1, 1).encode()]
+    if compacted:
+        chunks.append(rec.CompactedRecord((3, 4)).encode())
+    seq = 1
+    for _ in range(rng.randrange(1, 80)):
+        kind = rng.choice(["add", "add", "add", "update", "delete", "transaction"])
+        id = rng.randrange(30)
+        payload = rng.randbytes(rng.randrange(0, 90))
+        if kind == "add":
+            record: rec.Record = rec.AddRecord(seq, id, rng.randrange(1, 9), payload)
+        elif kind == "update":
+            record = rec.UpdateRecord(seq, id, rng.randrange(1, 9), payload)
+        elif kind == "delete":
+            record = rec.DeleteRecord(seq, id)
+        else:
+            record = rec.TransactionRecord(seq, (rec.TxOp(OpKind.ADD, id, 3, payload),
+                                                 rec.TxOp(OpKind.DELETE, id + 1, 0, b"")))
+        chunks.append(record.encode())
+        seq = rec.last_seq(record) + 1
+    data = bytearray(b"".join(chunks))
+    if rng.random() < 0.5:
+        at = rng.randrange(rec.FILE_HEADER.size, len(data))
+        action = rng.choice(["flip", "truncate", "zero"])
+        if action == "flip":
+            data[at] ^= 1 << rng.randrange(8)
+        elif action == "truncate":
+            del data[at:]
+        else:
+            data[at:at + 40] = bytes(len(data[at:at + 40]))
+    path.write_bytes(bytes(data))
+
+
+def _scan_state(scan: rec.FileScan) -> tuple[object, ...]:
+    return (scan.header, scan.good_end, str(scan.error), scan.damage, scan.header_damaged,
+            scan.sources)
+
+
+@pytest.mark.parametrize("chunk", [rec._SCAN_CHUNK, 300, 40])
+@pytest.mark.parametrize("seed", range(30))
+def test_scan_ops_finds_what_scan_file_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, chunk: int
+) -> None:
+    """Recovery's fast scan: the same ops (plain tuples or ScannedOps, equal either way) and
+    the same verdict on the file, whatever the record kinds, chunk edges and damage."""
+    monkeypatch.setattr(rec, "_SCAN_CHUNK", chunk)
+    rng = random.Random(seed)
+    path = tmp_path / rec.file_name(1)
+    _random_file(path, rng, compacted=seed % 3 == 0)
+    size = path.stat().st_size
+    by_record, by_ops = rec.FileScan(path, size), rec.FileScan(path, size)
+    expected = [tuple(op) for offset, record in rec.scan_file(REAL_FILE_IO, path, by_record, file_no=1)
+                for op in rec.record_ops(record, offset)]
+    found = [tuple(op) for batch in rec.scan_ops(REAL_FILE_IO, path, by_ops, file_no=1) for op in batch]
+    assert found == expected
+    assert all(type(op[1]) is OpKind for op in found)
+    assert _scan_state(by_ops) == _scan_state(by_record)
+
+
+def test_scan_ops_reads_a_run_of_plain_records_as_one_batch(tmp_path: Path) -> None:
+    path = tmp_path / rec.file_name(1)
+    adds = [rec.AddRecord(i, i, 1, b"p").encode() for i in range(1, 11)]
+    _write(path, rec.FileHeader(1, 1).encode(), *adds, rec.DeleteRecord(11, 3).encode(),
+           rec.UpdateRecord(12, 4, 2, b"u").encode())
+    scan = rec.FileScan(path, path.stat().st_size)
+    batches = list(rec.scan_ops(REAL_FILE_IO, path, scan, file_no=1))
+    assert [len(batch) for batch in batches] == [12]
+    delete_at = rec.FILE_HEADER.size + sum(map(len, adds))
+    assert batches[0][0] == (1, OpKind.ADD, 1, 1, b"p", rec.FILE_HEADER.size + rec.RECORD_HEADER.size)
+    assert batches[0][10] == (11, OpKind.DELETE, 3, 0, b"", delete_at + rec.RECORD_HEADER.size)
+    assert batches[0][11][:5] == (12, OpKind.UPDATE, 4, 2, b"u")
+    assert scan.good_end == scan.size and scan.error is None

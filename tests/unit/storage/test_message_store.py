@@ -1,4 +1,4 @@
-"""The broker's records in the journal: cursor records written and read back."""
+"""The broker's records in the journal: messages and cursor records written and read back."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pagemq.core.message import Message
 from pagemq.storage.api import CursorAck, CursorComplete
-from pagemq.storage.message_codec import CodecError
+from pagemq.storage.message_codec import CodecError, StoredMessage, encode_message
 from pagemq.storage.message_store import JournalMessageStore, RecordType
 
 
@@ -52,4 +53,51 @@ def test_single_ordinal_cursor_acks_of_earlier_versions_are_still_read(tmp_path:
 def test_a_cursor_acks_record_of_the_wrong_length_is_refused_by_name(tmp_path: Path) -> None:
     write(tmp_path, (30, RecordType.CURSOR_ACKS, struct.pack("<QQI", 3, 9, 5) + b"\x00" * 8))
     with pytest.raises(CodecError, match="cursor-ack record 30: 28 bytes for 5 ordinals"):
+        JournalMessageStore(tmp_path, file_size=1 << 20).load()
+
+
+def _stored(tmp_path: Path, messages: list[tuple[Message, tuple[int, ...]]], acks: list[tuple[int, int]]
+            ) -> None:
+    async def body() -> None:
+        store = JournalMessageStore(tmp_path, file_size=1 << 20)
+        store.load()
+        store.start(asyncio.get_running_loop())
+        for message, queue_ids in messages:
+            store.store_message(message, queue_ids, sync=False)
+        for message_id, queue_id in acks:
+            store.acknowledge(message_id, queue_id, last=False)
+        await store.close()
+
+    asyncio.run(body())
+
+
+def test_messages_come_back_undecoded_with_the_queues_that_still_hold_them(tmp_path: Path) -> None:
+    wide = {"città": "Zürich ☃", "k": "v"}
+    _stored(tmp_path, [
+        (Message(5, "orders", {"a": "1"}, b"one", persistent=True, priority=7), (1, 2)),
+        (Message(6, "orders", wide, b"two", persistent=True, expiration=99), (2,)),
+        (Message(7, "events", {}, b"", persistent=True), (3, 4, 5)),
+    ], acks=[(5, 1), (7, 4)])
+    recovered = JournalMessageStore(tmp_path, file_size=1 << 20).load()
+    assert [(m.message.message_id, m.queue_ids) for m in recovered.messages] == [
+        (5, [2]), (6, [2]), (7, [3, 5])]
+    first, second, third = (m.message for m in recovered.messages)
+    assert all(isinstance(m, StoredMessage) and m._encoded is not None  # type: ignore[attr-defined]
+               for m in (first, second, third))
+    assert (first.priority, second.expiration, third.address) == (7, 99, "events")
+    assert first.address is second.address  # one string per address, not one per message
+    assert (first.headers, first.body) == ({"a": "1"}, b"one")
+    assert (second.headers, second.body) == (wide, b"two")
+    assert (third.headers, third.body) == ({}, b"")
+
+
+def test_a_message_record_whose_message_would_not_decode_stops_the_load(tmp_path: Path) -> None:
+    """Checked when loaded, although decoded only when first read: a broker must not start
+    without a message it cannot read (the next cleanup would lose it)."""
+    payload = struct.pack("<HQ", 1, 3) + struct.pack("<H", 1) + b"q"
+    encoded = bytearray(encode_message(Message(9, "q", {"k": "\xe9"}, b"x", persistent=True)))
+    at = encoded.index("é".encode())
+    encoded[at:at + 2] = b"\xff\xfe"
+    write(tmp_path, (9, RecordType.MESSAGE, payload + bytes(encoded)))
+    with pytest.raises(CodecError, match="UTF-8"):
         JournalMessageStore(tmp_path, file_size=1 << 20).load()
