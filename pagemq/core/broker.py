@@ -34,6 +34,7 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.message import Message
 from pagemq.core.paging import AddressPager, PageCursor
 from pagemq.core.queue import Queue
+from pagemq.core.selector.summary import PageSummary
 from pagemq.storage.api import (
     AddressRecord,
     MemoryStore,
@@ -44,6 +45,8 @@ from pagemq.storage.api import (
     StoreMessage,
     StoreOp,
 )
+from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
+from pagemq.storage.paging.queue_store import AckWriter, CursorRecords, PagedQueueStore
 
 if TYPE_CHECKING:
     from pagemq.core.settings import AddressSettings, AddressSettingsRepository
@@ -57,6 +60,9 @@ ORIGINAL_DESTINATION = "original-destination"
 
 PageStoreFactory = Callable[[str, "AddressSettings"], "PageStore"]
 """Opens (creating if needed) and starts the page store of an address."""
+
+QueueStoreFactory = Callable[[str, "AddressSettings", CursorRecords], PagedQueueStore]
+"""Opens the paged-queue store of an address (one in memory, for tests, in place of files)."""
 
 MEMORY, PAGE, DROP = "memory", "page", "drop"
 
@@ -77,9 +83,11 @@ class Broker:
         store: MessageStore | None = None,
         memory: MemoryAccountant | None = None,
         page_stores: PageStoreFactory | None = None,
+        queue_stores: QueueStoreFactory | None = None,
     ) -> None:
         self.settings = settings
         self._page_stores = page_stores
+        self._queue_stores = queue_stores or (self._file_queue_store if page_stores else None)
         self.store: MessageStore = store or MemoryStore()
         self.memory = memory or MemoryAccountant()
         self.addresses: dict[str, Address] = {}
@@ -89,8 +97,8 @@ class Broker:
         self.paging_directory: Path = Path("data/paging")
         # Cursor records found at start-up whose page no longer exists; see forget_stale().
         self.stale_records: list[int] = []
-        # Cursors holding acks of paged messages not yet written; see acks_to_write().
-        self._unwritten_acks: dict[PageCursor, None] = {}
+        # Paged-queue stores holding acks not yet written; see acks_to_write().
+        self._unwritten_acks: dict[AckWriter, None] = {}
         # Address/queue records written since the last paged send; see _after_bindings().
         self._bindings_dirty = False
         self._bindings_durable: asyncio.Future[None] | None = None
@@ -112,11 +120,11 @@ class Broker:
         self.write_acks()
         return self.store.flush()
 
-    def acks_to_write(self, cursor: PageCursor) -> None:
-        """`cursor` gathered acks of paged messages: write them at the end of this loop turn
+    def acks_to_write(self, writer: AckWriter) -> None:
+        """`writer` gathered acks of paged messages: write them at the end of this loop turn
         (at once when no loop runs), one record per page for all of the turn's ACKs."""
         first = not self._unwritten_acks
-        self._unwritten_acks[cursor] = None
+        self._unwritten_acks[writer] = None
         if first:
             try:
                 asyncio.get_running_loop().call_soon(self.write_acks)
@@ -124,9 +132,9 @@ class Broker:
                 self.write_acks()
 
     def write_acks(self) -> None:
-        cursors, self._unwritten_acks = self._unwritten_acks, {}
-        for cursor in cursors:
-            cursor.write_acks()
+        writers, self._unwritten_acks = self._unwritten_acks, {}
+        for writer in writers:
+            writer.write_acks()
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -170,12 +178,11 @@ class Broker:
                 log.warning("page folder for unknown address %r: kept, not read", name)
                 continue
             pager = self.pager(address)
-            pages = pager.store.pages()
             # Ids stay above every paged message too (the journal may no longer hold the
             # newest): the order of a queue across a restart is the order of its ids.
-            self._next_id = max([self._next_id, *(info.last_id + 1 for info in pages)])
-            pager.recover(pages, recovered.cursor_acks, recovered.cursor_completes,
-                          recovered.page_tx_commits)
+            self._next_id = max(self._next_id, pager.store.last_message_id() + 1)
+            self.stale_records.extend(pager.recover(
+                recovered.cursor_acks, recovered.cursor_completes, recovered.page_tx_commits))
             paged += pager.messages_paged
             read.add(name)
         # Commit records of page transactions whose address pages no more: nothing to commit.
@@ -207,11 +214,18 @@ class Broker:
         """The address's pager, its page store opened on first use."""
         pager = address.pager
         if pager is None:
-            if self._page_stores is None:
+            if self._queue_stores is None:
                 raise StorageFailure("paging is not configured on this broker")
-            store = self._page_stores(address.name, address.settings)
-            pager = address.pager = AddressPager(self, address, store)
+            records = CursorRecords(self.store, self.new_id, self.acks_to_write)
+            store = self._queue_stores(address.name, address.settings, records)
+            pager = address.pager = AddressPager(address, store, self.memory)
         return pager  # type: ignore[return-value]
+
+    def _file_queue_store(self, name: str, settings: AddressSettings, records: CursorRecords
+                          ) -> PagedQueueStore:
+        assert self._page_stores is not None
+        return FilePagedQueueStore(self._page_stores(name, settings), records,
+                                   summaries=PageSummary.from_bytes)
 
     # -- addresses and queues -------------------------------------------------------------
 
@@ -301,7 +315,6 @@ class Broker:
                 self._release_ref(queue, ref)
         if cursor is not None:
             cursor.drop()  # type: ignore[attr-defined]
-            queue.address.pager.cursors.pop(queue.queue_id, None)  # type: ignore[union-attr]
         queue.deleted = True
         if queue.address.queues.pop(queue.name, None) is not None and queue.routing_type == ANYCAST:
             queue.address.anycast_queues -= 1
@@ -434,7 +447,7 @@ class Broker:
         if not (address.is_full(size) or self.memory.would_exceed(size)):
             return MEMORY
         if internal:
-            if self._page_stores is None:
+            if self._queue_stores is None:
                 return MEMORY
             address.paging = True
             log.info("address %r entered page mode", address.name)
