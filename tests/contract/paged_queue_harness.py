@@ -117,6 +117,9 @@ class Harness:
     def page_numbers(self) -> list[int]:
         return [info.page_no for info in self.store.medium.pages()]
 
+    async def start(self) -> None:
+        """Open the store (on the running loop)."""
+
     async def reopen(self, queue_ids: Collection[int]) -> PagedRecovery:
         """Restart: the store is closed and opened again; its queues are recovered."""
         raise NotImplementedError
@@ -137,7 +140,10 @@ class FileHarness(Harness):
         self.directory = directory
         self._journal: JournalMessageStore | None = None
 
-    async def open(self) -> tuple[list[CursorAck], list[CursorComplete], list[PageTxCommit]]:
+    async def start(self) -> None:
+        await self._open()
+
+    async def _open(self) -> tuple[list[CursorAck], list[CursorComplete], list[PageTxCommit]]:
         loop = asyncio.get_running_loop()
         journal = self._journal = JournalMessageStore(self.directory / "journal", file_size=1 << 20)
         recovered = journal.load()
@@ -151,7 +157,7 @@ class FileHarness(Harness):
 
     async def reopen(self, queue_ids: Collection[int]) -> PagedRecovery:
         await self.close()
-        records = await self.open()
+        records = await self._open()
         recovery = self.store.recover(queue_ids, *records)
         for record_id in recovery.stale:
             self.journal.delete_record(record_id)

@@ -35,9 +35,11 @@ __all__ = [
     "Appended",
     "CursorJournal",
     "CursorRecords",
+    "Entry",
     "PagedQueue",
     "PagedQueueStore",
     "PagedRecovery",
+    "Position",
     "QueueStoreListener",
     "RecoveredQueue",
 ]
