@@ -424,9 +424,11 @@ class AddressPager:
                                        message.persistent, encode_message(message), txid))
             routed += queues
         appended = self.store.append(records, summary_input=[m for m, _ in items])
+        cursors = self.cursors
         for queue in routed:
             queue.counters.added += 1
-            self.cursor(queue)
+            if queue.queue_id not in cursors:
+                self.cursor(queue)
         for queue in dict.fromkeys(routed):
             if queue.consumers:
                 queue.dispatch()

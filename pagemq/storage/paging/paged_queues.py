@@ -129,9 +129,10 @@ class PagedQueues:
             routed += record.queue_ids
         self._on_disk(page_no, len(records), size)
         holders = self._open.setdefault(page_no, set())
+        cursors = self.cursors
         for queue_id in routed:
             holders.add(queue_id)
-            self.queue(queue_id).on_paged(page_no)
+            (cursors.get(queue_id) or self.queue(queue_id)).on_paged(page_no)
         if future is not None:
             self._watch(future, (page_no, routed, len(records), size))
         return Appended(page_no, first, future)

@@ -98,7 +98,7 @@ class QueueStoreListener(Protocol):
         read, claimed or acknowledged before stay its own)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Appended:
     """Where an appended batch went; `durable` resolves once it is written and synced (None
     when no record of it is persistent)."""
