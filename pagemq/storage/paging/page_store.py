@@ -3,14 +3,14 @@
 The store knows nothing of queues' delivery: it keeps one copy of each paged message with the
 ids of the queues it was routed to, tells the caller where it went (page number, ordinal
 within the page), and reads records back for any cursor. Acknowledgements, cursors and page
-completion belong to the broker core (`pagemq.core.paging`).
+completion belong to the paged-queue store over it (`paged_queues`, `file_queue_store`).
 
-Guarantees the core relies on (docs/formats/page.md has the bytes):
+Guarantees that store relies on (docs/formats/page.md has the bytes):
 - `append` of several records writes one BATCH frame: after a crash all are there or none.
   Records with a transaction id go in a TX_BATCH frame, which a crash keeps or drops whole
   too; the page store reports them (`PageInfo.tx_batches`) and yields them like any other
   record: a transaction that spans several page files and the journal is committed by a
-  journal record, and the core drops the batches whose commit record never came.
+  journal record, and the paged-queue store drops the batches whose commit record never came.
 - The future `append` returns resolves once the records are written *and* fsynced (one fsync
   per sync batch, batches at most every `sync_timeout`); it carries the OSError if they were
   not stored. No future is returned when no record is persistent: such records are written in
@@ -87,7 +87,7 @@ class SummaryBuilder(Protocol):
 
 @dataclass(slots=True)
 class PageInfo:
-    """A page as the core sees it; see the module docstring for counts after a restart."""
+    """A page as its readers see it; see the module docstring for counts after a restart."""
 
     page_no: int
     count: int
