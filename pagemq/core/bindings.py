@@ -15,20 +15,27 @@ from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST, Address
 from pagemq.core.errors import InvalidDestination, NotFound, StorageFailure, SubscriptionError
-from pagemq.core.paging import AddressPager, PagingHost
+from pagemq.core.paging import AddressPager
 from pagemq.core.queue import Queue, QueueOwner
 from pagemq.core.selector import compile_filter
+from pagemq.core.selector.summary import PageSummary
 from pagemq.storage.api import AddressRecord, QueueRecord
+from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
+from pagemq.storage.paging.queue_store import CursorRecords, PagedQueueStore
 
 if TYPE_CHECKING:
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
+    from pagemq.core.memory import MemoryAccountant
     from pagemq.core.settings import AddressSettings, AddressSettingsRepository
     from pagemq.storage.api import MessageStore
     from pagemq.storage.paging.page_store import PageStore
 
 PageStoreFactory = Callable[[str, "AddressSettings"], "PageStore"]
 """Opens (creating if needed) and starts the page store of an address."""
+
+QueueStoreFactory = Callable[[str, "AddressSettings", CursorRecords], PagedQueueStore]
+"""Opens the paged-queue store of an address (one in memory, for tests, in place of files)."""
 
 
 class Bindings:
@@ -39,8 +46,9 @@ class Bindings:
         ids: Ids,
         ledger: Ledger,
         owner: QueueOwner,
-        paging_host: PagingHost,
+        memory: MemoryAccountant,
         page_stores: PageStoreFactory | None,
+        queue_stores: QueueStoreFactory | None,
         addresses: dict[str, Address],
     ) -> None:
         self.settings = settings
@@ -49,11 +57,12 @@ class Bindings:
         self.ledger = ledger
         self.owner = owner
         self.page_stores = page_stores
+        self.queue_stores = queue_stores or (self._file_queue_store if page_stores else None)
+        self.memory = memory
         self.addresses = addresses  # shared with the ledger, which charges them
         self.queues: dict[str, Queue] = {}
         self.queues_by_id: dict[int, Queue] = {}
         self.pagers: dict[str, AddressPager] = {}
-        self.paging_host = paging_host
         # Address/queue records written since the last paged send; see Router.after_bindings.
         self.dirty = False
 
@@ -82,11 +91,18 @@ class Bindings:
         """The address's pager, its page store opened on first use."""
         pager = self.pagers.get(address.name)
         if pager is None:
-            if self.page_stores is None:
+            if self.queue_stores is None:
                 raise StorageFailure("paging is not configured on this broker")
-            store = self.page_stores(address.name, address.settings)
-            pager = self.pagers[address.name] = AddressPager(self.paging_host, address, store)
+            records = CursorRecords(self.store, self.ids.new_id, self.ledger.acks_to_write)
+            store = self.queue_stores(address.name, address.settings, records)
+            pager = self.pagers[address.name] = AddressPager(address, store, self.memory)
         return pager
+
+    def _file_queue_store(self, name: str, settings: AddressSettings, records: CursorRecords
+                          ) -> PagedQueueStore:
+        assert self.page_stores is not None
+        return FilePagedQueueStore(self.page_stores(name, settings), records,
+                                   summaries=PageSummary.from_bytes)
 
     # -- queues ---------------------------------------------------------------------------
 
@@ -158,8 +174,8 @@ class Bindings:
             else:
                 self.ledger.release(queue, ref)
         pager = self.pagers.get(queue.address_name)
-        if cursor is not None and pager is not None:
-            pager.drop_cursor(queue.queue_id)
+        if pager is not None and queue.queue_id in pager.cursors:
+            pager.cursors[queue.queue_id].drop()
         queue.deleted = True
         address = self.address_of(queue)
         if address.queues.pop(queue.name, None) is not None and queue.routing_type == ANYCAST:

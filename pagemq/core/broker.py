@@ -12,8 +12,8 @@ each change for one reason.
 
 It knows nothing of STOMP: sessions call `send`, `subscribe`, `acknowledge` and friends with
 plain values, and get plain values or `BrokerError`s back. The broker is also what its queues
-report to (`QueueOwner`) and what paging asks for (`PagingHost`): the narrow interfaces they
-are handed instead of a reference to the whole broker.
+report to (`QueueOwner`), the narrow interface they are handed instead of a reference to the
+whole broker; paging is handed its store and the memory budget (`Bindings.pager`).
 
 Loop-only: every method runs on the event loop thread.
 """
@@ -24,7 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST, MULTICAST
-from pagemq.core.bindings import Bindings, PageStoreFactory
+from pagemq.core.bindings import Bindings, PageStoreFactory, QueueStoreFactory
 from pagemq.core.commit import Transactions
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
 from pagemq.core.dead_letters import ORIGINAL_DESTINATION, DeadLetters
@@ -56,6 +56,7 @@ class Broker:
         store: MessageStore | None = None,
         memory: MemoryAccountant | None = None,
         page_stores: PageStoreFactory | None = None,
+        queue_stores: QueueStoreFactory | None = None,
     ) -> None:
         self.settings = settings
         self.store: MessageStore = store or MemoryStore()
@@ -65,7 +66,8 @@ class Broker:
         self.addresses: dict[str, Address] = {}
         self.ledger = Ledger(self.store, self.memory, self.addresses)
         self.bindings = Bindings(
-            settings, self.store, self.ids, self.ledger, self, self, page_stores, self.addresses
+            settings, self.store, self.ids, self.ledger, self, self.memory, page_stores, queue_stores,
+            self.addresses,
         )
         self.queues: dict[str, Queue] = self.bindings.queues
         self.router = Router(self.bindings, self.ledger, self.memory, self.store, self.ids)

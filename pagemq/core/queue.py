@@ -71,7 +71,8 @@ class PagedSource(Protocol):
     """The queue's side of its page cursor (core.paging.PageCursor): what the queue and its
     owner ask of the part of the queue that lives in page files."""
 
-    unread: int
+    @property
+    def unread(self) -> int: ...
 
     def fill(self, queue: Queue) -> None: ...
     def look_ahead(self, consumer: Consumer) -> None: ...

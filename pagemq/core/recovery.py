@@ -100,10 +100,11 @@ class Recovery:
                 log.warning("page folder for unknown address %r: kept, not read", name)
                 continue
             pager = bindings.pager(address)
-            pages = pager.store.pages()
-            self.ids.above(*(info.last_id for info in pages))
-            pager.recover(pages, recovered.cursor_acks, recovered.cursor_completes,
-                          recovered.page_tx_commits)
+            # Ids stay above every paged message too (the journal may no longer hold the
+            # newest): the order of a queue across a restart is the order of its ids.
+            self.ids.above(pager.store.last_message_id())
+            self.stale_records.extend(pager.recover(
+                recovered.cursor_acks, recovered.cursor_completes, recovered.page_tx_commits))
             paged += pager.messages_paged
             read.add(name)
         # Commit records of page transactions whose address pages no more: nothing to commit.

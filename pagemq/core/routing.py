@@ -176,7 +176,7 @@ class Router:
         if not (address.is_full(size) or self.memory.would_exceed(size)):
             return MEMORY
         if internal:
-            if self.bindings.page_stores is None:
+            if self.bindings.queue_stores is None:
                 return MEMORY
             address.paging = True
             log.info("address %r entered page mode", address.name)

@@ -3,14 +3,14 @@
 The store knows nothing of queues' delivery: it keeps one copy of each paged message with the
 ids of the queues it was routed to, tells the caller where it went (page number, ordinal
 within the page), and reads records back for any cursor. Acknowledgements, cursors and page
-completion belong to the broker core (`pagemq.core.paging`).
+completion belong to the paged-queue store over it (`paged_queues`, `file_queue_store`).
 
-Guarantees the core relies on (docs/formats/page.md has the bytes):
+Guarantees that store relies on (docs/formats/page.md has the bytes):
 - `append` of several records writes one BATCH frame: after a crash all are there or none.
   Records with a transaction id go in a TX_BATCH frame, which a crash keeps or drops whole
   too; the page store reports them (`PageInfo.tx_batches`) and yields them like any other
   record: a transaction that spans several page files and the journal is committed by a
-  journal record, and the core drops the batches whose commit record never came.
+  journal record, and the paged-queue store drops the batches whose commit record never came.
 - The future `append` returns resolves once the records are written *and* fsynced (one fsync
   per sync batch, batches at most every `sync_timeout`); it carries the OSError if they were
   not stored. No future is returned when no record is persistent: such records are written in
@@ -66,7 +66,7 @@ from pagemq.storage.paging.page_format import (
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
-__all__ = ["PageInfo", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
+__all__ = ["PageInfo", "PageState", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
 
 log = logging.getLogger("pagemq.paging")
 
@@ -87,7 +87,7 @@ class SummaryBuilder(Protocol):
 
 @dataclass(slots=True)
 class PageInfo:
-    """A page as the core sees it; see the module docstring for counts after a restart."""
+    """A page as its readers see it; see the module docstring for counts after a restart."""
 
     page_no: int
     count: int
@@ -121,7 +121,9 @@ class RecordsLost:
 
 
 @dataclass(slots=True)
-class _Page:
+class PageState:
+    """What a store knows of one page: its counts (`PageScan`), summary and state."""
+
     page_no: int
     stats: PageScan
     selector_summary: bytes | None = None
@@ -134,6 +136,23 @@ class _Page:
     reported: set[int] = field(default_factory=set)
     # Ordinals damage found in this run took (reported through on_records_lost).
     lost: set[int] = field(default_factory=set)
+
+    def fold_summary(self, summary_input: Sequence[object] | None) -> None:
+        """Appended records' summary inputs; without them the page gets no selector summary
+        (None: any selector may match), since a partial one would hide matches."""
+        builder = self.builder
+        if builder is not None:
+            if summary_input is None:
+                self.builder = None
+            else:
+                for item in summary_input:
+                    builder.fold(item)
+
+    def close(self) -> None:
+        """No more appends: the selector summary is final."""
+        self.closed = True
+        self.selector_summary = self.builder.to_bytes() if self.builder is not None else None
+        self.builder = None
 
     def info(self) -> PageInfo:
         stats = self.stats
@@ -168,8 +187,8 @@ class PageStore:
             archive_directory / self.folder.name if archive_directory is not None else None
         )
         self._sync_timeout = sync_timeout
-        self._pages: dict[int, _Page] = {}
-        self._live = _Page(1, PageScan())
+        self._pages: dict[int, PageState] = {}
+        self._live = PageState(1, PageScan())
         self._builder_factory: Callable[[], SummaryBuilder] | None = None
         self._writer: PageWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -201,7 +220,7 @@ class PageStore:
         self.summaries_read = recovered.summaries_read
         self.pages_scanned = recovered.pages_scanned
         for page in recovered.pages:
-            self._pages[page.page_no] = _Page(
+            self._pages[page.page_no] = PageState(
                 page.page_no, page.stats, page.selector_summary, closed=True, previous_run=True,
                 damaged=page.damaged, frame_version=page.frame_version,
                 # rescanned at open: its damage was logged and its records were never counted
@@ -263,16 +282,10 @@ class PageStore:
         first = page.stats.count
         page.stats.add(records, page.stats.good_size, len(frame))
         self._pages[page.page_no] = page
-        builder = page.builder
-        if builder is not None:
-            if summary_input is None:
-                page.builder = None
-            else:
-                for item in summary_input:
-                    builder.fold(item)
+        page.fold_summary(summary_input)
         return page.page_no, first, future
 
-    def _page_for(self, frame_size: int) -> _Page:
+    def _page_for(self, frame_size: int) -> PageState:
         """The live page, rolled first if this frame would take it past page_size_bytes."""
         live = self._live
         if live.stats.count and live.stats.good_size + frame_size > self.page_size_bytes:
@@ -284,16 +297,14 @@ class PageStore:
         live = self._live
         if live.stats.count == 0:
             return
-        live.closed = True
-        live.selector_summary = live.builder.to_bytes() if live.builder is not None else None
-        live.builder = None
+        live.close()
         summary = PageSummaryRecord.from_scan(live.page_no, live.stats, live.selector_summary)
         self._require_writer().close_page(summary)
         self._live = self._new_page(live.page_no + 1)
 
-    def _new_page(self, page_no: int) -> _Page:
+    def _new_page(self, page_no: int) -> PageState:
         builder = self._builder_factory() if self._builder_factory is not None else None
-        return _Page(page_no, PageScan(), builder=builder)
+        return PageState(page_no, PageScan(), builder=builder)
 
     def flush(self) -> asyncio.Future[None]:
         """Resolves when everything asked so far (appends, closes, deletes) is done.
@@ -345,7 +356,7 @@ class PageStore:
         if self._live.page_no in pages:
             self.roll()
 
-    def _found_damage(self, page: _Page) -> None:
+    def _found_damage(self, page: PageState) -> None:
         """A reader met damage not seen before in `page` (maybe in a worker thread: then the
         rest happens on the loop). The page is set aside, not deleted, when done with; it is
         closed if it was live, and re-counted from disk by the writer, which reports what the
@@ -357,7 +368,7 @@ class PageStore:
             return
         self._recount_damaged(page)
 
-    def _recount_damaged(self, page: _Page) -> None:
+    def _recount_damaged(self, page: PageState) -> None:
         writer = self._writer
         if writer is None or self._pages.get(page.page_no) is not page:
             return  # closed, or the page was deleted meanwhile
@@ -380,7 +391,7 @@ class PageStore:
         if lost is not None:
             self._count_lost(page, before, lost)
 
-    def _count_lost(self, page: _Page, before: PageScan, lost: list[tuple[int, int | None]]) -> None:
+    def _count_lost(self, page: PageState, before: PageScan, lost: list[tuple[int, int | None]]) -> None:
         """Compare the counts before a damage rescan with those after it; report the loss."""
         after = page.stats
         if page.previous_run:
@@ -488,8 +499,8 @@ class _PageReader:
     """Reads one page's frames from an offset, in chunks so one reader holds ~READ_CHUNK bytes;
     on damage reads the rest of the readable part whole and resynchronises past it."""
 
-    def __init__(self, fileio: FileIO, path: Path, version: int, address: str, page: _Page,
-                 on_damage: Callable[[_Page], None]) -> None:
+    def __init__(self, fileio: FileIO, path: Path, version: int, address: str, page: PageState,
+                 on_damage: Callable[[PageState], None]) -> None:
         self.fileio, self.path, self.version = fileio, path, version
         self.address, self.page, self.on_damage = address, page, on_damage
 

@@ -1,0 +1,46 @@
+"""What the paged-queue bookkeeping needs of page storage: the seam between the two stores.
+
+`page_store.PageStore` (page files, a writer thread) and `memory_pages.MemoryPages` (pages
+held in memory) both provide it; `paged_queues.PagedQueues` keeps every queue's place in
+either one. Its guarantees are PageStore's (see that module's docstring): an append is one
+atomic batch; `read_page` yields only what was readable when it was called, and nothing
+once the page is deleted; after a restart non-persistent records are skipped and not
+counted; page numbers are never reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_store import PageInfo, RecordsLost
+
+
+class PageMedium(Protocol):
+    address: str
+    on_records_lost: Callable[[RecordsLost], None]
+
+    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
+               ) -> tuple[int, int, asyncio.Future[None] | None]: ...
+
+    def read_page(self, page_no: int, start_ordinal: int = 0) -> Iterator[tuple[int, PagedRecord]]: ...
+
+    def fully_readable(self, page_no: int) -> bool: ...
+
+    def live_page_no(self) -> int: ...
+
+    def roll(self) -> None: ...
+
+    def flush(self) -> asyncio.Future[None]: ...
+
+    def delete_page(self, page_no: int) -> asyncio.Future[None] | None: ...
+
+    def page_info(self, page_no: int) -> PageInfo | None: ...
+
+    def pages(self) -> list[PageInfo]: ...
+
+    def page_count(self) -> int: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,339 @@
+"""One queue's bookkeeping in its address's paged data: read position, acks, claims, completion.
+
+Per page a queue holds a `CursorPage`: how many of the page's records are meant for it and
+which of them it acknowledged (`acked`, written to the journal as cursor-ack records,
+`ack_ids`), claimed ahead of its read position, read, or lost to damage. Once it has
+acknowledged every record of a page meant for it (and the page is no longer the live one),
+it is *done* with the page and tells its owner (`CursorOwner.queue_done_with`), which
+writes a "page complete" record or, the last queue done, deletes the page.
+
+Reading: the queue reads the page files in order from its position; `peek` looks at the next
+record it would take without taking it (the core's held-back refs and selective consumers
+need its message id), `take` passes it. A page not yet fully written (a batch still with the
+page writer) is waited for (`wait_for_write`) rather than taken as read; a record of an
+undecided transaction stops the reading until the transaction is decided.
+
+Loop-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from pagemq.storage.api import CursorAck
+from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_medium import PageMedium
+from pagemq.storage.paging.queue_store import CursorJournal, Entry, Position
+
+_NONE: frozenset[int] = frozenset()
+
+
+class CursorOwner(Protocol):
+    """What a queue's bookkeeping needs of its address's (`paged_queues.PagedQueues`)."""
+
+    medium: PageMedium
+    journal: CursorJournal
+
+    def new_id(self) -> int: ...
+
+    def acks_gathered(self, cursor: QueueCursor) -> None: ...
+
+    def waits_for_commit(self, txid: int, queue_id: int) -> bool: ...
+
+    def wake(self, queue_id: int) -> None: ...
+
+    def live_page_caught_up(self, page_no: int) -> None: ...
+
+    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int]) -> None: ...
+
+
+class CursorPage:
+    """One page as one queue sees it: how many of its records are for the queue, which are acked."""
+
+    __slots__ = ("ack_ids", "acked", "claimed", "count", "lost", "read", "unwritten")
+
+    def __init__(self, count: int = 0) -> None:
+        self.count = count
+        self.acked: set[int] = set()
+        self.ack_ids: list[int] = []
+        # Acked this loop turn, not yet in a cursor-acks record (see QueueCursor.write_acks).
+        self.unwritten: list[int] = []
+        # Read ahead of the queue's position by a selective consumer: in memory, skip them.
+        self.claimed: set[int] = set()
+        # Read into memory by the queue's own reading (acknowledged or not) in this run: a
+        # record damaged after it was read is not one this queue has lost.
+        self.read: set[int] = set()
+        # Ordinals damage took (any queue's; see QueueCursor.records_lost).
+        self.lost: frozenset[int] | set[int] = _NONE
+
+
+class QueueCursor:
+    """A queue's place in its address's paged data (the `queue_store.PagedQueue` contract)."""
+
+    def __init__(self, owner: CursorOwner, queue_id: int) -> None:
+        self._owner = owner
+        self._medium = owner.medium
+        self.queue_id = queue_id
+        self.pages: dict[int, CursorPage] = {}
+        self.unread = 0            # records for this queue on disk, not read into memory
+        self.waiting_for_write = False
+        self._read_page = -1       # page being read; -1 = before the first
+        self._read_ordinal = 0     # next ordinal to read in it
+        self._page_read_out = False
+        # The record at (_read_page, _read_ordinal), read from the page but not yet taken.
+        self._peeked: Entry | None = None
+        self._reader: Iterator[tuple[int, PagedRecord]] | None = None
+        # The reader covers the whole page: made after it closed and every batch was written.
+        self._reader_final = False
+
+    def on_paged(self, page_no: int) -> None:
+        page = self.pages.get(page_no)
+        if page is None:
+            page = self.pages[page_no] = CursorPage()
+        page.count += 1
+        self.unread += 1
+
+    # -- reading in order -----------------------------------------------------------------
+
+    def take(self) -> Entry | None:
+        found = self.peek()
+        if found is None:
+            return None
+        page_no, ordinal, _record = found
+        self._peeked = None
+        self._read_ordinal = ordinal + 1
+        page = self.pages.get(page_no)
+        if page is not None:
+            page.read.add(ordinal)
+        self.unread -= 1
+        return found
+
+    def peek(self) -> Entry | None:
+        peeked = self._peeked
+        if peeked is not None:
+            page = self.pages.get(self._read_page)
+            ordinal = peeked[1]
+            if (page is not None and ordinal not in page.acked and ordinal not in page.claimed
+                    and ordinal not in page.lost):
+                return peeked
+            self._peeked = None  # claimed meanwhile: read on
+            self._read_ordinal = ordinal + 1
+        queue_id = self.queue_id
+        medium = self._medium
+        fresh = False  # the reader was made in this call (nothing was appended since)
+        saw_all = False  # ... and every record appended was readable before it was made
+        while True:
+            if self._reader is None:
+                fresh = True
+                if self._read_page not in self.pages or self._page_read_out:
+                    page_no = self._next_page()
+                    if page_no is None:
+                        return None
+                    self._read_page, self._read_ordinal = page_no, 0
+                    self._page_read_out = False
+                # Asked before the reader is made: the writer thread may make more readable
+                # meanwhile, and a later answer would not be about what this reader sees.
+                saw_all = medium.fully_readable(self._read_page)
+                self._reader_final = saw_all and self._read_page != medium.live_page_no()
+                self._reader = medium.read_page(self._read_page, self._read_ordinal)
+            page = self.pages.get(self._read_page)
+            for ordinal, record in self._reader:
+                self._read_ordinal = ordinal + 1
+                if page is None or queue_id not in record.queue_ids or ordinal in page.acked:
+                    continue
+                if ordinal in page.claimed:
+                    continue  # a selective consumer took it ahead of us; already counted
+                if ordinal in page.lost:
+                    continue  # a reader made before the damage; it no longer counts (records_lost)
+                self._read_ordinal = ordinal
+                if record.txid and self._owner.waits_for_commit(record.txid, queue_id):
+                    # Its transaction is not committed yet: nothing behind it goes first.
+                    self._reader = None
+                    return None
+                self._peeked = (self._read_page, ordinal, record)
+                return self._peeked
+            self._reader = None
+            if self._reader_final:
+                self._page_read_out = True
+                continue
+            if fresh and saw_all:
+                return None  # the live page: everything appended so far is read
+            # The reader saw the page as it was when made: records may have been appended or
+            # written since (and the page closed). Read on once what was appended is written.
+            if not medium.fully_readable(self._read_page):
+                self.wait_for_write()
+                return None
+
+    def _next_page(self) -> int | None:
+        later = [p for p in self.pages if p > self._read_page]
+        return min(later) if later else None
+
+    def wait_for_write(self) -> None:
+        if self.waiting_for_write:
+            return
+        self.waiting_for_write = True
+        self._medium.flush().add_done_callback(self._written)
+
+    def _written(self, _future: asyncio.Future[None]) -> None:
+        self.waiting_for_write = False
+        self._owner.wake(self.queue_id)
+
+    def waits_for_commit(self, txid: int) -> bool:
+        return self._owner.waits_for_commit(txid, self.queue_id)
+
+    def position(self) -> Position:
+        if self._read_page in self.pages and not self._page_read_out:
+            return self._read_page, self._read_ordinal
+        later = self._next_page()
+        return (later, 0) if later is not None else (self._read_page + 1, 0)
+
+    # -- reading anywhere -----------------------------------------------------------------
+
+    def pages_from(self, page_no: int) -> list[int]:
+        return sorted(p for p in self.pages if p >= page_no)
+
+    def read(self, page_no: int, ordinal: int = 0, *, claimed: bool = False
+             ) -> Iterator[tuple[int, PagedRecord]]:
+        page = self.pages.get(page_no)
+        if page is None:
+            return
+        queue_id = self.queue_id
+        for index, record in self._medium.read_page(page_no, ordinal):
+            if (queue_id not in record.queue_ids or index in page.acked or index in page.lost
+                    or (not claimed and index in page.claimed)):
+                continue
+            yield index, record
+
+    def claim(self, page_no: int, ordinal: int) -> None:
+        page = self.pages.get(page_no)
+        if page is not None:
+            page.claimed.add(ordinal)
+        self.unread -= 1
+
+    def unclaim(self, page_no: int, ordinal: int) -> bool:
+        page = self.pages.get(page_no)
+        if page is None or ordinal not in page.claimed:
+            return True
+        page.claimed.discard(ordinal)
+        if ordinal not in page.lost:
+            self.unread += 1  # back on disk only, for whoever reads that position next
+            return True
+        page.count -= 1  # its bytes were damaged since it was read: never to be read again
+        self._maybe_done(page_no, page)
+        return False
+
+    # -- acknowledgements -----------------------------------------------------------------
+
+    def acknowledge(self, page_no: int, ordinal: int, *, journal: bool) -> None:
+        page = self.pages.get(page_no)
+        if page is None or ordinal in page.acked:
+            return
+        page.claimed.discard(ordinal)
+        page.acked.add(ordinal)
+        if journal:
+            if not page.unwritten:
+                self._owner.acks_gathered(self)
+            page.unwritten.append(ordinal)
+        self._maybe_done(page_no, page)
+
+    def ack_records(self, positions: Sequence[Position]) -> list[CursorAck]:
+        by_page: dict[int, list[int]] = {}
+        for page_no, ordinal in positions:
+            page = self.pages.get(page_no)
+            if page is not None and ordinal not in page.acked:
+                by_page.setdefault(page_no, []).append(ordinal)
+        records = []
+        for page_no, ordinals in by_page.items():
+            record = CursorAck(self._owner.new_id(), self.queue_id, page_no, tuple(ordinals))
+            self.pages[page_no].ack_ids.append(record.record_id)
+            records.append(record)
+        return records
+
+    def write_acks(self) -> None:
+        """Write the acks gathered since the last call, one cursor-acks record per page."""
+        for page_no, page in self.pages.items():
+            if page.unwritten:
+                self._write_page_acks(page_no, page)
+
+    def _write_page_acks(self, page_no: int, page: CursorPage) -> None:
+        record_id = self._owner.new_id()
+        self._owner.journal.cursor_ack(CursorAck(record_id, self.queue_id, page_no, tuple(page.unwritten)))
+        page.ack_ids.append(record_id)
+        page.unwritten.clear()
+
+    def void(self, page_no: int, ordinals: list[int]) -> int:
+        """Records of a transaction that never committed: not this queue's any more (never
+        read, counted or journaled; at a restart the missing commit record voids them again).
+        Returns how many stopped counting."""
+        page = self.pages.get(page_no)
+        if page is None:
+            return 0
+        voided = 0
+        for ordinal in ordinals:
+            if ordinal not in page.acked:
+                page.acked.add(ordinal)
+                self.unread -= 1
+                voided += 1
+        self._maybe_done(page_no, page)
+        return voided
+
+    def records_lost(self, page_no: int, lost: int, ordinals: frozenset[int]) -> int:
+        """Damage took `lost` of this queue's records of the page, somewhere in `ordinals`:
+        those still unread are never to be read, so they stop counting (unread, the page's
+        count). Those it had read or claimed (in memory) or acknowledged stay as they are.
+        Returns how many stopped counting."""
+        page = self.pages.get(page_no)
+        if page is None:
+            return 0
+        known = sum(1 for o in ordinals if o in page.acked or o in page.claimed or o in page.read)
+        gone = max(0, min(lost - known, self.unread))
+        page.lost = ordinals if not page.lost else page.lost | ordinals
+        page.count -= gone
+        self.unread -= gone
+        return gone
+
+    # -- completion -----------------------------------------------------------------------
+
+    def _maybe_done(self, page_no: int, page: CursorPage) -> None:
+        if len(page.acked) >= page.count:
+            if page_no != self._medium.live_page_no():
+                self._complete(page_no)
+            else:
+                self._owner.live_page_caught_up(page_no)
+
+    def caught_up(self, page_no: int) -> bool:
+        """Acknowledged every record of the page meant for it (or holds none of it)."""
+        page = self.pages.get(page_no)
+        return page is None or len(page.acked) >= page.count
+
+    def complete_closed(self, live_page_no: int) -> None:
+        """Complete the pages before the live one that this queue has fully acknowledged.
+
+        A page is never completed while it is the live page: records for this queue may
+        still be appended to it, and a "complete" record would hide them at the next start.
+        """
+        for page_no in [p for p, page in self.pages.items()
+                        if p < live_page_no and len(page.acked) >= page.count]:
+            self._complete(page_no)
+
+    def _complete(self, page_no: int) -> None:
+        page = self.pages[page_no]
+        if page.unwritten:
+            # If every queue is now done, the page file's deletion (not in the journal)
+            # would stand for these acks: written first, a receipt's flush covers them.
+            self._write_page_acks(page_no, page)
+        del self.pages[page_no]
+        if self._read_page == page_no:
+            self._reader = None  # nothing left for us in it
+            self._peeked = None
+        self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
+
+    def drop(self) -> None:
+        """The queue is deleted: it holds no page any more."""
+        for page_no in list(self.pages):
+            page = self.pages.pop(page_no)
+            self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
+        self.unread = 0
+        self._reader = self._peeked = None

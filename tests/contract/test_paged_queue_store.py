@@ -1,0 +1,346 @@
+"""One contract suite over both paged-queue stores (the file one and the memory one), as NATS
+runs one suite over its memory and file stream stores: what a queue reads, acknowledges and
+completes, when a page goes, transactions, dropped queues, damage, and what a restart keeps.
+
+Every test runs once per store (`each_store`); the harness (paged_queue_harness.py) is
+the only place that knows which one it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from paged_queue_harness import FileHarness, Harness, MemoryHarness
+
+from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.queue_store import Appended, Entry, PagedQueue, PagedQueueStore
+
+A, B = 11, 12  # queue ids
+BODY = b"m" * 1000
+
+Body = Callable[[Harness], Awaitable[None]]
+
+
+def each_store(body: Body) -> Callable[[str, Path], None]:
+    """The test `body`, run once against a fresh store of each kind."""
+
+    @pytest.mark.parametrize("kind", ["file", "memory"])
+    def test(kind: str, tmp_path: Path) -> None:
+        async def main() -> None:
+            harness = FileHarness(tmp_path) if kind == "file" else MemoryHarness()
+            await harness.start()
+            try:
+                await body(harness)
+            finally:
+                await harness.close()
+
+        asyncio.run(main())
+
+    test.__name__, test.__doc__ = body.__name__, body.__doc__
+    return test
+
+
+def append(store: PagedQueueStore, message_id: int, *queues: int, persistent: bool = True,
+           txid: int = 0, tag: str = "x") -> Appended:
+    return store.append([PagedRecord(message_id, queues, persistent, BODY, txid)], summary_input=[tag])
+
+
+async def fill(h: Harness, count: int, *queues: int) -> None:
+    """Messages 1 to `count` for `queues`, one append each, written."""
+    for n in range(1, count + 1):
+        append(h.store, n, *queues)
+    await h.settle()
+
+
+def append_batch(store: PagedQueueStore, ids: range, *queues: int, txid: int = 0) -> Appended:
+    records = [PagedRecord(i, queues, True, BODY, txid) for i in ids]
+    return store.append(records, summary_input=["x"] * len(records))
+
+
+def take_all(queue: PagedQueue) -> list[Entry]:
+    taken = []
+    while (entry := queue.take()) is not None:
+        taken.append(entry)
+    return taken
+
+
+def ids(entries: list[Entry]) -> list[int]:
+    return [record.message_id for _page, _ordinal, record in entries]
+
+
+def ack(queue: PagedQueue, entries: list[Entry], *, journal: bool = True) -> None:
+    for page_no, ordinal, _record in entries:
+        queue.acknowledge(page_no, ordinal, journal=journal)
+
+
+# -- appending and reading -----------------------------------------------------------------
+
+
+@each_store
+async def test_each_queue_reads_its_own_records_in_order(h: Harness) -> None:
+    for n in range(1, 11):
+        append(h.store, n, A, B) if n % 2 else append(h.store, n, A)
+    await h.settle()
+    a, b = h.store.queue(A), h.store.queue(B)
+    assert (a.unread, b.unread, h.store.messages_paged()) == (10, 5, 15)
+    assert ids(take_all(a)) == list(range(1, 11))
+    assert ids(take_all(b)) == [1, 3, 5, 7, 9]
+    assert (a.unread, b.unread) == (0, 0)
+    assert len(h.page_numbers()) >= 3  # records rolled over several pages
+
+
+@each_store
+async def test_peek_leaves_the_position_where_it_is(h: Harness) -> None:
+    for n in (1, 2):
+        append(h.store, n, A)
+    await h.settle()
+    a = h.store.queue(A)
+    first = a.peek()
+    assert first is not None and a.peek() == first and a.unread == 2
+    assert a.position() == first[:2]
+    assert a.take() == first and a.unread == 1
+    assert ids([a.peek()]) == [2]  # type: ignore[list-item]
+
+
+@each_store
+async def test_positions_are_pages_and_ordinals_and_page_numbers_grow(h: Harness) -> None:
+    appended = [append(h.store, n, A) for n in range(1, 9)]
+    await h.settle()
+    positions = [(x.page_no, x.first) for x in appended]
+    assert positions == sorted(positions)
+    assert [p[:2] for p in take_all(h.store.queue(A))] == positions
+    assert h.store.last_message_id() == 8
+
+
+@each_store
+async def test_a_batch_is_one_append_with_consecutive_ordinals(h: Harness) -> None:
+    appended = append_batch(h.store, range(1, 4), A)
+    await h.settle()
+    taken = take_all(h.store.queue(A))
+    assert [(p, o) for p, o, _r in taken] == [(appended.page_no, appended.first + i) for i in range(3)]
+
+
+@each_store
+async def test_claimed_records_are_skipped_and_come_back_when_unclaimed(h: Harness) -> None:
+    await fill(h, 4, A)
+    a = h.store.queue(A)
+    page_no = a.position()[0]
+    records = list(a.read(page_no))
+    third = records[2][0]
+    a.claim(page_no, third)
+    assert a.unread == 3
+    ordinals = [o for o, _r in records]
+    assert [o for o, _r in a.read(page_no)] == [o for o in ordinals if o != third]
+    assert [o for o, _r in a.read(page_no, claimed=True)] == ordinals
+    first = a.take()
+    assert first is not None and first[2].message_id == 1
+    assert a.unclaim(page_no, third)  # back before the position reached it
+    assert ids(take_all(a)) == [2, 3, 4]
+
+
+# -- acknowledgements, completion, deletion ----------------------------------------------
+
+
+@each_store
+async def test_acks_of_one_loop_turn_are_one_cursor_record_per_page(h: Harness) -> None:
+    await fill(h, 3, A)
+    a = h.store.queue(A)
+    taken = take_all(a)
+    ack(a, taken[:2])
+    assert h.journal.acks == []  # gathered, not yet written
+    await asyncio.sleep(0)
+    acked = tuple(o for _p, o, _r in taken[:2])
+    assert [(r.queue_id, r.ordinals) for r in h.journal.acks] == [(A, acked)]
+
+
+@each_store
+async def test_a_page_goes_once_every_queue_acknowledged_it(h: Harness) -> None:
+    await fill(h, 12, A, B)
+    a, b = h.store.queue(A), h.store.queue(B)
+    first_page = h.page_numbers()[0]
+    on_first = [e for e in take_all(a) if e[0] == first_page]
+    ack(a, on_first)
+    await h.settle()
+    assert first_page in h.page_numbers()  # b still holds it
+    assert [(c.queue_id, c.page_no) for c in h.journal.completes] == [(A, first_page)]
+    records, size = h.store.records_on_disk, h.store.bytes_on_disk
+    pages = h.store.page_files()
+    ack(b, [e for e in take_all(b) if e[0] == first_page])
+    assert h.store.page_files() == pages - 1
+    assert h.store.records_on_disk == records - len(on_first)
+    assert h.store.bytes_on_disk == size - len(on_first) * len(BODY)
+    await h.settle()
+    assert first_page not in h.page_numbers()
+    # Its cursor records (a's acks and complete record, b's acks) went after the page.
+    written = {r.record_id for r in h.journal.acks} | {c.record_id for c in h.journal.completes}
+    assert written <= set(h.journal.deleted)
+
+
+@each_store
+async def test_the_live_page_acknowledged_by_all_is_closed_and_goes(h: Harness) -> None:
+    append(h.store, 1, A)
+    append(h.store, 2, A, B)
+    await h.settle()
+    a, b = h.store.queue(A), h.store.queue(B)
+    (page_no,) = h.page_numbers()
+    ack(a, take_all(a))
+    await h.settle()
+    assert h.page_numbers() == [page_no]  # b has not caught up
+    ack(b, take_all(b))
+    await h.settle()
+    assert h.page_numbers() == [] and h.store.page_files() == 0
+    assert append(h.store, 3, A).page_no > page_no  # page numbers are never reused
+
+
+@each_store
+async def test_acks_for_a_callers_transaction_are_not_gathered(h: Harness) -> None:
+    await fill(h, 3, A)
+    a = h.store.queue(A)
+    taken = take_all(a)
+    records = a.ack_records([(p, o) for p, o, _r in taken[:2]])
+    assert [r.ordinals for r in records] == [tuple(o for _p, o, _r in taken[:2])]
+    h.commit(records)
+    ack(a, taken[:2], journal=False)
+    await asyncio.sleep(0)
+    assert h.journal.acks == []
+    recovery = await h.reopen([A])
+    assert recovery.queues[A].paged == 1
+    assert ids(take_all(h.store.queue(A))) == [3]
+
+
+# -- transactions ------------------------------------------------------------------------
+
+
+@each_store
+async def test_a_queue_waits_at_an_undecided_transaction_then_reads_on(h: Harness) -> None:
+    append(h.store, 1, A)
+    append_batch(h.store, range(2, 4), A, txid=77)
+    append(h.store, 4, A)
+    await h.settle()
+    a = h.store.queue(A)
+    assert ids([a.take()]) == [1]  # type: ignore[list-item]
+    assert a.peek() is None and h.store.is_pending(77) and a.unread == 3
+    commit = h.store.commit_tx(77)
+    h.commit([commit])
+    h.store.release_tx(77)
+    assert h.listener.woken == [A] and not h.store.is_pending(77)
+    assert ids(take_all(a)) == [2, 3, 4]
+    recovery = await h.reopen([A])
+    assert recovery.queues[A].paged == 4  # the commit record kept the batch
+
+
+@each_store
+async def test_an_abandoned_transaction_is_nobodys(h: Harness) -> None:
+    append_batch(h.store, range(1, 3), A, B, txid=5)
+    append(h.store, 3, A)
+    await h.settle()
+    h.store.abandon_tx(5, written=True)
+    assert sorted(h.listener.withdrawn_ids) == [A, A, B, B]
+    a, b = h.store.queue(A), h.store.queue(B)
+    assert (a.unread, b.unread) == (1, 0)
+    assert ids(take_all(a)) == [3] and take_all(b) == []
+
+
+@each_store
+async def test_a_transaction_never_committed_is_dropped_at_restart(h: Harness) -> None:
+    append_batch(h.store, range(1, 3), A, txid=9)
+    append(h.store, 3, A)
+    await h.settle()
+    recovery = await h.reopen([A])
+    assert recovery.queues[A].paged == 1
+    assert ids(take_all(h.store.queue(A))) == [3]
+
+
+# -- queues going away, damage -----------------------------------------------------------
+
+
+@each_store
+async def test_a_dropped_queue_holds_no_page(h: Harness) -> None:
+    await fill(h, 9, A, B)
+    closed = h.page_numbers()[:-1]
+    h.store.drop_queue(A)
+    assert h.store.messages_paged() == 9
+    b = h.store.queue(B)
+    ack(b, [e for e in take_all(b) if e[0] in closed])
+    await h.settle()
+    assert not set(closed) & set(h.page_numbers())
+
+
+@each_store
+async def test_damage_takes_only_what_a_queue_had_not_read(h: Harness) -> None:
+    await fill(h, 4, A, B)
+    a, b = h.store.queue(A), h.store.queue(B)
+    read_by_a = take_all(a)  # in memory, not acknowledged
+    page_no, ordinal, _record = read_by_a[1]
+    h.damage(page_no, ordinal)
+    got = ids(take_all(b))
+    await h.settle()
+    assert got == [1, 3, 4]
+    ((lost, gone),) = h.listener.lost
+    assert lost.page_no == page_no and ordinal in lost.ordinals
+    assert gone == {B: 1}
+    assert (a.unread, b.unread) == (0, 0)
+    ack(a, read_by_a)
+    ack(b, [e for e in read_by_a if e[2].message_id != 2])
+    await h.settle()
+    assert h.store.messages_paged() == 0
+
+
+# -- summaries, restarts ----------------------------------------------------------------
+
+
+@each_store
+async def test_a_closed_page_has_its_summary_the_live_one_none(h: Harness) -> None:
+    first = append(h.store, 1, A, tag="red").page_no
+    n = 2
+    while append(h.store, n, A, tag="blue").page_no == first:
+        n += 1
+    await h.settle()
+    live = h.page_numbers()[-1]
+    assert h.store.summary(first) == frozenset({"red", "blue"})
+    assert h.store.summary(live) is None
+
+
+@each_store
+async def test_a_restart_keeps_acks_and_loses_nothing(h: Harness) -> None:
+    for n in range(1, 10):
+        append(h.store, n, A, B)
+    append(h.store, 10, A, persistent=False)
+    await h.settle()
+    a, b = h.store.queue(A), h.store.queue(B)
+    taken = take_all(a)
+    ack(a, taken[:4])
+    page_no = taken[6][0]
+    a.claim(page_no, taken[6][1])  # only in memory: comes back
+    take_all(b)  # read, never acknowledged: comes back
+    # a's first page still held is the page of its first unacknowledged record
+    a_first = min(r.message_id for p, _o, r in taken if p == taken[4][0])
+    recovery = await h.reopen([A, B])
+    assert {q: (r.paged, r.first_id) for q, r in recovery.queues.items()} == {A: (5, a_first), B: (9, 1)}
+    assert ids(take_all(h.store.queue(A))) == [5, 6, 7, 8, 9]  # the non-persistent one is gone
+    assert ids(take_all(h.store.queue(B))) == list(range(1, 10))
+    assert h.store.last_message_id() == 10
+
+
+@each_store
+async def test_a_restart_matches_only_the_queues_it_is_given(h: Harness) -> None:
+    await fill(h, 3, A, B)
+    recovery = await h.reopen([B])
+    assert set(recovery.queues) == {B}
+    assert h.store.messages_paged() == 3
+
+
+@each_store
+async def test_a_page_finished_before_a_restart_stays_gone(h: Harness) -> None:
+    await fill(h, 9, A)
+    a = h.store.queue(A)
+    first_page = h.page_numbers()[0]
+    ack(a, [e for e in take_all(a) if e[0] == first_page])
+    await h.settle()
+    recovery = await h.reopen([A])
+    assert first_page not in h.page_numbers()
+    assert recovery.stale == []  # its cursor records went with it
+    assert recovery.queues[A].paged == h.store.queue(A).unread > 0
