@@ -29,7 +29,7 @@ from pathlib import Path
 from pipeline import pipelined
 
 from pagemq.core.message import Message
-from pagemq.storage.message_codec import decode_message, encode_message
+from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.storage.paging.page_store import PagedRecord, PageStore
 
 HEADERS = {

@@ -32,9 +32,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import MessageRef
+from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
-from pagemq.storage.message_codec import decode_message, encode_message
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_store import RecordsLost
 from pagemq.storage.paging.queue_store import Entry, PagedQueue, PagedQueueStore

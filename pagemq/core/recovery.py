@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagemq.core.consumer import MessageRef
+from pagemq.core.message_codec import stored_message
 
 if TYPE_CHECKING:
     from pagemq.core.address import Address
@@ -70,9 +71,11 @@ class Recovery:
             if target is None:
                 target = targets[key] = self._target(key)
             queues, address = target
+            # Rebuilt (and so checked) even when its queues are gone: a message the broker
+            # could not read stops the start, it is not dropped by the next cleanup.
+            message = stored_message(item.payload, item.at, item.address)
             if address is None:
                 continue  # every queue of it is gone
-            message = item.message
             hold(message, address, len(queues), durable=len(queues))
             for queue in queues:
                 queue.add_recovered(MessageRef(message))

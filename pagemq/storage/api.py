@@ -34,7 +34,12 @@ class QueueRecord:
 
 @dataclass(slots=True)
 class RecoveredMessage:
-    message: Message
+    """A message record of the journal, still encoded: its bytes are `payload[at:]` (the
+    core rebuilds the message from them, decoding its headers and body when first read)."""
+
+    payload: bytes
+    at: int
+    address: str
     queue_ids: list[int]
 
 

@@ -55,7 +55,7 @@ class AppendFile(Protocol):
     path: Path
     size: int
 
-    def write(self, data: bytes | memoryview) -> None: ...
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
 
     def fsync(self) -> None: ...
 
@@ -159,7 +159,7 @@ class _RealAppendFile:
             raise OSError(errno.EBADF, f"{self.path} is closed")
         return self._fd
 
-    def write(self, data: bytes | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         fd = self._fileno()
         view = memoryview(data)
         while view:
@@ -254,7 +254,7 @@ class _FaultyAppendFile:
         self.size = inner.size
         self.lost = False  # set by crash(): the process that owned this handle is gone
 
-    def write(self, data: bytes | memoryview) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         try:
             self._owner._before_write(self._inner, data, self.lost)
         finally:
@@ -460,7 +460,7 @@ class FaultyFileIO(FileIO):
             with self._lock:
                 self._entries.append(op)
 
-    def _before_write(self, handle: AppendFile, data: bytes | memoryview, lost: bool) -> None:
+    def _before_write(self, handle: AppendFile, data: bytes | bytearray | memoryview, lost: bool) -> None:
         if lost:
             raise SimulatedCrash(f"write to {handle.path.name} through a handle lost in the crash")
         self._step(f"write to {handle.path.name}")

@@ -277,11 +277,11 @@ def _read_paging(state: DataState, cursors: _Cursors, fileio: FileIO) -> None:
         except (FileNotFoundError, UnicodeDecodeError) as exc:
             state.problem(folder, None, f"page folder without a readable {ADDRESS_FILE} ({exc}); not read")
             continue
-        address = state.addresses.get(name)
-        if address is None:
+        found = state.addresses.get(name)
+        if found is None:
             state.problem(folder, None, f"page folder of address {name!r}, which the journal does not "
                           "know: the broker keeps it but never reads it")
-            address = AddressState(name, "?")
+        address = found if found is not None else AddressState(name, "?")
         address.folder = folder
         _read_folder(state, address, cursors, fileio)
 
@@ -394,8 +394,8 @@ def _check_summary(state: DataState, page: PageState, fileio: FileIO) -> str:
 def _check_cursor_references(state: DataState, cursors: _Cursors) -> None:
     pages: dict[tuple[str, int], PageState] = {}
     for address in state.addresses.values():
-        for page in address.pages:
-            pages[address.name, page.page_no] = page
+        for known in address.pages:
+            pages[address.name, known.page_no] = known
     for queue_id, page_no in sorted({*cursors.acks, *cursors.complete}):
         queue = state.queues.get(queue_id)
         if queue is None:

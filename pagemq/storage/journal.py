@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 from pathlib import Path
+from typing import cast
 
 from pagemq.storage import records as rec
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
@@ -253,7 +254,7 @@ class Journal:
     def _live_records(self) -> list[LiveRecord]:
         """The live records in the order of their adds (replay inserts them into the index
         in seq order), their payloads handed over: the index keeps only their places."""
-        records = []
+        records: list[LiveRecord] = []
         append = records.append
         for id, live in self._records.items():
             add = live.add
@@ -624,9 +625,10 @@ class Journal:
         yield from self._retire_step([*stale, *self._take_spent()], report)
         plan = self._plan_compaction(self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO)
         if plan is not None:
-            written = yield partial(compact_files, self._fileio, plan, report)
+            written = cast("tuple[int, list[int]] | None",
+                           (yield partial(compact_files, self._fileio, plan, report)))
             if written is not None:
-                size, offsets = written  # type: ignore[misc]
+                size, offsets = written
                 # 4. the sources go (the directory fsynced after), then what that freed
                 yield from self._retire_step(self._install(plan, size, offsets, report), report)
                 yield from self._retire_step(self._take_spent(), report)

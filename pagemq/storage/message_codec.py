@@ -26,24 +26,57 @@ Lengths come first, texts after, so decoding is one `struct` call for all length
 UTF-8 decode for all header text (sliced by character offsets when the text is ASCII, the
 common case) — this is what keeps decoding above 200k messages/s in CPython.
 
-`stored_message` reads only the fixed head and the lengths (a message's queues need its id,
-priority, expiration and size, not its headers or body): a journal's in-memory messages
-are rebuilt at start-up without decoding one header, and each is decoded the first time
-anything reads its headers or body (`StoredMessage`).
+This module knows bytes and fields only, not the broker's `Message` class (storage does not
+import the core): it encodes any object with a message's fields (`EncodableMessage`) and
+decodes into fields (`read_head`, `decode_headers`, `decode_fields`). The core builds its
+messages from these (`pagemq.core.message_codec`): eagerly, or from the fixed head and the
+lengths only, decoding headers and body when first read (a journal's in-memory messages at
+start-up).
 """
 
 from __future__ import annotations
 
 import struct
 from itertools import chain
+from typing import NamedTuple, Protocol
 
-from pagemq.core.message import Message, estimate_from_lengths
-
-__all__ = ["CODEC_VERSION", "CodecError", "StoredMessage", "decode_message", "encode_message",
-           "stored_message"]
+__all__ = ["CODEC_VERSION", "PERSISTENT_FLAG", "CodecError", "EncodableMessage", "MessageFields",
+           "check_encoded", "decode_fields", "decode_headers", "encode_message", "read_head"]
 
 CODEC_VERSION = 1
-_PERSISTENT = 0x01
+PERSISTENT_FLAG = 0x01
+_PERSISTENT = PERSISTENT_FLAG
+
+
+class EncodableMessage(Protocol):
+    """What the codec reads of a message (the core's `Message` is one)."""
+
+    @property
+    def message_id(self) -> int: ...
+    @property
+    def persistent(self) -> bool: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def expiration(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def headers(self) -> dict[str, str]: ...
+    @property
+    def body(self) -> bytes: ...
+
+
+class MessageFields(NamedTuple):
+    """A decoded message as storage sees it (tools, readers of page files)."""
+
+    message_id: int
+    persistent: bool
+    priority: int
+    expiration: int
+    timestamp: int
+    headers: dict[str, str]
+    body: bytes
 
 _HEAD = struct.Struct("<BBBxQqqHII")
 assert _HEAD.size == 38
@@ -63,7 +96,7 @@ def _lengths(count: int) -> struct.Struct:
     return layout
 
 
-def encode_message(msg: Message) -> bytes:
+def encode_message(msg: EncodableMessage) -> bytes:
     """The message's bytes; raises CodecError if a field cannot be represented."""
     headers = msg.headers
     text = "".join(chain.from_iterable(headers.items()))
@@ -93,87 +126,23 @@ def encode_message(msg: Message) -> bytes:
     return b"".join((head, packed_lengths, blob, body))
 
 
-def decode_message(data: bytes | memoryview, address: str) -> Message:
-    """The message encoded in all of `data` (nothing may follow it), placed on `address`."""
-    flags, priority, message_id, expiration, timestamp, lengths, text_at, body_at = _fields(data)
-    headers = _decode_headers(data[text_at:body_at], lengths)
-    body = bytes(data[body_at:])
-    return Message(
-        message_id,
-        address,
-        headers,
-        body,
-        persistent=bool(flags & _PERSISTENT),
-        priority=priority,
-        expiration=expiration,
-        timestamp=timestamp,
-    )
-
-
-class StoredMessage(Message):
-    """A message rebuilt from its stored bytes whose headers and body are decoded when
-    first read: until then it holds the bytes it was read from (`_encoded`, the message's
-    encoding starting at `_at`). Made by `stored_message` only.
-
-    `headers` and `body` are the base class's slots, left unset: reading one that is unset
-    falls through to `__getattr__`, which decodes it and sets it, so after the first read it
-    is a plain slot again and the hot paths pay nothing for the laziness.
-    """
-
-    __slots__ = ("_at", "_encoded")
-
-    def __getattr__(self, name: str) -> object:
-        encoded = self._encoded
-        if encoded is None or name not in _LAZY:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        *_, lengths, text_at, body_at = _fields(encoded, self._at)
-        decoded = {"headers": _decode_headers(encoded[text_at:body_at], lengths),
-                   "body": encoded[body_at:]}
-        for attr in _LAZY:
-            try:
-                object.__getattribute__(self, attr)  # set already (assigned since): kept
-            except AttributeError:
-                setattr(self, attr, decoded[attr])
-        self._encoded = None
-        return decoded[name]
-
-
-_LAZY = ("headers", "body")
-
-
-def stored_message(data: bytes, at: int, address: str) -> Message:
-    """The message encoded in `data[at:]` (nothing may follow it), placed on `address`, its
-    headers and body left encoded (`StoredMessage`). Checks what `decode_message` checks
-    (CodecError), so bytes that would not decode are refused now, not when first read: the
-    header text is decoded here only when it is not ASCII (ASCII text always slices)."""
-    flags, priority, message_id, expiration, timestamp, lengths, text_at, body_at = _fields(data, at)
-    text = data[text_at:body_at]
-    if not text.isascii():
-        _decode_headers(text, lengths)
-    message = StoredMessage.__new__(StoredMessage)
-    message.message_id = message_id
-    message.address = address
-    message.persistent = bool(flags & _PERSISTENT)
-    message.priority = priority
-    message.expiration = expiration
-    message.timestamp = timestamp
-    message.refs = message.durable_refs = 0
-    message.memory_size = estimate_from_lengths(len(lengths) // 2, body_at - text_at, len(data) - body_at)
-    message.write = None
-    message._encoded, message._at = data, at
-    return message
+def decode_fields(data: bytes | memoryview, at: int = 0) -> MessageFields:
+    """The message encoded in `data[at:]` (nothing may follow it), decoded; CodecError."""
+    flags, priority, message_id, expiration, timestamp, lengths, text_at, body_at = read_head(data, at)
+    return MessageFields(message_id, bool(flags & _PERSISTENT), priority, expiration, timestamp,
+                         decode_headers(data[text_at:body_at], lengths), bytes(data[body_at:]))
 
 
 def check_encoded(data: bytes | memoryview) -> int:
-    """What `decode_message` checks, without building the message (`pagemq data check`):
-    the message id, or CodecError."""
-    _flags, _priority, message_id, _expiration, _timestamp, lengths, text_at, body_at = _fields(data)
-    _decode_headers(data[text_at:body_at], lengths)
-    return int(message_id)
+    """What a decode checks, without building anything (`pagemq data check`): the message
+    id, or CodecError."""
+    _flags, _priority, message_id, _expiration, _timestamp, lengths, text_at, body_at = read_head(data)
+    decode_headers(data[text_at:body_at], lengths)
+    return message_id
 
 
-def _fields(data: bytes | memoryview, at: int = 0
-            ) -> tuple[int, int, int, int, int, tuple[int, ...], int, int]:
+def read_head(data: bytes | memoryview, at: int = 0
+              ) -> tuple[int, int, int, int, int, tuple[int, ...], int, int]:
     """The head's fields, the header lengths, and where in `data` the header text and the
     body start, of the message encoded in `data[at:]`; CodecError unless they add up."""
     if len(data) - at < _HEAD.size:
@@ -197,7 +166,7 @@ def _fields(data: bytes | memoryview, at: int = 0
     return flags, priority, message_id, expiration, timestamp, lengths, text_at, body_at
 
 
-def _decode_headers(raw: bytes | memoryview, lengths: tuple[int, ...]) -> dict[str, str]:
+def decode_headers(raw: bytes | memoryview, lengths: tuple[int, ...]) -> dict[str, str]:
     """Decode the text block once; byte lengths equal character lengths when it is ASCII."""
     try:
         text = str(raw, "utf-8", "surrogatepass")

@@ -33,7 +33,7 @@ from pagemq.storage.api import (
 )
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.journal import Journal, OpKind
-from pagemq.storage.message_codec import CodecError, encode_message, stored_message
+from pagemq.storage.message_codec import CodecError, encode_message
 
 if TYPE_CHECKING:
     from pagemq.core.message import Message
@@ -171,13 +171,13 @@ class JournalMessageStore:
         messages = recovered.messages
         addresses: dict[bytes, str] = {}
         for record in result.records:
-            # A message keeps its record's payload and is decoded when first read
-            # (`stored_message`): recovery holds one copy of the in-memory messages.
+            # A message keeps its record's payload (the core decodes it when first read,
+            # `core.message_codec.stored_message`): recovery holds one copy of the in-memory
+            # messages.
             kind = record.type
             if kind == RecordType.MESSAGE:
                 payload = record.payload
                 queue_ids, address, at = _message_fields(payload, addresses)
-                message = stored_message(payload, at, address)
                 if record.updates:
                     acked = {
                         _U64.unpack(update)[0]
@@ -186,7 +186,7 @@ class JournalMessageStore:
                     }
                     queue_ids = [q for q in queue_ids if q not in acked]
                 if queue_ids:
-                    messages.append(RecoveredMessage(message, queue_ids))
+                    messages.append(RecoveredMessage(payload, at, address, queue_ids))
             elif kind == RecordType.QUEUE:
                 data = json.loads(record.payload)
                 recovered.queues.append(
@@ -244,7 +244,7 @@ class JournalMessageStore:
             self.journal.update(message_id, RecordType.ACK, _U64.pack(queue_id))
 
     def transaction(self, ops: list[StoreOp], *, sync: bool) -> asyncio.Future[None] | None:
-        journal_ops = []
+        journal_ops: list[tuple[OpKind, int, int, bytes]] = []
         for op in ops:
             if isinstance(op, StoreMessage):
                 journal_ops.append((

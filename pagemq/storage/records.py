@@ -338,8 +338,8 @@ def record_ops(record: Record, offset: int) -> list[ScannedOp]:
         delete: DeleteRecord = record  # type: ignore[assignment]
         return [ScannedOp(delete.seq, OpKind.DELETE, delete.id, 0, b"", offset + RECORD_HEADER.size)]
     if isinstance(record, AddRecord | UpdateRecord):
-        kind = OpKind.ADD if isinstance(record, AddRecord) else OpKind.UPDATE
-        return [ScannedOp(record.seq, kind, record.id, record.type, record.payload,
+        op = OpKind.ADD if isinstance(record, AddRecord) else OpKind.UPDATE
+        return [ScannedOp(record.seq, op, record.id, record.type, record.payload,
                           offset + RECORD_HEADER.size)]
     if isinstance(record, DeleteRecord):
         return [ScannedOp(record.seq, OpKind.DELETE, record.id, 0, b"", offset + RECORD_HEADER.size)]
@@ -580,7 +580,7 @@ class _ChunkReader:
             if kind == 3:  # a DELETE: type and payload are not read (`DeleteRecord`)
                 append((seq, OpKind.DELETE, id, 0, b"", start + at + header_size))
             else:
-                append((seq, kinds[kind], id, type, buf[at + header_size:body_end],  # type: ignore[arg-type]
+                append((seq, kinds[kind], id, type, buf[at + header_size:body_end],
                         start + at + header_size))
             floor = seq
             at = body_end + 4
@@ -613,7 +613,7 @@ class _ChunkReader:
         """
         head = self.read(offset, RECORD_HEADER.size)
         if len(head) == RECORD_HEADER.size:
-            skip = offset + RECORD_OVERHEAD + RECORD_HEADER.unpack_from(head, 0)[1]
+            skip: int = offset + RECORD_OVERHEAD + RECORD_HEADER.unpack_from(head, 0)[1]
             if skip < self._size and self._candidate(skip, floor, offset, tight, chain=0):
                 return skip
         position = offset + 1

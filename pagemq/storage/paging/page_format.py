@@ -447,7 +447,7 @@ def _resync(view: memoryview, pos: int, end: int, ordinal: int) -> int | None:
     """
     if pos + FRAME_HEADER.size <= end:
         magic, _crc, length, _first = FRAME_HEADER.unpack_from(view, pos)
-        skip = pos + FRAME_HEADER.size + length
+        skip: int = pos + FRAME_HEADER.size + length
         intact_header = magic == FRAME_MAGIC and 0 < length < MAX_FRAME
         if intact_header and skip < end and _frame_fits(view, skip, end, pos, ordinal, follow=False):
             return skip
@@ -484,7 +484,7 @@ def _frame_fits(view: memoryview, at: int, end: int, damaged_at: int, ordinal: i
         # Damaged too, but where a frame should start (its magic, or the ordinal that comes
         # next, survived): the candidate sits between two damaged frames.
         magic, _crc, _length, next_first = FRAME_HEADER.unpack_from(view, follower)
-        return magic == FRAME_MAGIC or next_first == first + len(entries)
+        return bool(magic == FRAME_MAGIC or next_first == first + len(entries))
     return next_first == first + len(entries)
 
 
@@ -659,7 +659,7 @@ class PageSummaryRecord:
                 end = pos + batches * TX_ENTRY.size
                 if end > len(data) - CRC.size:
                     raise FrameError("summary transaction section runs past its end")
-                tx_batches = [tuple(entry) for entry in TX_ENTRY.iter_unpack(data[pos:end])]  # type: ignore[misc]
+                tx_batches = [tuple(entry) for entry in TX_ENTRY.iter_unpack(data[pos:end])]
                 pos = end
         except struct.error as exc:
             raise FrameError(f"summary sections malformed: {exc}") from exc

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from pagemq.storage.fileio import AppendFile, FileIO
@@ -302,9 +303,9 @@ class PageWriter:
         deletes: list[tuple[DeleteOp, OSError | None]] = []
         for op in batch.ops:
             if isinstance(op, CloseOp):
-                failed = self._guarded("close", op.page_no, lambda op=op: self._close(op))
+                failed = self._guarded("close", op.page_no, partial(self._close, op))
             elif isinstance(op, DeleteOp):
-                failed = self._guarded("delete", op.page_no, lambda op=op: self._delete(op))
+                failed = self._guarded("delete", op.page_no, partial(self._delete, op))
                 deletes.append((op, failed))
             else:
                 continue

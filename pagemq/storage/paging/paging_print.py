@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from pagemq.storage.message_codec import CodecError, decode_message
+from pagemq.storage.message_codec import CodecError, decode_fields
 from pagemq.storage.paging.page_format import (
     FILE_HEADER,
     PAGE_SUFFIX,
@@ -127,7 +127,7 @@ def _record_line(record: PagedRecord) -> str:
     flags = "persistent" if record.persistent else "non-persistent"
     queues = ",".join(str(q) for q in record.queue_ids)
     try:
-        message = decode_message(record.message, "")
+        message = decode_fields(record.message)
     except CodecError as exc:
         return f"id={record.message_id} queues=[{queues}] {flags} undecodable message ({exc})"
     items = list(message.headers.items())

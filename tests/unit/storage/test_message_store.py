@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from pagemq.core.broker import Broker
 from pagemq.core.message import Message
+from pagemq.core.message_codec import CodecError, StoredMessage, encode_message, stored_message
+from pagemq.core.settings import AddressSettingsRepository
 from pagemq.storage.api import CursorAck, CursorComplete
-from pagemq.storage.message_codec import CodecError, StoredMessage, encode_message
 from pagemq.storage.message_store import JournalMessageStore, RecordType
 
 
@@ -79,9 +81,9 @@ def test_messages_come_back_undecoded_with_the_queues_that_still_hold_them(tmp_p
         (Message(7, "events", {}, b"", persistent=True), (3, 4, 5)),
     ], acks=[(5, 1), (7, 4)])
     recovered = JournalMessageStore(tmp_path, file_size=1 << 20).load()
-    assert [(m.message.message_id, m.queue_ids) for m in recovered.messages] == [
-        (5, [2]), (6, [2]), (7, [3, 5])]
-    first, second, third = (m.message for m in recovered.messages)
+    first, second, third = (stored_message(m.payload, m.at, m.address) for m in recovered.messages)
+    assert [(m.message_id, r.queue_ids) for m, r in zip((first, second, third), recovered.messages,
+                                                         strict=True)] == [(5, [2]), (6, [2]), (7, [3, 5])]
     assert all(isinstance(m, StoredMessage) and m._encoded is not None  # type: ignore[attr-defined]
                for m in (first, second, third))
     assert (first.priority, second.expiration, third.address) == (7, 99, "events")
@@ -91,13 +93,14 @@ def test_messages_come_back_undecoded_with_the_queues_that_still_hold_them(tmp_p
     assert (third.headers, third.body) == ({}, b"")
 
 
-def test_a_message_record_whose_message_would_not_decode_stops_the_load(tmp_path: Path) -> None:
-    """Checked when loaded, although decoded only when first read: a broker must not start
-    without a message it cannot read (the next cleanup would lose it)."""
+def test_a_message_record_whose_message_would_not_decode_stops_the_recovery(tmp_path: Path) -> None:
+    """Checked when recovered, although decoded only when first read: a broker must not start
+    without a message it cannot read (the next cleanup would lose it). The store hands the
+    record's bytes over; the core's recovery rebuilds (and so checks) every message."""
     payload = struct.pack("<HQ", 1, 3) + struct.pack("<H", 1) + b"q"
     encoded = bytearray(encode_message(Message(9, "q", {"k": "\xe9"}, b"x", persistent=True)))
     at = encoded.index("é".encode())
     encoded[at:at + 2] = b"\xff\xfe"
     write(tmp_path, (9, RecordType.MESSAGE, payload + bytes(encoded)))
     with pytest.raises(CodecError, match="UTF-8"):
-        JournalMessageStore(tmp_path, file_size=1 << 20).load()
+        Broker(AddressSettingsRepository(), store=JournalMessageStore(tmp_path, file_size=1 << 20)).recover()

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagemq.core.message import Message
-from pagemq.storage.message_codec import CodecError, decode_message, encode_message
+from pagemq.core.message_codec import CodecError, decode_message, encode_message
 
 
 def _message(**overrides: object) -> Message:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagemq.core.message import Message, estimate_memory
-from pagemq.storage.message_codec import CodecError, decode_message, encode_message, stored_message
+from pagemq.core.message_codec import CodecError, decode_message, encode_message, stored_message
 
 _SLOTS = [name for name in Message.__slots__ if name != "__weakref__"]
 
