@@ -155,6 +155,7 @@ class ReadAhead:
                 self._waiting = True
                 raise StopIteration
             self._next = None
+            self._waiting = False  # in before its hand-back ran: that one is ignored
             chunk, ended = future.result()  # a read's error surfaces here, on the loop
             buffer.extend(chunk)
             if not ended:
