@@ -10,9 +10,11 @@ pages' own `lose`). What the store writes to its journal and tells its listener 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.message_store import JournalMessageStore
@@ -27,6 +29,7 @@ ADDRESS = "orders"
 PAGE_SIZE = 4096  # a few 1000-byte records a page, in either store
 
 CursorRecord = CursorAck | CursorComplete | PageTxCommit
+T = TypeVar("T")
 
 
 class Tags:
@@ -69,6 +72,27 @@ class Recorder:
 
     def flush(self) -> asyncio.Future[None]:
         return self.inner.flush()
+
+
+class SteppedPageIO:
+    """The page-I/O seam run by the test: reads wait until `run` does them (on the loop's
+    thread), so "nothing now, woken later" is deterministic."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = []
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self.queued.append((fn, future))
+        return future
+
+    async def run(self) -> int:
+        """Do the reads submitted so far, and let their hand-backs run; how many were done."""
+        queued, self.queued = self.queued, []
+        for fn, future in queued:
+            future.set_result(fn())
+        await asyncio.sleep(0)
+        return len(queued)
 
 
 class Listener:
