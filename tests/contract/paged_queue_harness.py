@@ -10,17 +10,16 @@ pages' own `lose`). What the store writes to its journal and tells its listener 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
 from pagemq.storage.paging.memory_queue_store import MemoryCursorLog, MemoryPagedQueueStore, MemoryPages
 from pagemq.storage.paging.page_format import FILE_HEADER, FRAME_HEADER, page_file_name, read_frames
+from pagemq.storage.paging.page_io import QueuedPageIO
 from pagemq.storage.paging.page_store import PageStore, RecordsLost
 from pagemq.storage.paging.paged_queues import PagedQueues
 from pagemq.storage.paging.queue_store import CursorJournal, CursorRecords, PagedRecovery
@@ -29,7 +28,6 @@ ADDRESS = "orders"
 PAGE_SIZE = 4096  # a few 1000-byte records a page, in either store
 
 CursorRecord = CursorAck | CursorComplete | PageTxCommit
-T = TypeVar("T")
 
 
 class Tags:
@@ -74,25 +72,13 @@ class Recorder:
         return self.inner.flush()
 
 
-class SteppedPageIO:
-    """The page-I/O seam run by the test: reads wait until `run` does them (on the loop's
-    thread), so "nothing now, woken later" is deterministic."""
+class SteppedPageIO(QueuedPageIO):
+    """The page-I/O seam run by the test, on the loop, hand-backs included."""
 
-    def __init__(self) -> None:
-        self.queued: list[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = []
-
-    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self.queued.append((fn, future))
-        return future
-
-    async def run(self) -> int:
-        """Do the reads submitted so far, and let their hand-backs run; how many were done."""
-        queued, self.queued = self.queued, []
-        for fn, future in queued:
-            future.set_result(fn())
+    async def step(self) -> int:
+        done = self.run()
         await asyncio.sleep(0)
-        return len(queued)
+        return done
 
 
 class Listener:

@@ -370,7 +370,7 @@ async def test_a_read_in_the_worker_answers_nothing_now_then_wakes_the_queue(h: 
             continue
         assert a.reading and a.unread == 10 - len(taken)
         woken = len(h.listener.woken)
-        assert await io.run() >= 1
+        assert await io.step() >= 1
         assert h.listener.woken[woken:] == [A] and not a.reading
         waits += 1
     assert ids(taken) == list(range(1, 11))
@@ -387,7 +387,7 @@ async def test_a_peek_waiting_for_a_read_moves_nothing(h: Harness) -> None:
     position = a.position()
     assert a.peek() is None and a.reading
     assert (a.unread, a.position()) == (2, position)
-    await io.run()
+    await io.step()
     assert ids([a.peek(), a.take(), a.take()]) == [1, 1, 2]  # type: ignore[list-item]
 
 
@@ -397,5 +397,5 @@ async def test_a_read_landing_for_a_dropped_queue_wakes_nobody(h: Harness) -> No
     io = read_in_worker(h)
     assert h.store.queue(A).take() is None
     h.store.drop_queue(A)
-    await io.run()
+    await io.step()
     assert h.listener.woken == []

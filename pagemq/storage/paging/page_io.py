@@ -15,7 +15,7 @@ time (an iterator is never advanced by two threads at once); every piece of book
 on the loop. What a reader may see is fixed on the loop when it is made (`PageStore.read_page`).
 
 A seam for tests: anything with `submit` will do; `InlinePageIO` runs the read at once on
-the caller's thread, so a store without a worker reads synchronously as before.
+the caller's thread; `QueuedPageIO` holds reads until the test runs them.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import asyncio
 import concurrent.futures
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pagemq.storage.paging.page_format import PagedRecord
 
-__all__ = ["CHUNK_BYTES", "InlinePageIO", "PageIO", "PageIOWorker", "ReadAhead"]
+__all__ = ["CHUNK_BYTES", "InlinePageIO", "PageIO", "PageIOWorker", "QueuedPageIO", "ReadAhead"]
 
 CHUNK_BYTES = 256 * 1024
 """Messages read per chunk: with one chunk read ahead, a reading queue holds at most about
@@ -74,6 +74,27 @@ class InlinePageIO:
         except BaseException as error:  # handed to whoever takes the result, as a worker would
             future.set_exception(error)
         return future
+
+
+class QueuedPageIO:
+    """Reads wait until `run` does them on the caller's thread: a seam that makes "nothing
+    now, woken later" deterministic in tests (tests/contract, tests/unit)."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = []
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self.queued.append((fn, future))
+        return future
+
+    def run(self, count: int | None = None) -> int:
+        """Do the oldest `count` reads submitted (all: None); how many were done."""
+        todo = self.queued[:count] if count is not None else list(self.queued)
+        del self.queued[:len(todo)]
+        for fn, future in todo:
+            future.set_result(fn())
+        return len(todo)
 
 
 def _hand_back(loop: asyncio.AbstractEventLoop, landed: Callable[[concurrent.futures.Future[Chunk]], None],

@@ -4,18 +4,24 @@ page files runs in the page-I/O worker, a bounded chunk at a time, one chunk rea
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pagemq.storage.api import CursorAck, CursorComplete
+from pagemq.storage.api import MemoryStore
 from pagemq.storage.fileio import RealFileIO
 from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
 from pagemq.storage.paging.page_format import PagedRecord
-from pagemq.storage.paging.page_io import CHUNK_BYTES, InlinePageIO, PageIOWorker, ReadAhead, read_chunk
+from pagemq.storage.paging.page_io import (
+    CHUNK_BYTES,
+    InlinePageIO,
+    PageIOWorker,
+    QueuedPageIO,
+    ReadAhead,
+    read_chunk,
+)
 from pagemq.storage.paging.page_store import PageStore
 from pagemq.storage.paging.queue_store import CursorRecords
 
@@ -33,22 +39,6 @@ class ThreadNotingFileIO(RealFileIO):
         if path.name.endswith(".page"):
             self.readers.add(threading.get_ident())
         return super().read_range(path, offset, length)
-
-
-class NoJournal:
-    def cursor_ack(self, record: CursorAck) -> None:
-        return None
-
-    def cursor_complete(self, record: CursorComplete) -> None:
-        return None
-
-    def delete_record(self, record_id: int) -> None:
-        return None
-
-    def flush(self) -> asyncio.Future[None]:
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
 
 
 class Woken:
@@ -73,7 +63,7 @@ def test_a_queues_page_reads_run_in_the_worker_not_on_the_loop(tmp_path: Path) -
         pages.open()
         pages.start(asyncio.get_running_loop())
         ids = itertools.count(1)
-        store = FilePagedQueueStore(pages, CursorRecords(NoJournal(), lambda: next(ids)))
+        store = FilePagedQueueStore(pages, CursorRecords(MemoryStore(), lambda: next(ids)))
         listener = store.listener = Woken()
         for n in range(1, 201):
             store.append([PagedRecord(n, (QUEUE,), True, b"x" * 2000)])
@@ -113,38 +103,22 @@ def test_a_chunk_is_bounded_by_bytes_not_by_the_page() -> None:
     assert ended and [o for o, _r in rest] == [0, 1]
 
 
-class Stepped:
-    """A worker the test runs: reads wait in `queued`."""
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = []
-
-    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self.queued.append((fn, future))
-        return future
-
-    def run_one(self) -> None:
-        fn, future = self.queued.pop(0)
-        future.set_result(fn())
-
-
 def test_the_next_chunk_is_read_while_this_one_is_consumed() -> None:
     async def main() -> None:
-        io = Stepped()
+        io = QueuedPageIO()
         arrived: list[bool] = []
         ahead = ReadAhead(records(10, 100 * 1024), io, lambda: arrived.append(True))
         assert list(ahead) == [] and ahead.pending and len(io.queued) == 1
-        io.run_one()
+        io.run(1)
         await asyncio.sleep(0)
         assert arrived == [True] and not ahead.pending
         assert next(ahead)[0] == 0
         assert len(io.queued) == 1  # the second chunk is on its way before the first is used
-        io.run_one()
+        io.run(1)
         assert [o for o, _r in ahead] == [1, 2, 3, 4, 5]  # on from the first chunk to the second
         assert len(io.queued) == 1  # and the third is read ahead, never more than one
         ahead.close()
-        io.run_one()
+        io.run(1)
         await asyncio.sleep(0)
         assert arrived == [True]  # closed: a chunk landing after is dropped
 
