@@ -8,7 +8,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pagemq.storage.api import MemoryStore
 from pagemq.storage.fileio import RealFileIO
@@ -25,7 +25,6 @@ from pagemq.storage.paging.page_io import (
 from pagemq.storage.paging.page_store import PageStore
 from pagemq.storage.paging.queue_store import CursorRecords
 
-T = TypeVar("T")
 QUEUE = 7
 
 
