@@ -177,6 +177,8 @@ class ReadAhead:
                 raise StopIteration
             self._next = None
             self._waiting = False  # in before its hand-back ran: that one is ignored
+            if future.cancelled():
+                raise StopIteration  # the worker shut down (broker stop): nothing more is read
             chunk, ended = future.result()  # a read's error surfaces here, on the loop
             buffer.extend(chunk)
             if not ended:

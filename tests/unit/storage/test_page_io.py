@@ -127,3 +127,13 @@ def test_the_next_chunk_is_read_while_this_one_is_consumed() -> None:
 def test_inline_reads_are_synchronous() -> None:
     ahead = ReadAhead(records(5, 10), InlinePageIO(), lambda: None)
     assert [o for o, _r in ahead] == [0, 1, 2, 3, 4] and not ahead.pending
+
+
+def test_a_read_cancelled_at_shutdown_ends_the_reader() -> None:
+    async def main() -> None:
+        io = QueuedPageIO()
+        ahead = ReadAhead(records(3, 10), io, lambda: None)
+        io.queued.pop()[1].cancel()
+        assert list(ahead) == [] and not ahead.pending
+
+    asyncio.run(main())
