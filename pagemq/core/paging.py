@@ -162,6 +162,8 @@ class PageCursor:
         when none is left to read (or the next was written after the restart: it is newer)."""
         book = self.book
         found = book.peek() if book.unread > 0 else None
+        if found is None and book.reading:
+            return  # the next paged one is being read: released when it is in (wake)
         self._release_below(found[2].message_id if found is not None else None)
 
     def release_held(self) -> None:
@@ -185,8 +187,10 @@ class PageCursor:
         book = self.book
         found = book.peek() if book.unread > 0 else None
         message_id = ref.message.message_id
-        if found is None or message_id < found[2].message_id:
+        if found is None and not book.reading:
             return False
+        if found is not None and message_id < found[2].message_id:
+            return False  # (being read: held back until the next paged one is known)
         bisect.insort(self.queue.held, ref, key=_message_id)
         ref.queued = True
         for scan in self._scans.values():

@@ -28,6 +28,7 @@ from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.lock import DataDirectoryLock
 from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_io import PageIOWorker
 from pagemq.storage.paging.page_recovery import remove_unfinished_folders
 from pagemq.storage.paging.page_store import PageStore
 
@@ -66,6 +67,8 @@ class BrokerServer:
         )
         self.broker.paging_directory = broker_config.paging_directory
         self._page_stores: list[PageStore] = []
+        # Queues' page reads, for every address (storage/paging/page_io.py); made on first use.
+        self._page_io: PageIOWorker | None = None
         self._stomp: asyncio.Server | None = None
         self._connections: set[StompServerProtocol] = set()
         self._http = None
@@ -147,12 +150,18 @@ class BrokerServer:
                 self.archive_directory / "paging" if self.archive_directory is not None else None
             ),
             fileio=self.fileio,
+            page_io=self._page_io_worker(),
         )
         store.set_summary_builder(PageSummary)
         store.open()
         store.start(asyncio.get_running_loop())
         self._page_stores.append(store)
         return store
+
+    def _page_io_worker(self) -> PageIOWorker:
+        if self._page_io is None:
+            self._page_io = PageIOWorker()
+        return self._page_io
 
     def _configure_addresses(self) -> None:
         broker = self.broker
@@ -225,6 +234,8 @@ class BrokerServer:
         self.broker.write_acks()
         for page_store in self._page_stores:
             await page_store.close()
+        if self._page_io is not None:
+            self._page_io.shutdown()  # a read still in flight ends at once (its file handle)
         await self.store.close()
         self._lock.release()
         log.info("stopped")

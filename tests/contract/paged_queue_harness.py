@@ -19,6 +19,7 @@ from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
 from pagemq.storage.paging.memory_queue_store import MemoryCursorLog, MemoryPagedQueueStore, MemoryPages
 from pagemq.storage.paging.page_format import FILE_HEADER, FRAME_HEADER, page_file_name, read_frames
+from pagemq.storage.paging.page_io import QueuedPageIO
 from pagemq.storage.paging.page_store import PageStore, RecordsLost
 from pagemq.storage.paging.paged_queues import PagedQueues
 from pagemq.storage.paging.queue_store import CursorJournal, CursorRecords, PagedRecovery
@@ -69,6 +70,15 @@ class Recorder:
 
     def flush(self) -> asyncio.Future[None]:
         return self.inner.flush()
+
+
+class SteppedPageIO(QueuedPageIO):
+    """The page-I/O seam run by the test, on the loop, hand-backs included."""
+
+    async def step(self) -> int:
+        done = self.run()
+        await asyncio.sleep(0)
+        return done
 
 
 class Listener:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from paged_queue_harness import FileHarness, Harness, MemoryHarness
+from paged_queue_harness import FileHarness, Harness, MemoryHarness, SteppedPageIO
 
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.queue_store import Appended, Entry, PagedQueue, PagedQueueStore
@@ -344,3 +344,58 @@ async def test_a_page_finished_before_a_restart_stays_gone(h: Harness) -> None:
     assert first_page not in h.page_numbers()
     assert recovery.stale == []  # its cursor records went with it
     assert recovery.queues[A].paged == h.store.queue(A).unread > 0
+
+
+# -- reads in the page-I/O worker ------------------------------------------------------------
+
+
+def read_in_worker(h: Harness) -> SteppedPageIO:
+    """The store's page reads go through a seam the test runs (see storage/paging/page_io)."""
+    io = SteppedPageIO()
+    h.store.medium.page_io = io
+    return io
+
+
+@each_store
+async def test_a_read_in_the_worker_answers_nothing_now_then_wakes_the_queue(h: Harness) -> None:
+    await fill(h, 10, A, B)
+    io = read_in_worker(h)
+    a = h.store.queue(A)
+    taken: list[Entry] = []
+    waits = 0
+    while len(taken) < 10:
+        entry = a.take()
+        if entry is not None:
+            taken.append(entry)
+            continue
+        assert a.reading and a.unread == 10 - len(taken)
+        woken = len(h.listener.woken)
+        assert await io.step() >= 1
+        assert h.listener.woken[woken:] == [A] and not a.reading
+        waits += 1
+    assert ids(taken) == list(range(1, 11))
+    assert waits >= len(h.page_numbers()) >= 3  # a read for each page at least
+    assert a.take() is None and not a.reading  # read out: nothing is read for it
+    assert ids(take_all(h.store.queue(B))) == [] and h.store.queue(B).reading
+
+
+@each_store
+async def test_a_peek_waiting_for_a_read_moves_nothing(h: Harness) -> None:
+    await fill(h, 2, A)
+    io = read_in_worker(h)
+    a = h.store.queue(A)
+    position = a.position()
+    assert a.peek() is None and a.reading
+    assert (a.unread, a.position()) == (2, position)
+    await io.step()
+    assert ids([a.peek(), a.take(), a.take()]) == [1, 1, 2]  # type: ignore[list-item]
+
+
+@each_store
+async def test_a_read_landing_for_a_dropped_queue_wakes_nobody(h: Harness) -> None:
+    await fill(h, 2, A)
+    io = read_in_worker(h)
+    assert h.store.queue(A).take() is None
+    h.store.drop_queue(A)
+    await io.step()
+    assert h.listener.woken == []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord, PageScan
+from pagemq.storage.paging.page_io import PageIO
 from pagemq.storage.paging.page_store import PageInfo, PageState, RecordsLost, SummaryBuilder
 from pagemq.storage.paging.paged_queues import PagedQueues
 from pagemq.storage.paging.queue_store import CursorRecords
@@ -50,6 +51,7 @@ class MemoryPages:
         self.address = address
         self.page_size_bytes = page_size_bytes
         self.on_records_lost: Callable[[RecordsLost], None] = lambda _lost: None
+        self.page_io: PageIO | None = None  # pages are in memory: read on the loop
         self._pages: dict[int, _MemoryPage] = {}
         self._builder_factory: Callable[[], SummaryBuilder] | None = None
         self._live = self._new_page(1)
@@ -145,6 +147,7 @@ class MemoryPages:
         self.roll()
         fresh = MemoryPages(self.address, page_size_bytes=self.page_size_bytes)
         fresh._builder_factory = self._builder_factory
+        fresh.page_io = self.page_io
         for page_no, page in sorted(self._pages.items()):
             page.state.previous_run = True
             fresh._pages[page_no] = page

@@ -15,11 +15,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_io import PageIO
 from pagemq.storage.paging.page_store import PageInfo, RecordsLost
 
 
 class PageMedium(Protocol):
     address: str
+    # Where a queue's in-order reading advances `read_page`'s iterator (see page_io); None:
+    # synchronously, on the loop (pages held in memory).
+    page_io: PageIO | None
     on_records_lost: Callable[[RecordsLost], None]
 
     def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None

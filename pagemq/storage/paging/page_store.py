@@ -30,9 +30,10 @@ Guarantees that store relies on (docs/formats/page.md has the bytes):
   it was live); then `on_records_lost` is called once with what the damage took: records
   per queue and their ordinals (`RecordsLost`), so the caller can stop counting them.
 
-Threads: everything except `read_page` is for the event loop's thread. `read_page` may run
-in a worker thread; it reads files and the writer's published sizes only (damage it meets
-is handed to the loop).
+Threads: everything is for the event loop's thread except advancing the iterator
+`read_page` returns, which may run in a worker thread (`page_io`, given as `page_io`): what
+it may read is fixed on the loop when `read_page` is called; the iterator reads files only
+(damage it meets is handed to the loop).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from pagemq.storage.paging.page_format import (
     page_format_version,
     read_frames,
 )
+from pagemq.storage.paging.page_io import PageIO
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
@@ -176,12 +178,15 @@ class PageStore:
         sync_timeout: float = 0.003,
         fileio: FileIO = REAL_FILE_IO,
         archive_directory: Path | None = None,
+        page_io: PageIO | None = None,
     ) -> None:
         if page_size_bytes <= FILE_HEADER.size:
             raise ValueError(f"page_size_bytes must exceed the {FILE_HEADER.size}-byte file header")
         self.address = address
         self.page_size_bytes = page_size_bytes
         self.fileio = fileio
+        # Where queues' in-order reads of the pages run (page_io); None: on the caller's thread.
+        self.page_io = page_io
         self.folder = paging_directory / folder_name(address)
         self.archive_folder = (
             archive_directory / self.folder.name if archive_directory is not None else None

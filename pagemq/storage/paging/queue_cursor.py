@@ -11,7 +11,9 @@ Reading: the queue reads the page files in order from its position; `peek` looks
 record it would take without taking it (the core's held-back refs and selective consumers
 need its message id), `take` passes it. A page not yet fully written (a batch still with the
 page writer) is waited for (`wait_for_write`) rather than taken as read; a record of an
-undecided transaction stops the reading until the transaction is decided.
+undecided transaction stops the reading until the transaction is decided. Over a medium with
+a page-I/O worker (`page_io`), the page is read there a chunk ahead: while the next chunk is
+being read the queue's reading answers None (`reading`) and is woken when it is in.
 
 Loop-only.
 """
@@ -24,6 +26,7 @@ from typing import Protocol
 
 from pagemq.storage.api import CursorAck
 from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_io import ReadAhead
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.queue_store import CursorJournal, Entry, Position
 
@@ -85,8 +88,13 @@ class QueueCursor:
         # The record at (_read_page, _read_ordinal), read from the page but not yet taken.
         self._peeked: Entry | None = None
         self._reader: Iterator[tuple[int, PagedRecord]] | None = None
+        # The reader, when its chunks are read in the page-I/O worker (see page_io).
+        self._ahead: ReadAhead | None = None
         # The reader covers the whole page: made after it closed and every batch was written.
         self._reader_final = False
+        # Every record appended was readable when the reader was made, and none for this
+        # queue was appended since: once the reader is read out, so is the page for now.
+        self._reader_saw_all = False
 
     def on_paged(self, page_no: int) -> None:
         page = self.pages.get(page_no)
@@ -94,6 +102,7 @@ class QueueCursor:
             page = self.pages[page_no] = CursorPage()
         page.count += 1
         self.unread += 1
+        self._reader_saw_all = False
 
     # -- reading in order -----------------------------------------------------------------
 
@@ -122,24 +131,14 @@ class QueueCursor:
             self._read_ordinal = ordinal + 1
         queue_id = self.queue_id
         medium = self._medium
-        fresh = False  # the reader was made in this call (nothing was appended since)
-        saw_all = False  # ... and every record appended was readable before it was made
         while True:
-            if self._reader is None:
-                fresh = True
-                if self._read_page not in self.pages or self._page_read_out:
-                    page_no = self._next_page()
-                    if page_no is None:
-                        return None
-                    self._read_page, self._read_ordinal = page_no, 0
-                    self._page_read_out = False
-                # Asked before the reader is made: the writer thread may make more readable
-                # meanwhile, and a later answer would not be about what this reader sees.
-                saw_all = medium.fully_readable(self._read_page)
-                self._reader_final = saw_all and self._read_page != medium.live_page_no()
-                self._reader = medium.read_page(self._read_page, self._read_ordinal)
+            reader = self._reader
+            if reader is None:
+                reader = self._open_reader()
+                if reader is None:
+                    return None
             page = self.pages.get(self._read_page)
-            for ordinal, record in self._reader:
+            for ordinal, record in reader:
                 self._read_ordinal = ordinal + 1
                 if page is None or queue_id not in record.queue_ids or ordinal in page.acked:
                     continue
@@ -150,21 +149,57 @@ class QueueCursor:
                 self._read_ordinal = ordinal
                 if record.txid and self._owner.waits_for_commit(record.txid, queue_id):
                     # Its transaction is not committed yet: nothing behind it goes first.
-                    self._reader = None
+                    self._drop_reader()
                     return None
                 self._peeked = (self._read_page, ordinal, record)
                 return self._peeked
-            self._reader = None
+            if self._ahead is not None and self._ahead.pending:
+                return None  # the next chunk is being read: `_chunk_in` wakes the queue
+            self._drop_reader()
             if self._reader_final:
                 self._page_read_out = True
                 continue
-            if fresh and saw_all:
+            if self._reader_saw_all:
                 return None  # the live page: everything appended so far is read
             # The reader saw the page as it was when made: records may have been appended or
             # written since (and the page closed). Read on once what was appended is written.
             if not medium.fully_readable(self._read_page):
                 self.wait_for_write()
                 return None
+
+    def _open_reader(self) -> Iterator[tuple[int, PagedRecord]] | None:
+        """A reader from the read position, moved to the next page if this one is read out;
+        None when no page is left."""
+        medium = self._medium
+        if self._read_page not in self.pages or self._page_read_out:
+            page_no = self._next_page()
+            if page_no is None:
+                return None
+            self._read_page, self._read_ordinal = page_no, 0
+            self._page_read_out = False
+        # Asked before the reader is made: the writer thread may make more readable
+        # meanwhile, and a later answer would not be about what this reader sees.
+        saw_all = self._reader_saw_all = medium.fully_readable(self._read_page)
+        self._reader_final = saw_all and self._read_page != medium.live_page_no()
+        reader = medium.read_page(self._read_page, self._read_ordinal)
+        if medium.page_io is not None:
+            reader = self._ahead = ReadAhead(reader, medium.page_io, self._chunk_in)
+        self._reader = reader
+        return reader
+
+    @property
+    def reading(self) -> bool:
+        """`peek` found nothing because a chunk of the page is being read: a wake follows."""
+        return self._ahead is not None and self._ahead.pending
+
+    def _chunk_in(self) -> None:
+        self._owner.wake(self.queue_id)
+
+    def _drop_reader(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
+        self._reader = None
 
     def _next_page(self) -> int | None:
         later = [p for p in self.pages if p > self._read_page]
@@ -326,7 +361,7 @@ class QueueCursor:
             self._write_page_acks(page_no, page)
         del self.pages[page_no]
         if self._read_page == page_no:
-            self._reader = None  # nothing left for us in it
+            self._drop_reader()  # nothing left for us in it
             self._peeked = None
         self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
 
@@ -336,4 +371,5 @@ class QueueCursor:
             page = self.pages.pop(page_no)
             self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
         self.unread = 0
-        self._reader = self._peeked = None
+        self._drop_reader()
+        self._peeked = None

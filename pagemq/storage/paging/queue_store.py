@@ -129,12 +129,15 @@ class PagedQueue(Protocol):
     queue_id: int
     unread: int  # records on disk for the queue, not read into memory (nor claimed)
     waiting_for_write: bool  # reading stopped until the page's appended records are written
+    # `peek` answered None because the next records are being read in the page-I/O worker
+    # (storage/paging/page_io.py): not "none left"; `listener.wake` follows when they are in.
+    reading: bool
 
     def peek(self) -> Entry | None:
         """The next record for the queue at its read position, not taken: the position
         stays on it. Skips acknowledged, claimed, voided and lost records. None when nothing
         is readable now (then `PagedQueueStore.listener.wake` says when to ask again if a
-        write or an undecided transaction is in the way)."""
+        write, an undecided transaction or a page read in the worker is in the way)."""
 
     def take(self) -> Entry | None:
         """`peek`, and the read position moves past it: the record is now in memory."""
