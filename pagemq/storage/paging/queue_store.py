@@ -129,9 +129,12 @@ class PagedQueue(Protocol):
     queue_id: int
     unread: int  # records on disk for the queue, not read into memory (nor claimed)
     waiting_for_write: bool  # reading stopped until the page's appended records are written
-    # `peek` answered None because the next records are being read in the page-I/O worker
-    # (storage/paging/page_io.py): not "none left"; `listener.wake` follows when they are in.
-    reading: bool
+
+    @property
+    def reading(self) -> bool:
+        """`peek` answered None because the next records are being read in the page-I/O
+        worker (storage/paging/page_io.py): not "none left"; `listener.wake` follows when
+        they are in."""
 
     def peek(self) -> Entry | None:
         """The next record for the queue at its read position, not taken: the position
