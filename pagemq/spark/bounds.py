@@ -37,7 +37,8 @@ class ColumnRange:
         """The range that lets through only what both this one and the given one do."""
         new_low = low if self.low is None else self.low if low is None else max(self.low, low)
         new_high = high if self.high is None else self.high if high is None else min(self.high, high)
-        new_values = values if self.values is None else self.values if values is None else self.values & values
+        new_values = (values if self.values is None else self.values if values is None
+                      else self.values & values)
         return ColumnRange(new_low, new_high, new_values)
 
     def meets(self, low: float, high: float, values: set[object] | None = None) -> bool:

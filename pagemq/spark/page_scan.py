@@ -105,8 +105,8 @@ class ScanOptions:
                    flag(options, "failOnDataLoss", True), include_archived)
         if scan.folder() is None and scan.archive_folder() is None:
             where = f"{paging}" + (f" or {archive / 'paging'}" if include_archived else "")
-            raise PagemqOptionError("address", f"no page folder for address {address!r} in {where} "
-                                               "(the address never paged, or the path is not its data directory)")
+            raise PagemqOptionError("address", f"no page folder for address {address!r} in {where} (the "
+                                               "address never paged, or path is not its data directory)")
         return scan
 
     def folder(self) -> Path | None:
@@ -196,7 +196,7 @@ def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
     damage: list[FrameDamage] = []
     reported = 0
     rows = _Rows(task)
-    for ordinal, record in read_page_file(path, task.page_no, damage, limit=task.limit):
+    for ordinal, record in read_page_file(Path(path), task.page_no, damage, limit=task.limit):
         if len(damage) > reported:
             reported = _report(task, path, damage, reported)
         if record.txid and record.txid not in task.committed:
@@ -291,8 +291,8 @@ class _Rows:
 
     def batch(self) -> pa.RecordBatch:
         millis = pa.array(self.timestamps, pa.int64())
-        headers = pa.MapArray.from_arrays(pa.array(self.offsets, pa.int32()), pa.array(self.keys, pa.string()),
-                                          pa.array(self.values, pa.string()))
+        keys, values = pa.array(self.keys, pa.string()), pa.array(self.values, pa.string())
+        headers = pa.MapArray.from_arrays(pa.array(self.offsets, pa.int32()), keys, values)
         columns = [
             pa.array(self.ids, pa.string()),
             pa.array([self.task.address] * self.count, pa.string()),

@@ -80,7 +80,8 @@ class PagemqDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         scan = ScanOptions.parse(self.options)
         if schema != READ_STRUCT:
-            raise ValueError(f"the pagemq source has a fixed schema ({READ_SCHEMA}); got {schema.simpleString()}")
+            raise ValueError(f"the pagemq source has a fixed schema ({READ_SCHEMA}); "
+                             f"got {schema.simpleString()}")
         return PageFileReader(scan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -126,7 +127,7 @@ class PageFileReader(DataSourceReader):
 
 def narrowed(bounds: Bounds, item: Filter) -> Bounds:
     """`bounds` with what one pushed filter says about `seq`, `timestamp` or `priority`."""
-    attribute = getattr(item, "attribute", ())
+    attribute: tuple[str, ...] = getattr(item, "attribute", ())
     if len(attribute) != 1 or attribute[0] not in _PUSHED_COLUMNS:
         return bounds
     column = attribute[0]
@@ -152,7 +153,7 @@ def narrowed(bounds: Bounds, item: Filter) -> Bounds:
     return bounds
 
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _integer(value: object) -> int | None:
@@ -163,6 +164,6 @@ def _integer(value: object) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, datetime.datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.timezone.utc)
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
         return (aware - _EPOCH) // datetime.timedelta(microseconds=1)
     return None

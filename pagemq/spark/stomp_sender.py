@@ -110,7 +110,8 @@ class StompSender:
     def send(self, destination: str, headers: Sequence[tuple[str, str]], body: bytes) -> None:
         """Queue one SEND (with a receipt); blocks while `window` receipts are outstanding."""
         self.sent += 1
-        frame = encode_frame("SEND", [("destination", destination), *headers, ("receipt", str(self.sent))], body)
+        receipt = ("receipt", str(self.sent))
+        frame = encode_frame("SEND", [("destination", destination), *headers, receipt], body)
         self._out.append(frame)
         self._out_bytes += len(frame)
         if self._out_bytes >= _WRITE_BYTES or self.sent - self.confirmed >= self.window:

@@ -79,8 +79,8 @@ def list_page_files(folder: Path) -> list[PageFileInfo]:
             size = path.stat().st_size
         except FileNotFoundError:
             continue
-        pages.append(PageFileInfo(path, page_no, size, _valid_summary(path.with_name(summary_file_name(page_no)),
-                                                                     page_no, size)))
+        summary = _valid_summary(path.with_name(summary_file_name(page_no)), page_no, size)
+        pages.append(PageFileInfo(path, page_no, size, summary))
     pages.sort(key=lambda page: page.page_no)
     return pages
 
@@ -123,5 +123,4 @@ def read_page_file(path: Path, page_no: int, damage: list[FrameDamage], *, limit
         damage.append(FrameDamage(0, FILE_HEADER.size, problem, resumed=True))
     for _offset, _size, first, entries in read_frames(data, FILE_HEADER.size, len(data), version=version,
                                                       damage=damage):
-        for ordinal, record in enumerate(entries, first):
-            yield ordinal, record
+        yield from enumerate(entries, first)
