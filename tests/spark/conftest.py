@@ -27,7 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
-from brokerproc import BrokerProcess, StompClient  # noqa: E402
+from brokerproc import BrokerProcess, StompClient
 
 _MISSING = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -68,7 +68,8 @@ def _finish(proc: BrokerProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path_factory.mktemp("broker"), getattr(request.module, "BROKER_CONFIG", None))
     proc.start()
     yield proc

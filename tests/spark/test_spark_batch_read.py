@@ -222,9 +222,10 @@ def test_transactional_batches_count_only_once_their_commit_record_is_in_the_jou
     client = stomp_client(broker)
     before = send_all(client, f"/queue/{first}", numbered("plain", 3), size=SIZE)
     client.begin("t1")
+    in_tx = {"transaction": "t1", "persistent": "true"}
     for name in numbered("tx", 4):  # one COMMIT paging to two addresses: TX_BATCH frames
-        client.conn.send(f"/queue/{first}", body(name, SIZE), headers={"transaction": "t1", "persistent": "true"})
-        client.conn.send(f"/queue/{second}", body(name, SIZE), headers={"transaction": "t1", "persistent": "true"})
+        client.conn.send(f"/queue/{first}", body(name, SIZE), headers=in_tx)
+        client.conn.send(f"/queue/{second}", body(name, SIZE), headers=in_tx)
     client.commit("t1")
     after = send_all(client, f"/queue/{first}", numbered("late", 2), size=SIZE)
 
