@@ -69,7 +69,8 @@ def rows(file_task: FileTask) -> list[dict[str, object]]:
 
 
 def test_rows_carry_the_record_and_its_message(tmp_path):
-    path = write_page(tmp_path, 3, page_bytes(3, [[record(0)], [record(1, priority=9), record(2)]]), summary=True)
+    frames = [[record(0)], [record(1, priority=9), record(2)]]
+    path = write_page(tmp_path, 3, page_bytes(3, frames), summary=True)
     got = rows(task(path, 3, complete=True))
     assert [row["seq"] for row in got] == [(3 << 32) + ordinal for ordinal in range(3)]
     first = got[1]
@@ -107,7 +108,7 @@ def test_a_damaged_file_header_is_reported_and_the_frames_still_read(tmp_path):
     data = bytearray(page_bytes(1, [[record(0)], [record(1)]]))
     data[10] ^= 0xFF
     path = write_page(tmp_path, 1, bytes(data), summary=False)
-    with pytest.raises(PageDamageError, match="offset 0 .*file header"):
+    with pytest.raises(PageDamageError, match=r"offset 0 .*file header"):
         rows(task(path))
     assert len(rows(task(path, fail=False))) == 2
 
