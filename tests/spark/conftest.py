@@ -4,10 +4,9 @@
   with the pagemq data source registered. `local[2,2]`: two threads, as `local[2]`, and a
   failed task is tried once more (plain `local[N]` never retries), which the sink's
   retry test relies on. Small shuffle partitions, no UI, no progress bars.
-- `broker`: one `pagemq serve` per test module (brokerproc, as tests/e2e), configured by
-  the module's `BROKER_CONFIG`; stopped at teardown, which asserts it logged no traceback.
-- `start_broker(config)`: a dedicated broker for one test.
-- `stomp_client(broker)`: a connected stomp.py client, closed at teardown.
+- `broker` (one per module, configured by its `BROKER_CONFIG`), `start_broker`,
+  `stomp_client`, `queue_name`: the end-to-end tests' own fixtures (tests/e2e/conftest.py,
+  loaded from there, not copied), with their broker log on failure and traceback check.
 
 The modules here are skipped when PySpark or pyarrow is not installed (`pagemq[spark]`),
 or there is no Java to run Spark on.
@@ -19,15 +18,25 @@ import importlib.util
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+_E2E = Path(__file__).resolve().parents[1] / "e2e"
+sys.path.insert(0, str(_E2E))
+_spec = importlib.util.spec_from_file_location("pagemq_e2e_fixtures", _E2E / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+_e2e = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_e2e)
 
-from brokerproc import BrokerProcess, StompClient
+broker = _e2e.broker
+start_broker = _e2e.start_broker
+stomp_client = _e2e.stomp_client
+queue_name = _e2e.queue_name
+_note_shared_broker = _e2e._note_shared_broker
+pytest_runtest_makereport = _e2e.pytest_runtest_makereport
 
 _MISSING = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -59,46 +68,3 @@ def spark() -> Iterator[Any]:
     register(session)
     yield session
     session.stop()
-
-
-def _finish(proc: BrokerProcess) -> None:
-    if proc.running:
-        proc.stop()
-    assert not proc.tracebacks(), f"the broker logged a traceback:\n{proc.log_tail(80)}"
-
-
-@pytest.fixture(scope="module")
-def broker(request: pytest.FixtureRequest,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker"), getattr(request.module, "BROKER_CONFIG", None))
-    proc.start()
-    yield proc
-    _finish(proc)
-
-
-@pytest.fixture
-def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
-    started: list[BrokerProcess] = []
-
-    def start(config: Mapping[str, Any] | None = None) -> BrokerProcess:
-        proc = BrokerProcess(tmp_path / f"broker{len(started)}", config)
-        started.append(proc)
-        return proc.start()
-
-    yield start
-    for proc in started:
-        _finish(proc)
-
-
-@pytest.fixture
-def stomp_client() -> Iterator[Callable[..., StompClient]]:
-    clients: list[StompClient] = []
-
-    def connect(proc: BrokerProcess, **kwargs: Any) -> StompClient:
-        client = StompClient(proc.stomp_port, **kwargs)
-        clients.append(client)
-        return client.connect()
-
-    yield connect
-    for client in clients:
-        client.drop()
