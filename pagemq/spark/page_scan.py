@@ -78,7 +78,7 @@ class ScanOptions:
     address: str
     paging_directory: Path
     archive_directory: Path
-    journal_directories: tuple[Path, ...]
+    journal_directories: tuple[Path, ...]  # the journal, then the archived journal
     selector: str | None
     fail_on_data_loss: bool
     include_archived: bool
@@ -142,21 +142,26 @@ class ScanPlan:
 def plan_scan(scan: ScanOptions, bounds: Bounds) -> ScanPlan:
     """The files to read (one task each) and how many were skipped; see the module doc."""
     selector = compile_selector(scan.selector) if scan.selector is not None else None
+    # The live folder first: a page the broker archives between the two listings is then
+    # listed twice (kept once), never missed.
     listed: list[tuple[PageFileInfo, bool]] = []
-    archived = scan.archive_folder()
-    if archived is not None:
-        listed += [(page, True) for page in list_page_files(archived)]
     live = scan.folder()
     if live is not None:
+        listed += [(page, False) for page in list_page_files(live)]
+    archived = scan.archive_folder()
+    if archived is not None:
         known = {page.page_no for page, _ in listed}
-        listed += [(page, False) for page in list_page_files(live) if page.page_no not in known]
+        listed += [(page, True) for page in list_page_files(archived) if page.page_no not in known]
     listed.sort(key=lambda item: item[0].page_no)
     plan = ScanPlan(files=len(listed))
     kept = [(page, was_archived) for page, was_archived in listed if _may_match(page, bounds, selector)]
     plan.skipped = plan.files - len(kept)
     if not kept:
         return plan
-    facts = read_journal_facts(scan.journal_directories, scan.address)
+    # The archived journal holds the commit records of archived pages only: read it for those.
+    journals = scan.journal_directories if any(was_archived for _, was_archived in kept) else (
+        scan.journal_directories[:1])
+    facts = read_journal_facts(journals, scan.address)
     archive_to = scan.archive_directory / folder_name(scan.address)
     for page, was_archived in kept:
         committed = frozenset(txid for txid, page_no in facts.committed if page_no == page.page_no)

@@ -125,7 +125,8 @@ def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], job:
             header_maps = (record_batch.column("headers").to_pylist() if options.has_headers
                            else [None] * len(bodies))
             for body, pairs in zip(bodies, header_maps, strict=True):
-                headers = [*persistent, *_user_headers(pairs),
+                # the first of a repeated header wins: a row's own `persistent` beats the option
+                headers = [*_user_headers(pairs), *persistent,
                            (DUPLICATE_ID_HEADER, duplicate_id(job, batch, partition, row))]
                 sender.send(options.destination, headers, _body_bytes(body))
                 row += 1
