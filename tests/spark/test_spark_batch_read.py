@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from brokerproc import BrokerProcess, StompClient, unique
-from test_paging_helpers import body, consume, numbered, page_files, send_all
+from test_paging_helpers import body, consume, durable, numbered, page_files, send_all
 
 from pagemq.storage.paging.page_format import FILE_HEADER, FRAME_HEADER, PageSummaryRecord
 
@@ -136,6 +136,20 @@ def test_the_selector_option_filters_rows_and_skips_page_files(spark, broker, or
     # the pages of phase 3, maybe a page at a phase boundary (red and priority > 1 both occur
     # there, though not together), and the live page
     assert len(pages_of(rows)) < red.rdd.getNumPartitions() <= len(pages_of(rows)) + 3 < everything
+
+
+def test_queue_names_the_durable_queues_a_message_was_routed_to(spark, broker, stomp_client):
+    topic = unique("news")
+    for client_id, name in (("c1", "first"), ("c2", "second")):
+        durable(stomp_client, broker, f"{client_id}-{topic}", topic, name).drop()
+    stomp_client(broker).subscribe(f"/topic/{topic}")  # non-durable: no queue record
+    send_all(stomp_client(broker), f"/topic/{topic}", numbered("n", 3), size=SIZE)
+
+    rows = read(spark, broker, topic).collect()
+    assert len(rows) == 3
+    names = rows[0].queue.split(",")
+    assert len(names) == 2 and "first" in names[0] and "second" in names[1], rows[0].queue
+    assert {row.queue for row in rows} == {rows[0].queue}
 
 
 def test_archived_page_files_are_read_too(spark, broker, stomp_client):
