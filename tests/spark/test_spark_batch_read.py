@@ -191,6 +191,17 @@ def test_a_read_while_the_broker_pages_sees_a_prefix_of_what_was_sent(spark, bro
     assert [label_of(row) for row in read(spark, broker, address).collect()] == labels
 
 
+def test_register_turns_filter_pushdown_on_and_may_be_called_again(spark, broker, orders):
+    from pagemq.spark import register
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    register(spark)
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
+    df = read(spark, broker, orders.address)
+    seqs = [row.seq for row in df.select("seq").collect()]
+    assert df.filter(df.seq >= seqs[-1]).rdd.getNumPartitions() == 1
+
+
 @pytest.mark.parametrize(("options", "option"), [
     ({"address": "x"}, "path"),
     ({"path": "DATA"}, "address"),
