@@ -134,6 +134,8 @@ class FileTask:
 
 @dataclass(slots=True)
 class ScanPlan:
+    """What planning decided, with the counts the planning log line reports."""
+
     tasks: list[FileTask] = field(default_factory=list)
     files: int = 0  # listed
     skipped: int = 0  # not to be read: no row could pass the pushed filters or the selector
