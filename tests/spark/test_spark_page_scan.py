@@ -4,6 +4,8 @@ append in progress, damage, transactional batches, a file gone), then read as Ar
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,9 @@ def test_pushed_spark_filters_become_ranges():
     assert (bounds.columns["seq"].low, bounds.columns["seq"].high) == (11, 20)
     assert bounds.columns["priority"].values == {1, 2}
     assert (bounds.columns["timestamp"].low, bounds.columns["timestamp"].high) == (1_000_000, 1_000_000)
+
+
+def test_importing_pagemq_and_its_spark_package_does_not_import_pyspark():
+    probe = "import sys, pagemq, pagemq.cli, pagemq.spark; print('pyspark' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
