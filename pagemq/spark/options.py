@@ -1,0 +1,61 @@
+"""Reading the `.option(...)` values of a pagemq read or write, and failing on a bad one.
+
+Spark hands options over as strings in a case-insensitive mapping. Every problem is a
+`PagemqOptionError` whose message starts with the option's name, so whatever Spark wraps it
+in (an AnalysisException at `load()`, a failed write) still says which option to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["PagemqOptionError", "flag", "number", "required", "text"]
+
+
+class PagemqOptionError(ValueError):
+    """A missing or bad option of the pagemq data source."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"pagemq option '{option}': {problem}")
+        self.option = option
+
+
+def text(options: Mapping[str, str], name: str) -> str | None:
+    """The option's value, None when it is not given or blank."""
+    value = options.get(name)
+    if value is None or not str(value).strip():
+        return None
+    return str(value)
+
+
+def required(options: Mapping[str, str], name: str, why: str) -> str:
+    value = text(options, name)
+    if value is None:
+        raise PagemqOptionError(name, f"required ({why})")
+    return value
+
+
+def flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = text(options, name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise PagemqOptionError(name, f"must be true or false, not {value!r}")
+    return lowered == "true"
+
+
+def number(options: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0,
+           integer: bool = False) -> float:
+    """A number at least `minimum` (an int when `integer`)."""
+    value = text(options, name)
+    if value is None:
+        return default
+    try:
+        parsed: float = int(value) if integer else float(value)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise PagemqOptionError(name, f"must be {kind}, not {value!r}") from None
+    if not parsed >= minimum:
+        raise PagemqOptionError(name, f"must be at least {minimum:g}, not {value!r}")
+    return parsed

@@ -1,0 +1,180 @@
+"""The sink: each Spark task sends its partition's rows to the broker as STOMP messages.
+
+A row is a message: its `body` column (binary, or string sent as UTF-8; null sends an empty
+body) and, if the frame has one, its `headers` column (map<string,string>) as STOMP headers.
+Other columns are not sent. Messages are persistent unless `persistent=false`, so a
+RECEIPT, which the task waits for before it reports success, means the message is on disk.
+
+Each message carries `_AMQ_DUPL_ID` (Artemis' duplicate-detection header), made from who
+wrote it: `spark:<job>:<batch>:<partition>:<row>`. For `writeStream` the job is the query
+id, which a restart from the checkpoint keeps, and the batch is the micro-batch id, which a
+re-run batch keeps; for a batch `write` the job is the `jobId` option or an id drawn once
+per `save()` on the driver (so every attempt of every task of one save shares it), and the
+batch is 0. The row is the row's index in its partition. A retried task therefore stamps
+the same ids on the same rows (as long as the partition's rows come in the same order, as
+they do from a deterministic plan), and a broker with duplicate detection stores each once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, MapType, StringType, StructType
+
+from pagemq.spark.options import PagemqOptionError, flag, number, required, text
+from pagemq.spark.stomp_sender import StompSender, parse_stomp_url
+
+__all__ = ["DUPLICATE_ID_HEADER", "BatchWriter", "SentRows", "SinkOptions", "StreamWriter", "duplicate_id"]
+
+log = logging.getLogger("pagemq.spark")
+
+DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"
+# Headers the sink sets itself; a `headers` column entry by these names is not sent.
+_OWN_HEADERS = frozenset({"destination", "receipt", "content-length", "transaction", DUPLICATE_ID_HEADER})
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """A write's options, checked on the driver at `save()` / `start()`."""
+
+    host: str
+    port: int
+    destination: str
+    login: str | None
+    passcode: str | None
+    persistent: bool
+    window: int
+    timeout: float
+    job_id: str | None
+    has_headers: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
+        """PagemqOptionError naming the option (or column) for anything missing or wrong."""
+        url = required(options, "url", "the broker's STOMP endpoint, stomp://HOST:PORT")
+        try:
+            host, port = parse_stomp_url(url)
+        except ValueError as exc:
+            raise PagemqOptionError("url", str(exc)) from None
+        address, destination = text(options, "address"), text(options, "destination")
+        if address is not None and destination is not None:
+            raise PagemqOptionError("destination", "give either address or destination, not both")
+        if destination is None:
+            if address is None:
+                raise PagemqOptionError("address", "required (the anycast queue to send to), or a "
+                                                   "destination option instead")
+            destination = f"/queue/{address}"
+        return cls(host, port, destination, text(options, "user"), text(options, "password"),
+                   flag(options, "persistent", True),
+                   int(number(options, "receiptWindow", 1000, minimum=1, integer=True)),
+                   number(options, "receiptTimeout", 30.0, minimum=0.001),
+                   text(options, "jobId"), _check_columns(schema))
+
+
+def _check_columns(schema: StructType) -> bool:
+    """Whether the rows have a `headers` column; ValueError naming a bad `body`/`headers`."""
+    fields = {field.name: field for field in schema.fields}
+    body = fields.get("body")
+    if body is None or not isinstance(body.dataType, BinaryType | StringType):
+        found = "none" if body is None else body.dataType.simpleString()
+        raise ValueError(f"the pagemq sink needs a 'body' column of type binary or string (found: {found})")
+    headers = fields.get("headers")
+    if headers is None:
+        return False
+    kind = headers.dataType
+    if not (isinstance(kind, MapType) and isinstance(kind.keyType, StringType)
+            and isinstance(kind.valueType, StringType)):
+        raise ValueError("the pagemq sink's 'headers' column must be map<string,string> "
+                         f"(found: {kind.simpleString()})")
+    return True
+
+
+@dataclass(frozen=True)
+class SentRows(WriterCommitMessage):
+    """What one task stored: its partition and how many messages the broker confirmed."""
+
+    partition: int
+    rows: int
+
+
+def duplicate_id(job: str, batch: int | str, partition: int, row: int) -> str:
+    return f"spark:{job}:{batch}:{partition}:{row}"
+
+
+def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], job: str, batch: int | str
+                   ) -> SentRows:
+    """Send every row of this task's partition; return once the broker confirmed them all."""
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    persistent = [("persistent", "true")] if options.persistent else []
+    row = 0
+    with StompSender(options.host, options.port, login=options.login, passcode=options.passcode,
+                     window=options.window, timeout=options.timeout) as sender:
+        for record_batch in batches:
+            bodies = record_batch.column("body").to_pylist()
+            header_maps = (record_batch.column("headers").to_pylist() if options.has_headers
+                           else [None] * len(bodies))
+            for body, pairs in zip(bodies, header_maps, strict=True):
+                # the first of a repeated header wins: a row's own `persistent` beats the option
+                headers = [*_user_headers(pairs), *persistent,
+                           (DUPLICATE_ID_HEADER, duplicate_id(job, batch, partition, row))]
+                sender.send(options.destination, headers, _body_bytes(body))
+                row += 1
+        sender.flush()
+    return SentRows(partition, row)
+
+
+def _user_headers(pairs: list[tuple[str, str | None]] | None) -> list[tuple[str, str]]:
+    if not pairs:
+        return []
+    return [(key, value) for key, value in pairs if value is not None and key not in _OWN_HEADERS]
+
+
+def _body_bytes(body: bytes | str | None) -> bytes:
+    if body is None:
+        return b""
+    return body.encode("utf-8") if isinstance(body, str) else body
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """`df.write.format("pagemq")`: made once per save() on the driver, pickled to tasks."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.job = options.job_id or uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentRows:
+        return send_partition(self.options, iterator, self.job, 0)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        sent = sum(m.rows for m in messages if isinstance(m, SentRows))
+        log.info("pagemq sink: job %s stored %d message(s) to %s", self.job, sent, self.options.destination)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """`writeStream.format("pagemq")`: ids from the query id and the micro-batch id."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.fallback_job = options.job_id or uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentRows:
+        context = TaskContext.get()
+        query = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
+        batch = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+        return send_partition(self.options, iterator, query or self.fallback_job, batch or 0)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        sent = sum(m.rows for m in messages if isinstance(m, SentRows))
+        log.info("pagemq sink: micro-batch %d stored %d message(s) to %s", batchId, sent,
+                 self.options.destination)

@@ -1,0 +1,169 @@
+"""The "pagemq" data source: `spark.read` over page files, `write`/`writeStream` to a broker.
+
+Spark creates the data source from the options in a Python worker at `load()` (`schema`)
+and at `save()`/`start()` (`writer`), so the options are checked there and a bad one fails
+the call that named it. The batch reader's work is in `page_scan` (no Spark in it), the
+sink's in `sink`. docs/spark.md is the user's side of all this.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pagemq.spark.bounds import Bounds
+from pagemq.spark.page_scan import FileTask, ScanOptions, plan_scan, read_file
+from pagemq.spark.schema import READ_SCHEMA
+from pagemq.spark.sink import BatchWriter, SinkOptions, StreamWriter
+
+__all__ = ["PagemqDataSource"]
+
+log = logging.getLogger("pagemq.spark")
+
+_PUSHED_COLUMNS = ("seq", "timestamp", "priority")
+
+# READ_SCHEMA as a StructType: a Python worker has no session to parse DDL with.
+READ_STRUCT = StructType([
+    StructField("message_id", StringType()),
+    StructField("address", StringType()),
+    StructField("queue", StringType()),
+    StructField("seq", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("priority", IntegerType()),
+    StructField("persistent", BooleanType()),
+    StructField("headers", MapType(StringType(), StringType())),
+    StructField("body", BinaryType()),
+])
+
+
+class PagemqDataSource(DataSource):
+    """Registered as "pagemq" by `pagemq.spark.register`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pagemq"
+
+    def schema(self) -> StructType:
+        ScanOptions.parse(self.options)  # at load(): a bad option fails there, named
+        return READ_STRUCT
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        scan = ScanOptions.parse(self.options)
+        if schema != READ_STRUCT:
+            raise ValueError(f"the pagemq source has a fixed schema ({READ_SCHEMA}); "
+                             f"got {schema.simpleString()}")
+        return PageFileReader(scan)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(SinkOptions.parse(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return StreamWriter(SinkOptions.parse(self.options, schema))
+
+
+class FilePartition(InputPartition):
+    """One page file (`FileTask`) to read."""
+
+    def __init__(self, task: FileTask) -> None:
+        super().__init__(task.page_no)
+        self.task = task
+
+
+class PageFileReader(DataSourceReader):
+    """Plans one partition per page file the pushed filters and the selector may match."""
+
+    def __init__(self, scan: ScanOptions) -> None:
+        self.scan = scan
+        self.bounds = Bounds()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Filters on `seq`, `timestamp` and `priority` skip whole files; all are returned,
+        so Spark still applies each to the rows of the files that are read."""
+        for item in filters:
+            self.bounds = narrowed(self.bounds, item)
+        return filters
+
+    def partitions(self) -> Sequence[InputPartition]:
+        plan = plan_scan(self.scan, self.bounds)
+        log.info("pagemq batch read of %r: %d page file(s), %d skipped by the filters and selector, "
+                 "%d to read", self.scan.address, plan.files, plan.skipped, len(plan.tasks))
+        return [FilePartition(task) for task in plan.tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, FilePartition):  # no file at all: Spark's one empty partition
+            return iter(())
+        return read_file(partition.task)
+
+
+def narrowed(bounds: Bounds, item: Filter) -> Bounds:
+    """`bounds` with what one pushed filter says about `seq`, `timestamp` or `priority`."""
+    attribute: tuple[str, ...] = getattr(item, "attribute", ())
+    if len(attribute) != 1 or attribute[0] not in _PUSHED_COLUMNS:
+        return bounds
+    column = attribute[0]
+    value: Any = getattr(item, "value", None)
+    if isinstance(item, In):
+        values = [_integer(v) for v in value]
+        if any(v is None for v in values):
+            return bounds
+        return bounds.with_range(column, values=frozenset(v for v in values if v is not None))
+    number = _integer(value)
+    if number is None:
+        return bounds
+    if isinstance(item, EqualTo | EqualNullSafe):
+        return bounds.with_range(column, number, number)
+    if isinstance(item, GreaterThan):
+        return bounds.with_range(column, low=number + 1)
+    if isinstance(item, GreaterThanOrEqual):
+        return bounds.with_range(column, low=number)
+    if isinstance(item, LessThan):
+        return bounds.with_range(column, high=number - 1)
+    if isinstance(item, LessThanOrEqual):
+        return bounds.with_range(column, high=number)
+    return bounds
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _integer(value: object) -> int | None:
+    """An int for a seq or priority literal, microseconds since the epoch for a timestamp
+    (Spark hands those over as aware datetimes; a naive one is taken as UTC)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, datetime.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
+        return (aware - _EPOCH) // datetime.timedelta(microseconds=1)
+    return None
