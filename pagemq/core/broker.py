@@ -74,7 +74,7 @@ class Broker:
         self.transactions = Transactions(
             self.router, self.bindings, self.ledger, self.memory, self.store, self.ids
         )
-        self.dead_letters = DeadLetters(self.router, self.ledger, self.bindings, self.expiry)
+        self.dead_letters = DeadLetters(self.router, self.ledger, self.expiry)
         self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids)
         # What sessions, the server and the parts call, bound straight to the part that does
         # it (no extra call per SEND or ACK). Bound here, these cannot be overridden by a

@@ -27,7 +27,6 @@ from pagemq.core.routing import Blocked
 if TYPE_CHECKING:
     import asyncio
 
-    from pagemq.core.bindings import Bindings
     from pagemq.core.consumer import MessageRef
     from pagemq.core.expiry import ExpiryTimers
     from pagemq.core.ledger import Ledger
@@ -40,10 +39,9 @@ ORIGINAL_DESTINATION = "original-destination"
 
 
 class DeadLetters:
-    def __init__(self, router: Router, ledger: Ledger, bindings: Bindings, timers: ExpiryTimers) -> None:
+    def __init__(self, router: Router, ledger: Ledger, timers: ExpiryTimers) -> None:
         self.router = router
         self.ledger = ledger
-        self.bindings = bindings
         self.timers = timers
 
     def exhausted(self, queue: Queue, refs: list[MessageRef]) -> list[MessageRef]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pagemq.core.address import Address
@@ -28,12 +28,7 @@ if TYPE_CHECKING:
     from pagemq.core.message import Message
     from pagemq.core.queue import Queue
     from pagemq.storage.api import MessageStore
-
-
-class AckWriter(Protocol):
-    """A page cursor with acks of paged messages gathered and not yet written."""
-
-    def write_acks(self) -> None: ...
+    from pagemq.storage.paging.queue_store import AckWriter
 
 
 class Ledger:

@@ -263,9 +263,8 @@ class StompSession:
         self._deferred.append(events)
         self._deferred_frames += len(events)
         self._schedule_deferred()
-        if self._deferred_frames > DEFERRED_FRAMES and not self._reading_paused and not self.closing:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        if self._deferred_frames > DEFERRED_FRAMES:
+            self._pause_reading()
 
     def _schedule_deferred(self) -> None:
         if not self._deferred_scheduled:
@@ -312,7 +311,13 @@ class StompSession:
         self._backlog_bytes += size
 
     def _check_read_ahead(self) -> None:
-        if self._backlog_bytes > READ_AHEAD_BYTES and not self._reading_paused and not self.closing:
+        if self._backlog_bytes > READ_AHEAD_BYTES:
+            self._pause_reading()
+
+    def _pause_reading(self) -> None:
+        """Stop reading the socket (TCP then slows the peer) until what waits is carried
+        out (`_maybe_resume_reading`)."""
+        if not self._reading_paused and not self.closing:
             self._reading_paused = True
             self.transport.pause_reading()
 
