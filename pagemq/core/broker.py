@@ -6,6 +6,7 @@ each change for one reason.
 - `Ledger` (core.ledger): who holds each message: reference counts, durable releases, memory
   charges, cursor-ack batching.
 - `Transactions` (core.commit): staging, atomic commit, rollback.
+- `DuplicateIds` (core.duplicates): the ids of recent sends per address (`_AMQ_DUPL_ID`).
 - `DeadLetters` (core.dead_letters) with `ExpiryTimers` (core.expiry): dead letters, expiry.
 - `Recovery` (core.recovery): start-up from the journal and page files.
 - `views` (core.views): what the management API shows.
@@ -28,6 +29,7 @@ from pagemq.core.bindings import Bindings, PageStoreFactory, QueueStoreFactory
 from pagemq.core.commit import Transactions
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
 from pagemq.core.dead_letters import ORIGINAL_DESTINATION, DeadLetters
+from pagemq.core.duplicates import DuplicateIds
 from pagemq.core.expiry import ExpiryTimers
 from pagemq.core.ids import Ids
 from pagemq.core.ledger import Ledger
@@ -70,12 +72,13 @@ class Broker:
             self.addresses,
         )
         self.queues: dict[str, Queue] = self.bindings.queues
-        self.router = Router(self.bindings, self.ledger, self.memory, self.store, self.ids)
+        self.duplicates = DuplicateIds(self.store, self.ids, lambda name: settings.match(name).id_cache_size)
+        self.router = Router(self.bindings, self.ledger, self.memory, self.store, self.ids, self.duplicates)
         self.transactions = Transactions(
             self.router, self.bindings, self.ledger, self.memory, self.store, self.ids
         )
         self.dead_letters = DeadLetters(self.router, self.ledger, self.expiry)
-        self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids)
+        self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids, self.duplicates)
         # What sessions, the server and the parts call, bound straight to the part that does
         # it (no extra call per SEND or ACK). Bound here, these cannot be overridden by a
         # subclass; the transaction calls below are methods (a test's broker overrides them).

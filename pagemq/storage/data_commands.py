@@ -103,8 +103,9 @@ def _address_line(address: AddressState) -> str:
     pages = "no page folder"
     if address.folder is not None:
         pages = f"page folder {address.folder.name}, {len(address.pages)} page file(s)"
+    remembered = f"; {address.duplicate_ids} duplicate id(s) remembered" if address.duplicate_ids else ""
     return (f"  address {address.name!r} ({address.routing_type}): {address.messages} messages "
-            f"for {len(address.queues)} queue(s); {pages}")
+            f"for {len(address.queues)} queue(s); {pages}{remembered}")
 
 
 def check(data_dir: Path, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
