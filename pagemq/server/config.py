@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from pagemq.core.settings import SECTION as SETTINGS_SECTION
 from pagemq.core.settings import AddressSettingsRepository, unknown_key_problem
+from pagemq.server.memory_limit import default_global_max_size
 from pagemq.units import (
     MILLISECONDS,
     NANOSECONDS,
@@ -63,7 +64,7 @@ _BROKER_DEFAULTS: dict[str, object] = {
     "data-directory": "data",
     "paging-directory": None,  # <data-directory>/paging
     "journal-directory": None,  # <data-directory>/journal
-    "global-max-size": "512MiB",
+    "global-max-size": None,  # a quarter of the memory available, at most 512 MiB (memory_limit)
     "global-max-messages": -1,
     "max-disk-usage": 90,
     "min-disk-free": -1,
@@ -238,7 +239,7 @@ def _broker(raw: object, data_dir_flag: str | None) -> BrokerConfig:
         data_directory=data_directory,
         paging_directory=paging if paging is not None else data_directory / "paging",
         journal_directory=journal if journal is not None else data_directory / "journal",
-        global_max_size=table.get("global-max-size", parse_size, d["global-max-size"]),
+        global_max_size=table.get("global-max-size", parse_size, default_global_max_size()),
         global_max_messages=table.get("global-max-messages", parse_int, d["global-max-messages"]),
         max_disk_usage=table.get("max-disk-usage", _percent, d["max-disk-usage"]),
         min_disk_free=table.get("min-disk-free", parse_size, d["min-disk-free"]),

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
+from pagemq.storage.paging.ordinal_set import OrdinalSet
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.page_store import PageInfo, RecordsLost
@@ -383,7 +384,7 @@ class PagedQueues:
                     continue
                 page_acks = acked.get((queue_id, info.page_no), [])
                 page = CursorPage(count)
-                page.acked = {ordinal for a in page_acks for ordinal in a.ordinals}
+                page.acked = OrdinalSet(ordinal for a in page_acks for ordinal in a.ordinals)
                 page.acked |= voided.get((queue_id, info.page_no), set())
                 page.ack_ids = [a.record_id for a in page_acks]
                 remaining = count - len(page.acked)

@@ -129,6 +129,9 @@ class PagedQueue(Protocol):
     queue_id: int
     unread: int  # records on disk for the queue, not read into memory (nor claimed)
     waiting_for_write: bool  # reading stopped until the page's appended records are written
+    # Bytes of records the queue's in-order reading reads at a time (page file reads and
+    # read-ahead chunks): the core lowers it when many queues share a tight memory budget.
+    read_chunk_bytes: int
 
     @property
     def reading(self) -> bool:
