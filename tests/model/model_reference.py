@@ -164,8 +164,11 @@ class _Unsynced:
 
 
 class Model:
-    def __init__(self, max_read_page_messages: int) -> None:
+    def __init__(self, max_read_page_messages: int, budget: bool = False) -> None:
         self.max_read = max_read_page_messages
+        # A global-max-size is set: reading back stops while the budget is full, as long as
+        # the queue holds a message read back (each queue may always hold one).
+        self.budget = budget
         self.messages: dict[str, Message] = {}
         self.queues: dict[str, QueueModel] = {}  # live instances by key
         self.dead_queues: list[QueueModel] = []
@@ -515,8 +518,11 @@ class Model:
 
     def read_blocked(self, queue: QueueModel) -> bool:
         """max-read-page-messages counts every paged message read into memory and not yet
-        acknowledged: while that many are held, a paging queue may legitimately wait."""
-        return self.max_read >= 0 and queue.held() >= self.max_read
+        acknowledged: while that many are held, a paging queue may legitimately wait. With a
+        global-max-size, one held is enough: the budget may be full (the model does not
+        track it), and then a queue holding a message read back reads no more."""
+        held = queue.held()
+        return (self.max_read >= 0 and held >= self.max_read) or (self.budget and held >= 1)
 
     def stalls(self, queues: Iterable[QueueModel] | None = None,
                only: Sub | None = None) -> list[tuple[Copy, Sub]]:
@@ -533,7 +539,7 @@ class Model:
                     continue
                 for sub in subs:
                     if sub.open and sub.credit > 0 and sub.accepts(copy) and (
-                            sub.selector is not None or not blocked):
+                            (sub.selector is not None and not self.budget) or not blocked):
                         found.append((copy, sub))
                         break
         return found

@@ -122,7 +122,8 @@ class Runner:
         server = fork_server()
         self.broker = BrokerProcess(workdir, program.config.toml(), ports=broker_ports(),
                                     launcher=server.popen if server is not None else None)
-        self.model = Model(program.config.max_read_page_messages)
+        self.model = Model(program.config.max_read_page_messages,
+                           budget=program.config.global_max_size not in (-1, "-1"))
         self.clients: dict[int, Client] = {}
         self.log: list[str] = []
         self._receipts = (f"r{n}" for n in itertools.count(1))
