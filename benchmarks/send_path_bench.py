@@ -1,7 +1,10 @@
 """Broker CPU per SEND, in-process: protocol parse → session → broker → journal, no sockets.
 
 Separates the broker's own cost from client and kernel noise on a shared machine:
-    .venv/bin/python benchmarks/send_path_bench.py [--messages 100000] [--persistent]
+    .venv/bin/python benchmarks/send_path_bench.py [--messages 100000] [--persistent] [--deliver]
+
+`--deliver` subscribes one auto-ack consumer first, so every SEND is also delivered (the
+path the delivery-latency histogram observes on).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ class NullTransport:
     def close(self) -> None: ...
 
 
-async def run(messages: int, persistent: bool, batch: int, paging: bool = False) -> None:
+async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
+              deliver: bool = False) -> None:
     directory = Path(tempfile.mkdtemp())
     store = JournalMessageStore(directory / "journal", file_size=32 << 20, sync=not NOSYNC)
     settings = AddressSettingsRepository()
@@ -68,6 +72,9 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False)
     session = StompSession(broker, StompConnection(), transport)
     transport.session = session
     session.receive(encode_frame("CONNECT", {"accept-version": "1.2", "host": "x"}))
+    if deliver:
+        session.receive(encode_frame("SUBSCRIBE", {"destination": "/queue/bench", "id": "0",
+                                                   "ack": "auto", "activemq.prefetchSize": "-1"}))
     body = b"x" * 1024
     flag = "true" if persistent else "false"
     chunks = [
@@ -86,7 +93,7 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False)
     await asyncio.sleep(0.01)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}): "
-          f"{', paged' if paging else ''}: "
+          f"{', paged' if paging else ''}{', delivered' if deliver else ''}: "
           f"{cpu / messages * 1e6:.1f} µs CPU each (all threads), {messages / wall:,.0f}/s wall")
     await store.close()
 
@@ -97,13 +104,14 @@ def main() -> None:
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--batch", type=int, default=64, help="SEND frames per socket read")
     parser.add_argument("--paging", action="store_true", help="max-size-bytes 0: every message pages")
+    parser.add_argument("--deliver", action="store_true", help="an auto-ack consumer takes every message")
     args = parser.parse_args()
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(run(args.messages, args.persistent, args.batch, args.paging))
+    asyncio.run(run(args.messages, args.persistent, args.batch, args.paging, args.deliver))
 
 
 if __name__ == "__main__":
