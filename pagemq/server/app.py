@@ -21,6 +21,7 @@ from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
+from pagemq.server.cleanup_report import describe_cleanup
 from pagemq.server.config import Config
 from pagemq.server.connection_log import ConnectionLog
 from pagemq.server.loop_lag import LoopLag
@@ -218,7 +219,7 @@ class BrokerServer:
             return
         notable = after_start or any(report.get(k) for k in ("compacted_files", "set_aside", "errors"))
         log.log(logging.INFO if notable else logging.DEBUG, "journal cleanup%s: %s",
-                " after start-up" if after_start else "", report)
+                " after start-up" if after_start else "", describe_cleanup(report), extra=report)
 
     async def stop(self) -> None:
         self.loop_lag.stop()
