@@ -7,12 +7,16 @@ asks for it, the delivery-latency histogram and the connection counts.
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.request
+from pathlib import Path
 
 from brokerproc import HOST, wait_until
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+DASHBOARD = Path(__file__).parents[2] / "contrib" / "grafana" / "pagemq-dashboard.json"
 BROKER_CONFIG = {"address-settings": {"zero.#": {"max-size-bytes": 0}}}
 
 
@@ -133,3 +137,14 @@ def test_connections_are_counted_open_and_closed(broker, stomp_client):
     client.disconnect()
     wait_until(lambda: _value(_families(broker)["pagemq_connections_closed"])
                >= _value(before["pagemq_connections_closed"]) + 1, what="the close counted")
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_broker_exposes(broker, stomp_client, queue_name):
+    stomp_client(broker).send(f"/queue/{queue_name}", "x", receipt=True)
+    dashboard = json.loads(DASHBOARD.read_text())
+    _, text = _scrape(broker)
+    exposed = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    used = {name for panel in dashboard["panels"] for target in panel["targets"]
+            for name in re.findall(r"\b((?:pagemq|process)_[a-z_]+)", target["expr"])}
+    used |= set(re.findall(r"\b(pagemq_[a-z_]+)", json.dumps(dashboard["templating"])))
+    assert used and used <= exposed, sorted(used - exposed)
