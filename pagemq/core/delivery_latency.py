@@ -14,8 +14,8 @@ millisecond; the smallest bucket is 1 ms.
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
+from time import time as _now
 
 __all__ = ["BUCKET_BOUNDS_SECONDS", "DeliveryLatency"]
 
@@ -38,7 +38,7 @@ class DeliveryLatency:
 
     def observe(self, sent_ms: int) -> None:
         """One delivery of a message accepted at `sent_ms` (ms since the epoch)."""
-        waited = time.time() * 1000.0 - sent_ms
+        waited = _now() * 1000.0 - sent_ms
         if waited < 0.0:  # the wall clock stepped back since the send
             waited = 0.0
         self.counts[bisect_left(self._bounds_ms, waited)] += 1

@@ -23,7 +23,7 @@ it between scrapes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
@@ -129,19 +129,31 @@ class LabelRows:
     """The label values of a set of rows (one per queue, say), shared by every family over
     them, so each row's label text is escaped and written once per scrape, not once per family."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], values: list[tuple[str, ...]],
+                 previous: LabelRows | None = None) -> None:
+        """`values` in sorted-`names` order; `previous`: the last scrape's rows, whose text is
+        reused when the rows are the same (queues come and go far less often than scrapes)."""
         self.names = tuple(sorted(names))
-        self.values: list[tuple[str, ...]] = []  # in `names` order
+        self.values = values
         self._text: list[str] | None = None
+        if previous is not None and previous._text is not None and previous.values == values:
+            self._text = previous._text
 
     def text(self) -> list[str]:
         """`{name="value",...}` per row, escaped as the library does."""
         if self._text is None:
             names = self.names
-            self._text = [
-                "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)) + "}"
-                for values in self.values
-            ]
+            if len(names) == 1:
+                (n,) = names
+                self._text = [f'{{{n}="{_escape(v)}"}}' for (v,) in self.values]
+            elif len(names) == 2:
+                n, m = names
+                self._text = [f'{{{n}="{_escape(v)}",{m}="{_escape(w)}"}}' for v, w in self.values]
+            else:
+                self._text = [
+                    "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)) + "}"
+                    for values in self.values
+                ]
         return self._text
 
 
@@ -176,6 +188,8 @@ class BrokerCollector(Collector):
         self.stats = stats
         self.loop = loop
         self.connections = connections
+        self._address_rows: LabelRows | None = None
+        self._queue_rows: LabelRows | None = None
 
     def collect(self) -> Iterator[Metric]:
         for family in self.families():
@@ -194,29 +208,18 @@ class BrokerCollector(Collector):
 
     def _address_families(self) -> list[RowsFamily]:
         broker = self.broker
-        rows = LabelRows(("address",))
-        families = [RowsFamily(s.name, s.help, s.kind, rows) for s in ADDRESS_FAMILIES]
-        columns = [(family.values.append, s.field) for family, s in zip(families, ADDRESS_FAMILIES,
-                                                                          strict=True)]
-        for name in sorted(broker.addresses):
-            figures = broker.address_figures(name)
-            rows.values.append((name,))
-            for append, field in columns:
-                append(int(figures[field]))
-        return families
+        names = sorted(broker.addresses)
+        rows = self._address_rows = LabelRows(("address",), [(name,) for name in names], self._address_rows)
+        figures = [broker.address_figures(name) for name in names]
+        return [_column(spec, rows, figures) for spec in ADDRESS_FAMILIES]
 
     def _queue_families(self) -> list[RowsFamily]:
         broker = self.broker
-        rows = LabelRows(("queue", "address"))
-        families = [RowsFamily(s.name, s.help, s.kind, rows) for s in QUEUE_FAMILIES]
-        columns = [(family.values.append, s.field) for family, s in zip(families, QUEUE_FAMILIES,
-                                                                          strict=True)]
-        for name in sorted(broker.queues):
-            info = broker.queue_info(name)
-            rows.values.append((str(info["address"]), name))  # sorted label names: address, queue
-            for append, field in columns:
-                append(info[field])  # type: ignore[arg-type]
-        return families
+        infos = [broker.queue_info(name) for name in sorted(broker.queues)]
+        # label values in sorted label-name order: address, queue
+        labels: list[tuple[str, ...]] = [(str(info["address"]), str(info["name"])) for info in infos]
+        rows = self._queue_rows = LabelRows(("queue", "address"), labels, self._queue_rows)
+        return [_column(spec, rows, infos) for spec in QUEUE_FAMILIES]
 
     def _broker_families(self) -> Iterator[Metric]:
         broker = self.broker
@@ -267,6 +270,14 @@ class BrokerCollector(Collector):
                                   value=opened)
         yield CounterMetricFamily("pagemq_connections_closed", "STOMP connections closed since start",
                                   value=closed)
+
+
+def _column(spec: FamilySpec, rows: LabelRows, views: Sequence[Mapping[str, object]]) -> RowsFamily:
+    """One family: `spec.field` of each view (a bool as 0/1), over the shared label rows."""
+    family = RowsFamily(spec.name, spec.help, spec.kind, rows)
+    field = spec.field
+    family.values = [int(view[field]) for view in views]  # type: ignore[call-overload]
+    return family
 
 
 def _version() -> str:
@@ -328,11 +339,13 @@ def _rows_text(family: RowsFamily, openmetrics: bool) -> str:
     help_text = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
     heading = family.name if openmetrics else sample_name
     lines = [f"# HELP {heading} {help_text}", f"# TYPE {heading} {family.type}"]
+    values = family.values
+    labels = family.rows.text()
     lines += [
         # `floatToGoString`, with a shortcut for the common case: a small whole number
-        f"{sample_name}{labels} {value}.0" if type(value) is int and -_BIG < value < _GO_EXPONENT
-        else f"{sample_name}{labels} {_go(value)}"
-        for labels, value in zip(family.rows.text(), family.values, strict=True)
+        f"{sample_name}{label} {value}.0" if type(value) is int and -_BIG < value < _GO_EXPONENT
+        else f"{sample_name}{label} {_go(value)}"
+        for label, value in zip(labels, values, strict=True)
     ]
     lines.append("")
     return "\n".join(lines)
