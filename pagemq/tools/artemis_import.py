@@ -34,7 +34,7 @@ import re
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -225,13 +225,18 @@ class _Importer:
             self.result.put(("broker", "data-directory"), str(PurePosixPath(str(value)).parent), where)
         return True
 
-    def address_settings(self, element: ET.Element, where: str) -> None:
+    def matches(self, element: ET.Element, where: str, tag: str) -> Iterator[tuple[str, str, ET.Element]]:
+        """(match, element path, element) of each `<tag match="...">` child; others are named."""
         for setting in _elements(element):
             match = setting.get("match")
             here = f'{where}/{_local(setting.tag)}[@match="{match}"]'
-            if _local(setting.tag) != "address-setting" or match is None:
-                self.result.warn(here, "not mapped (expected <address-setting match=...>)")
+            if _local(setting.tag) != tag or match is None:
+                self.result.warn(here, f"not mapped (expected <{tag} match=...>)")
                 continue
+            yield match, here, setting
+
+    def address_settings(self, element: ET.Element, where: str) -> None:
+        for match, here, setting in self.matches(element, where, "address-setting"):
             if not _elements(setting):
                 self.result.put(("address-settings", match), {}, here)
             for child in _elements(setting):
@@ -334,12 +339,7 @@ class _Importer:
             self.result.warn(here, f"acceptor parameters not mapped: {', '.join(ignored)}")
 
     def security_settings(self, element: ET.Element, where: str) -> None:
-        for setting in _elements(element):
-            match = setting.get("match")
-            here = f'{where}/{_local(setting.tag)}[@match="{match}"]'
-            if _local(setting.tag) != "security-setting" or match is None:
-                self.result.warn(here, "not mapped")
-                continue
+        for match, here, setting in self.matches(element, where, "security-setting"):
             for permission in _elements(setting):
                 kind = permission.get("type", "")
                 there = f'{here}/{_local(permission.tag)}[@type="{kind}"]'
