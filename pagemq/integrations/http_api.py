@@ -7,6 +7,7 @@ interface.md whatever the core does inside.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from aiohttp import web
 from prometheus_client.registry import Collector
 
 from pagemq.core.errors import BrokerError
-from pagemq.integrations.metrics import BrokerCollector, ConnectionFigures, process_collectors, render
+from pagemq.integrations.metrics import BrokerCollector, ConnectionFigures, collect, process_collectors, write
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -82,8 +83,10 @@ async def not_found(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text, or OpenMetrics when the Accept header asks for it (integrations/metrics.py)."""
-    body, content_type = render(request.app[METRICS_KEY], request.headers.get("Accept"))
+    """Prometheus text, or OpenMetrics when the Accept header asks for it (integrations/metrics.py):
+    the figures are read on the loop, the text is written in a thread."""
+    families = collect(request.app[METRICS_KEY])
+    body, content_type = await asyncio.to_thread(write, families, request.headers.get("Accept"))
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 

@@ -17,8 +17,9 @@ library's format (same HELP/TYPE lines, label order, value formatting; the tests
 two byte for byte). Every other family goes through the library's own encoder. A
 `RowsFamily` used through the ordinary collector API (`collect()`) carries real samples.
 
-The scrape runs on the event loop (the views are loop-only); nothing is kept up to date for
-it between scrapes.
+A scrape reads the figures on the event loop (the views are loop-only; `collect`), then writes
+the text in a worker thread (`write`), so the loop is held only for the reading; nothing is
+kept up to date for it between scrapes.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ __all__ = [
     "ConnectionFigures",
     "LabelRows",
     "RowsFamily",
+    "collect",
     "metrics_registry",
     "process_collectors",
     "render",
+    "write",
 ]
 
 OPENMETRICS = "application/openmetrics-text"
@@ -317,17 +320,27 @@ class _One:
 def render(collectors: Sequence[Collector], accept: str | None) -> tuple[bytes, str]:
     """(body, content type) of a scrape, in the format the `Accept` header asks for:
     OpenMetrics when it names `application/openmetrics-text`, else Prometheus text 0.0.4."""
+    return write(collect(collectors), accept)
+
+
+def collect(collectors: Sequence[Collector]) -> list[Metric]:
+    """Every family's figures, read now (on the loop: the views are loop-only)."""
+    return [family for source in collectors
+            for family in (source.families() if isinstance(source, BrokerCollector) else source.collect())]
+
+
+def write(families: Sequence[Metric], accept: str | None) -> tuple[bytes, str]:
+    """The text of families already collected: touches no broker state, so it may run in a
+    worker thread while the loop serves clients (`/metrics` does that)."""
     encoder, content_type = choose_encoder(accept or "")
     openmetrics = content_type.startswith(OPENMETRICS)
     parts: list[str] = []
-    for source in collectors:
-        families = source.families() if isinstance(source, BrokerCollector) else source.collect()
-        for family in families:
-            if isinstance(family, RowsFamily):
-                parts.append(_rows_text(family, openmetrics))
-            else:
-                text = encoder(_One(family)).decode("utf-8")
-                parts.append(text.removesuffix("# EOF\n"))
+    for family in families:
+        if isinstance(family, RowsFamily):
+            parts.append(_rows_text(family, openmetrics))
+        else:
+            text = encoder(_One(family)).decode("utf-8")
+            parts.append(text.removesuffix("# EOF\n"))
     if openmetrics:
         parts.append("# EOF\n")
     return "".join(parts).encode("utf-8"), content_type
