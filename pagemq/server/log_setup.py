@@ -85,6 +85,9 @@ def read_log_config(path: Path) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise LogConfigError(f"{path}: expected a dictConfig table at the top, got {type(document).__name__}")
     document.setdefault("version", 1)
+    # dictConfig's default would silence every logger that exists before it runs and is not
+    # named in the file (asyncio's, for one): a surprise in a server, so off unless asked for.
+    document.setdefault("disable_existing_loggers", False)
     return document
 
 

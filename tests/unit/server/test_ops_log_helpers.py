@@ -47,7 +47,8 @@ def test_peers_are_host_colon_port_with_ipv6_in_brackets():
 def test_log_config_files_need_a_known_suffix_and_a_table(tmp_path):
     toml = tmp_path / "log.toml"
     toml.write_text('[root]\nlevel = "INFO"\n')
-    assert read_log_config(toml) == {"root": {"level": "INFO"}, "version": 1}
+    expected = {"root": {"level": "INFO"}, "version": 1, "disable_existing_loggers": False}
+    assert read_log_config(toml) == expected
     for name, text, problem in [("log.ini", "x", "unknown log config format"),
                                 ("log.json", "[1]", "expected a dictConfig table"),
                                 ("log.toml", "= x", "invalid TOML")]:
