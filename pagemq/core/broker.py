@@ -29,6 +29,7 @@ from pagemq.core.bindings import Bindings, PageStoreFactory, QueueStoreFactory
 from pagemq.core.commit import Transactions
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
 from pagemq.core.dead_letters import ORIGINAL_DESTINATION, DeadLetters
+from pagemq.core.delivery_latency import DeliveryLatency
 from pagemq.core.duplicates import DuplicateIds
 from pagemq.core.expiry import ExpiryTimers
 from pagemq.core.ids import Ids
@@ -37,7 +38,7 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.recovery import Recovery
 from pagemq.core.routing import DROP, MEMORY, PAGE, Blocked, Router
 from pagemq.core.selector import compile_filter
-from pagemq.core.views import address_info, queue_info
+from pagemq.core.views import address_figures, address_info, queue_info
 from pagemq.storage.api import MemoryStore, MessageStore
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class Broker:
         self.memory = memory or MemoryAccountant()
         self.ids = Ids()
         self.expiry = ExpiryTimers()
+        self.delivery_latency = DeliveryLatency()  # every consumer's first deliveries, for /metrics
         self.addresses: dict[str, Address] = {}
         self.ledger = Ledger(self.store, self.memory, self.addresses)
         self.bindings = Bindings(
@@ -130,6 +132,7 @@ class Broker:
         consumer = Consumer(
             sink, auto_settle=partial(self.ledger.settle, queue), key=key, ack_mode=ack_mode,
             selector=compile_filter(selector), prefetch=prefetch, window_bytes=window_bytes,
+            latency=self.delivery_latency,
         )
         queue.add_consumer(consumer)
         return consumer
@@ -167,6 +170,9 @@ class Broker:
 
     def queue_info(self, name: str) -> dict[str, object]:
         return queue_info(self.bindings, name)
+
+    def address_figures(self, name: str) -> dict[str, int | bool]:
+        return address_figures(self.bindings, name)
 
 
 __all__ = [
