@@ -11,11 +11,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from pagemq.core.errors import BrokerError
 
 if TYPE_CHECKING:
+    import ssl
+
     from pagemq.core.broker import Broker
+    from pagemq.security.access import Access
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
 STATS_KEY: web.AppKey[Callable[[], dict[str, int]]] = web.AppKey("stats")
@@ -153,8 +157,14 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
-             loop: LoopFigures | None = None) -> web.Application:
-    app = web.Application()
+             loop: LoopFigures | None = None, access: Access | None = None) -> web.Application:
+    """`access`: security enabled (Basic auth, view/manage: integrations/http_security.py)."""
+    middlewares: list[Middleware] = []
+    if access is not None:
+        from pagemq.integrations.http_security import security_middleware
+
+        middlewares.append(security_middleware(access))
+    app = web.Application(middlewares=middlewares)
     app[BROKER_KEY] = broker
     app[STATS_KEY] = stats
     app[LOOP_KEY] = loop
@@ -169,11 +179,15 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
 
 
 async def start_http(
-    broker: Broker, stats: Callable[[], dict[str, int]], host: str, port: int,
-    loop: LoopFigures | None = None,
+    broker: Broker, stats: Callable[[], dict[str, int]], host: str | None, port: int,
+    loop: LoopFigures | None = None, *, access: Access | None = None,
+    tls: tuple[str, int, ssl.SSLContext] | None = None,
 ) -> web.AppRunner:
-    runner = web.AppRunner(make_app(broker, stats, loop), access_log=None, handle_signals=False)
+    """`host` None: no plaintext listener; `tls`: (host, port, context) of `http-tls`."""
+    runner = web.AppRunner(make_app(broker, stats, loop, access), access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
+    if host is not None:
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+    if tls is not None:
+        await web.TCPSite(runner, tls[0], tls[1], reuse_address=True, ssl_context=tls[2]).start()
     return runner
