@@ -145,10 +145,11 @@ def test_broken_users_file_keeps_the_last_good_users(tmp_path: Path, request: py
     request.addfinalizer(proc.stop)
     users_file = proc.workdir / "users.toml"
     users_file.write_text('[users.alice]\npassword = "plain text"\nroles = ["admin"]\n')
-    wait_until(lambda: any(" ERROR " in line and "users file not reloaded" in line for line in proc.log_lines),
-               timeout=10, what="an ERROR about the users file")
+    wait_until(lambda: any(" ERROR " in line and "users file not reloaded" in line
+                           for line in proc.log_lines), timeout=10, what="an ERROR about the users file")
     StompClient(proc.stomp_port, connect_headers=login("producer")).connect().disconnect()
-    assert _refused(proc.stomp_port, {"login": "alice", "passcode": "plain text"})[0] == "Authentication failed"
+    plain = {"login": "alice", "passcode": "plain text"}
+    assert _refused(proc.stomp_port, plain)[0] == "Authentication failed"
     write_users_file(users_file, {"alice": ("admin",)})  # fixed: only alice now
     wait_until(lambda: not _try(proc.stomp_port, login("producer")), timeout=10, what="producer removed")
     assert _try(proc.stomp_port, login("alice"))
