@@ -38,13 +38,17 @@ def write_users_file(path: Path, users: Mapping[str, tuple[str, ...]] = USERS) -
 
 
 def secure_config(users_file: Path, settings: Mapping[str, Any] | None = None,
-                  **extra: Any) -> dict[str, Any]:
+                  extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`extra`: more config, section by section (a table's keys are merged into it)."""
     config: dict[str, Any] = {
         "broker": {"security-enabled": True, "users-file": str(users_file)},
         "security-settings": dict(settings if settings is not None else DEFAULT_SETTINGS),
     }
-    for section, values in extra.items():
-        config.setdefault(section.replace("_", "-"), {}).update(values)
+    for section, values in (extra or {}).items():
+        if isinstance(values, Mapping):
+            config.setdefault(section, {}).update(values)
+        else:
+            config[section] = values
     return config
 
 
@@ -95,10 +99,30 @@ def make_ca(directory: Path) -> dict[str, Path]:
 
 
 def start_secured(workdir: Path, settings: Mapping[str, Any] | None = None,
-                  users: Mapping[str, tuple[str, ...]] = USERS, **extra: Any) -> Any:
-    """A running broker with security enabled; its users file is `workdir/users.toml`."""
+                  users: Mapping[str, tuple[str, ...]] = USERS,
+                  extra: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    """A running broker with security enabled; its users file is `workdir/users.toml`.
+    `kwargs` go to BrokerProcess (extra_args, ports)."""
     from brokerproc import BrokerProcess
 
     workdir.mkdir(parents=True, exist_ok=True)
     users_file = write_users_file(workdir / "users.toml", users)
-    return BrokerProcess(workdir, secure_config(users_file, settings, **extra)).start()
+    return BrokerProcess(workdir, secure_config(users_file, settings, extra), **kwargs).start()
+
+
+def admin_get(proc: Any, path: str, user: str = "alice") -> tuple[int, Any]:
+    """GET `path` on the HTTP API with Basic credentials of one of USERS -> (status, JSON)."""
+    import base64
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{proc.http_port}{path}")
+    token = base64.b64encode(f"{user}:{password(user)}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
