@@ -4,6 +4,7 @@ precedence, the authentication cache and failure delays, the listener policy."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def test_users_file_round_trips_and_rejects_what_it_cannot_trust(tmp_path: Path)
         ("[users.alice\n", "invalid TOML"),
     ]
     for text, expected in bad:
-        with pytest.raises(UsersFileError, match=expected.replace(".", r"\.")):
+        with pytest.raises(UsersFileError, match=re.escape(expected)):
             parse_users(text, "f.toml")
 
 
@@ -139,7 +140,7 @@ def test_permission_denied_names_user_permission_and_address() -> None:
     access = _access({"alice": ("amq",), "bob": ("other",)})
     try:
         access.require("alice", "send", "orders")
-        with pytest.raises(PermissionDenied, match="^User bob lacks permission send on address orders$"):
+        with pytest.raises(PermissionDenied, match=r"^User bob lacks permission send on address orders$"):
             access.require("bob", "send", "orders")
         with pytest.raises(PermissionDenied, match="User ghost lacks"):
             access.require("ghost", "send", "orders")  # removed from the file: no roles
