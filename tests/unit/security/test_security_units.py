@@ -81,7 +81,7 @@ def test_safe_by_default_refuses_only_non_loopback_listeners_without_security() 
     check_listeners(off, [("acceptors.stomp", "127.0.0.1"), ("acceptors.http", "::1"),
                           ("x", "localhost"), ("y", None)])
     for host in ("0.0.0.0", "10.1.2.3", "::", "broker.example.com"):
-        with pytest.raises(ConfigError, match="acceptors.stomp: .* not a loopback address"):
+        with pytest.raises(ConfigError, match=r"acceptors\.stomp: .* not a loopback address"):
             check_listeners(off, [("acceptors.stomp", host)])
     allowed = parse_security({"allow-anonymous-remote": True}, {}, Path("."))
     check_listeners(allowed, [("acceptors.stomp", "0.0.0.0")])
