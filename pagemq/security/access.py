@@ -5,7 +5,8 @@ Authentication runs scrypt (tens of milliseconds) in a small thread pool of its 
 on the event loop, and remembers successes: the key of the cache is the user name and an
 HMAC of the password under a key made at process start (the password itself is never kept),
 and an entry counts only while the user's stored hash is the one it was verified against,
-so `pagemq user passwd` invalidates it. An unknown user is checked against a dummy hash, so
+so `pagemq user passwd` invalidates it. Identical checks under way are shared: a burst of
+connections with one user's credentials (a pool starting) runs scrypt once. An unknown user is checked against a dummy hash, so
 both failures cost the same time and get the same answer. Failures from one peer address
 (host, any port) are answered after a delay that doubles with each one (50 ms up to 5 s)
 and is forgotten after 5 minutes without failures.
@@ -54,6 +55,9 @@ class Access:
         self.users = users
         self._key = secrets.token_bytes(32)
         self._verified: dict[tuple[str, bytes], str] = {}
+        # Checks under way, so a burst of connections with the same credentials (an
+        # application starting its pool) runs scrypt once, not once per connection.
+        self._checking: dict[tuple[str, bytes, str], asyncio.Future[bool]] = {}
         self._failures: dict[str, tuple[int, float]] = {}
         self._executor = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="pagemq-auth")
         # Unknown users are checked against this, so they cost what a wrong password costs.
@@ -84,12 +88,19 @@ class Access:
     async def _verify(self, login: str, password: str, peer: str) -> User | None:
         user = self.users.get(login)
         stored = user.password_hash if user is not None else self._dummy_hash
-        loop = asyncio.get_running_loop()
-        matched = await loop.run_in_executor(self._executor, verify_password, password, stored)
+        cache_key = self._cache_key(login, password)
+        check_key = (*cache_key, stored)
+        checking = self._checking.get(check_key)
+        if checking is None:
+            loop = asyncio.get_running_loop()
+            checking = loop.run_in_executor(self._executor, verify_password, password, stored)
+            self._checking[check_key] = checking
+            checking.add_done_callback(lambda _done: self._checking.pop(check_key, None))
+        matched = await asyncio.shield(checking)  # one waiter gone does not cancel the others
         if matched and user is not None:
             if len(self._verified) >= CACHE_LIMIT:
                 self._verified.clear()
-            self._verified[self._cache_key(login, password)] = stored
+            self._verified[cache_key] = stored
             self._failures.pop(_host(peer), None)
             return user
         delay, count = self._note_failure(peer)
