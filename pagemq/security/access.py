@@ -6,10 +6,10 @@ on the event loop, and remembers successes: the key of the cache is the user nam
 HMAC of the password under a key made at process start (the password itself is never kept),
 and an entry counts only while the user's stored hash is the one it was verified against,
 so `pagemq user passwd` invalidates it. Identical checks under way are shared: a burst of
-connections with one user's credentials (a pool starting) runs scrypt once. An unknown user is checked against a dummy hash, so
-both failures cost the same time and get the same answer. Failures from one peer address
-(host, any port) are answered after a delay that doubles with each one (50 ms up to 5 s)
-and is forgotten after 5 minutes without failures.
+connections with one user's credentials (a pool starting) runs scrypt once. An unknown
+user is checked against a dummy hash, so both failures cost the same time and get the same
+answer. Failures from one peer address (host, any port) are answered after a delay that
+doubles with each one (50 ms up to 5 s) and is forgotten after 5 minutes without failures.
 
 Roles are looked up in the current users snapshot at every check, so a role removed from
 the users file is taken away from connections already open.

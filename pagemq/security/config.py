@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pagemq.security.permissions import SECTION, SecuritySettings
+from pagemq.security.tls import TLS_SECTION, TlsConfig, build_context
 from pagemq.security.users import EMPTY, Users, load_users
 from pagemq.units import ConfigError, key_path, parse_bool, parse_choice, parse_str, show_value
 
@@ -28,18 +29,8 @@ __all__ = [
 ]
 
 BROKER_KEYS = ("security-enabled", "allow-anonymous-remote", "users-file")
-TLS_SECTION = "tls"
 _TLS_KEYS = ("cert-file", "key-file", "ca-file", "require-client-cert", "min-version")
 TLS_VERSIONS = ("1.2", "1.3")
-
-
-@dataclass(frozen=True)
-class TlsConfig:
-    cert_file: Path
-    key_file: Path
-    ca_file: Path | None
-    require_client_cert: bool
-    min_version: str
 
 
 @dataclass(frozen=True)
@@ -102,8 +93,6 @@ def parse_tls(raw: object, base: Path) -> TlsConfig | None:
     )
     # Load it now: a missing or mismatched file is a start-up error naming the key, not a
     # handshake failure for every client later.
-    from pagemq.security.tls import build_context
-
     build_context(tls)
     return tls
 

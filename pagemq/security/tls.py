@@ -13,11 +13,25 @@ from __future__ import annotations
 
 import logging
 import ssl
+from dataclasses import dataclass
+from pathlib import Path
 
-from pagemq.security.config import TLS_SECTION, TlsConfig
 from pagemq.units import ConfigError, key_path
 
-__all__ = ["ReloadableTls", "build_context"]
+__all__ = ["TLS_SECTION", "ReloadableTls", "TlsConfig", "build_context"]
+
+TLS_SECTION = "tls"
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """`[tls]`, parsed (security/config.py); paths are absolute or relative to the process."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path | None
+    require_client_cert: bool
+    min_version: str
 
 log = logging.getLogger("pagemq.security")
 
