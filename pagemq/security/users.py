@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pagemq.security.hashing import HashError, parse_hash
-from pagemq.units import ConfigError, key_path, show_value
+from pagemq.units import ConfigError, key_path, read_utf8, show_value
 
 __all__ = ["User", "Users", "UsersFileError", "load_users", "parse_users", "write_users"]
 
@@ -74,13 +74,7 @@ def check_role(role: str) -> str:
 
 def load_users(path: Path) -> Users:
     """Read and check the users file; UsersFileError (one line, naming it) otherwise."""
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise UsersFileError(str(path), f"cannot read the users file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise UsersFileError(str(path), f"not UTF-8 text ({exc.reason})") from None
-    return parse_users(text, str(path))
+    return parse_users(read_utf8(path, "users file", UsersFileError), str(path))
 
 
 def parse_users(text: str, where: str) -> Users:

@@ -41,6 +41,7 @@ from pagemq.units import (
     parse_int,
     parse_size,
     parse_str,
+    read_utf8,
     show_value,
 )
 
@@ -254,12 +255,7 @@ def _host(endpoint: Endpoint | None) -> str | None:
 
 
 def _read_toml(path: Path) -> dict[str, object]:
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot read the config file: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), f"not UTF-8 text ({exc.reason})") from exc
+    text = read_utf8(path, "config file")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -197,6 +197,12 @@ def test_client_certificate_required_and_refused_when_missing(
     assert refused, "a client without a certificate got in"
 
 
+def _sighup(proc: BrokerProcess, logged: str) -> None:
+    assert proc.proc is not None
+    proc.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: any(logged in line for line in proc.log_lines), what=repr(logged))
+
+
 def test_renewed_certificate_is_used_after_sighup_without_restart(
     start_broker: Any, tmp_path: Path, ca: dict[str, Path]
 ) -> None:
@@ -207,10 +213,7 @@ def test_renewed_certificate_is_used_after_sighup_without_restart(
         assert old.peer_cn() == "pagemq-server"
         shutil.copy(ca["server2.pem"], proc.workdir / "server.pem")
         shutil.copy(ca["server2.key"], proc.workdir / "server.key")
-        assert proc.proc is not None
-        proc.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: any("TLS certificates reloaded" in line for line in proc.log_lines),
-                   what="the reload")
+        _sighup(proc, "TLS certificates reloaded")
         with TlsStomp(port, _client_context(ca)) as new:
             new.connect()
             assert new.peer_cn() == "pagemq-server-renewed"
@@ -218,9 +221,7 @@ def test_renewed_certificate_is_used_after_sighup_without_restart(
         frame = old.read_frame(timeout=5)
         assert frame is not None and frame.headers.get("receipt-id") == "bye"
     (proc.workdir / "server.key").write_text("broken")
-    proc.proc.send_signal(signal.SIGHUP)
-    wait_until(lambda: any("TLS certificates not reloaded" in line for line in proc.log_lines),
-               what="the failed reload to be logged")
+    _sighup(proc, "TLS certificates not reloaded")  # broken files: the old ones stay
     with TlsStomp(port, _client_context(ca)) as after:
         after.connect()
         assert after.peer_cn() == "pagemq-server-renewed"
