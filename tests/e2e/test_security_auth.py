@@ -156,6 +156,20 @@ def test_broken_users_file_keeps_the_last_good_users(tmp_path: Path, request: py
     assert _try(proc.stomp_port, login("alice"))
 
 
+def test_spark_sink_connection_passes_user_and_password(secured: BrokerProcess, queue_name: str) -> None:
+    """The sink's `user` / `password` options become CONNECT's login / passcode (the sink's
+    STOMP connection, without starting Spark)."""
+    from pagemq.spark.stomp_sender import StompSender, StompSendError
+
+    with StompSender(HOST, secured.stomp_port, login="builder", passcode=password("builder")) as sender:
+        sender.send(f"/queue/{queue_name}", [("persistent", "true")], b"row")
+        sender.flush()
+    status, _, body = _http(secured, f"/api/queues/{queue_name}", "alice")
+    assert status == 200 and json.loads(body)["messages"] == 1
+    with pytest.raises(StompSendError, match="broker ERROR: Authentication failed"):
+        StompSender(HOST, secured.stomp_port, login="builder", passcode="wrong").connect()
+
+
 # -- HTTP ----------------------------------------------------------------------------------
 
 
