@@ -181,13 +181,19 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
 async def start_http(
     broker: Broker, stats: Callable[[], dict[str, int]], host: str | None, port: int,
     loop: LoopFigures | None = None, *, access: Access | None = None,
-    tls: tuple[str, int, ssl.SSLContext] | None = None,
+    tls: tuple[str, int, ssl.SSLContext] | None = None, max_connections: int = -1,
 ) -> web.AppRunner:
-    """`host` None: no plaintext listener; `tls`: (host, port, context) of `http-tls`."""
+    """`host` None: no plaintext listener; `tls`: (host, port, context) of `http-tls`;
+    `max_connections`: -1 no limit, else past it a 503 (integrations/http_limits.py)."""
+    from pagemq.integrations.http_limits import LimitedSite
+    from pagemq.security.listener import ListenerPolicy
+
     runner = web.AppRunner(make_app(broker, stats, loop, access), access_log=None, handle_signals=False)
     await runner.setup()
     if host is not None:
-        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        await LimitedSite(runner, host, port, reuse_address=True,
+                          policy=ListenerPolicy("http", max_connections)).start()
     if tls is not None:
-        await web.TCPSite(runner, tls[0], tls[1], reuse_address=True, ssl_context=tls[2]).start()
+        await LimitedSite(runner, tls[0], tls[1], reuse_address=True, ssl_context=tls[2],
+                          policy=ListenerPolicy("http-tls", max_connections)).start()
     return runner

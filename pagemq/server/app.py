@@ -22,10 +22,10 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
 from pagemq.security.access import Access
+from pagemq.security.listener import ListenerPolicy
 from pagemq.security.tls import ReloadableTls
 from pagemq.security.users_watch import UsersWatcher
 from pagemq.server.config import Config
-from pagemq.server.listener import ListenerPolicy
 from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
@@ -138,7 +138,7 @@ class BrokerServer:
             plain = acceptors.http
             self._http = await http_api.start_http(
                 self.broker, self.store.stats, plain.host if plain else None, plain.port if plain else 0,
-                loop=self.loop_lag.figures, access=self.access,
+                loop=self.loop_lag.figures, access=self.access, max_connections=acceptors.max_connections,
                 tls=(http_tls.host, http_tls.port, self.tls.context) if http_tls and self.tls else None,
             )
             if plain is not None:

@@ -31,7 +31,7 @@ import termios
 from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
-from pagemq.server.listener import ListenerPolicy
+from pagemq.security.listener import ListenerPolicy
 from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
 
 if TYPE_CHECKING:

@@ -3,6 +3,7 @@ connect-timeout, and TLS for STOMP and HTTP with a CA made by the test (docs/sec
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import signal
 import socket
@@ -83,6 +84,27 @@ def test_max_connections_plus_one_is_refused_while_the_others_keep_working(
     wait_until(lambda: any("after refusing 4" in line for line in proc.log_lines), what="the burst summary")
     for client in clients[:2]:
         client.disconnect()
+
+
+def test_http_max_connections_plus_one_gets_503(start_broker: Any) -> None:
+    proc = start_broker({"acceptors": {"max-connections": 2}})
+    held = [http.client.HTTPConnection(HOST, proc.http_port, timeout=5) for _ in range(2)]
+    try:
+        for connection in held:  # two keep-alive connections
+            connection.request("GET", "/api/broker")
+            response = connection.getresponse()
+            assert response.status == 200 and response.read()
+        extra = http.client.HTTPConnection(HOST, proc.http_port, timeout=5)
+        extra.request("GET", "/api/broker")
+        refused = extra.getresponse()
+        assert refused.status == 503 and b"max-connections" in refused.read()
+        extra.close()
+        held[0].request("GET", "/metrics")  # the held ones keep working
+        assert held[0].getresponse().status == 200
+    finally:
+        for connection in held:
+            connection.close()
+    wait_until(lambda: proc.http_get("/api/broker")[0] == 200, what="a free HTTP slot")
 
 
 def _connects(port: int) -> bool:

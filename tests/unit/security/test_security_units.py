@@ -14,9 +14,9 @@ from pagemq.security import access as access_module
 from pagemq.security.access import Access, PermissionDenied
 from pagemq.security.config import check_listeners, parse_security
 from pagemq.security.hashing import HashError, hash_password, parse_hash, verify_password
+from pagemq.security.listener import ListenerPolicy
 from pagemq.security.permissions import SecuritySettings
 from pagemq.security.users import User, Users, UsersFileError, load_users, parse_users, write_users
-from pagemq.server.listener import ListenerPolicy
 from pagemq.units import ConfigError
 
 

@@ -1,11 +1,11 @@
-"""What a STOMP listener enforces before a session does anything: how many connections it
-holds (`max-connections`), how long a socket may stay without a CONNECT frame
-(`connect-timeout`), and the `Access` its sessions authenticate and authorize with.
+"""What a listener enforces before a session does anything: how many connections it holds
+(`max-connections`), how long a socket may stay without a CONNECT frame (`connect-timeout`,
+STOMP), and the `Access` its sessions authenticate and authorize with.
 
-A refused connection is accepted and closed at once with an ERROR frame saying why (a
-client then fails fast instead of waiting on a backlog), and the refusals are logged once
-per burst (the first, then their count when the listener accepts again), so a flood cannot
-flood the log too.
+A refused connection is accepted and closed at once with a reply saying why (a STOMP ERROR
+frame, an HTTP 503), so a client fails fast instead of waiting on a backlog; refusals are
+logged once per burst (the first, then their count when the listener accepts again), so a
+flood cannot flood the log too.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 from pagemq.security.access import Access
 
-log = logging.getLogger("pagemq.stomp")
+log = logging.getLogger("pagemq.security")
 
 
 @dataclass
 class ListenerPolicy:
-    name: str  # the config key: "stomp", "stomp-tls"
+    name: str  # the config key: "stomp", "stomp-tls", "http"
     max_connections: int = -1  # -1: no limit
     connect_timeout: float = 0.0  # seconds; 0: none
     access: Access | None = None  # None: security disabled
