@@ -231,6 +231,11 @@ class StompServerProtocol(asyncio.Protocol):
             return
         protocol = session.protocol
         now = self._loop.time()
+        intervals = [ms for ms in (protocol.send_heartbeat_ms, protocol.expect_heartbeat_ms) if ms]
+        if session.authenticating:  # heart-beats begin with CONNECTED (a failed login may wait)
+            self._last_read = self._last_write = now
+            self._heartbeat = self._loop.call_later(min(intervals) / 2000, self._beat)
+            return
         expect = protocol.expect_heartbeat_ms / 1000
         if expect and now - self._last_read > expect * HEARTBEAT_GRACE:
             if self._reading_paused and (session.blocked or self._peer_stirred(transport)):
@@ -243,7 +248,6 @@ class StompServerProtocol(asyncio.Protocol):
         send = protocol.send_heartbeat_ms / 1000
         if send and now - self._last_write >= send * 0.9:
             self.write(b"\n")
-        intervals = [ms for ms in (protocol.send_heartbeat_ms, protocol.expect_heartbeat_ms) if ms]
         self._heartbeat = self._loop.call_later(min(intervals) / 2000, self._beat)
 
     def _peer_stirred(self, transport: asyncio.Transport) -> bool:

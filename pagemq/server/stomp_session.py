@@ -242,6 +242,11 @@ class StompSession:
         return self._blocked_retry is not None or self._waiting
 
     @property
+    def authenticating(self) -> bool:
+        """CONNECT's password is being checked: no CONNECTED yet, so no heart-beats either."""
+        return self._authenticating is not None
+
+    @property
     def _waiting(self) -> bool:
         """Every later frame waits: a COMMIT taking effect, or CONNECT's authentication."""
         return self._committing is not None or self._authenticating is not None

@@ -99,6 +99,9 @@ def test_repeated_failures_from_one_address_are_answered_ever_later(
     assert times[5] >= 0.8 and times[4] >= 0.4, times
     counts = [line for line in proc.log_lines if "authentication failed" in line]
     assert "failure 6 from this address; answered after 0.80s" in counts[-1], counts[-1]
+    # the seventh waits 1.6 s: longer than a heart-beat timeout, which does not run before CONNECTED
+    message, _ = _refused(proc.stomp_port, {"login": "alice", "passcode": "guess", "heart-beat": "100,100"})
+    assert message == "Authentication failed"
     # a success clears the count: the next failure is the first again
     StompClient(proc.stomp_port, connect_headers=login("alice")).connect().disconnect()
     _refused(proc.stomp_port, {"login": "alice", "passcode": "guess"})
