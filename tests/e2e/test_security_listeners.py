@@ -78,6 +78,7 @@ def test_max_connections_plus_one_is_refused_while_the_others_keep_working(
     consumer.subscribe(f"/queue/{queue_name}")
     producer.send(f"/queue/{queue_name}", "still served", receipt=True)
     assert consumer.wait_for(1)[0].body == "still served"
+    wait_until(lambda: any("max-connections 3 reached" in line for line in proc.log_lines), what="the log")
     assert sum("max-connections 3 reached" in line for line in proc.log_lines) == 1, "logged per burst"
     clients[2].disconnect()
     wait_until(lambda: _connects(proc.stomp_port), what="a free slot to be usable again")
