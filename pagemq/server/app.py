@@ -87,6 +87,8 @@ class BrokerServer:
         self.tls = ReloadableTls(config.tls) if config.tls is not None else None
         self._stomp_tls: asyncio.Server | None = None
         self._tls_connections: set[StompServerProtocol] = set()
+        self._users: UsersWatcher | None = None
+        self._users_check: asyncio.Future[bool] | None = None
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -153,10 +155,11 @@ class BrokerServer:
             )),
         ]
         if self.access is not None and self.config.security.users_file is not None:
-            watcher = UsersWatcher(self.config.security.users_file, self.access.replace_users)
-            self._tasks.append(asyncio.create_task(watcher.run()))
-        if self.tls is not None:  # a renewed certificate needs no restart: `kill -HUP`
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.tls.reload)
+            self._users = UsersWatcher(self.config.security.users_file, self.access.replace_users)
+            self._tasks.append(asyncio.create_task(self._users.run()))
+        # `kill -HUP`: TLS certificates re-read (a renewed one needs no restart), the users
+        # file looked at now; never the default action (which would end the broker).
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
         # Messages are acyclic: collect young objects rarely, and keep start-up objects out
         # of every full collection (their cost grows with what the broker holds).
         gc.freeze()
@@ -167,6 +170,14 @@ class BrokerServer:
             "ready: %s; recovered %d messages in %.2fs",
             " ".join(listening), recovered, time.monotonic() - started,
         )
+
+    def reload(self) -> None:
+        """SIGHUP: re-read what can change without a restart (docs/security.md)."""
+        log.info("SIGHUP: reloading TLS certificates and the users file")
+        if self.tls is not None:
+            self.tls.reload()
+        if self._users is not None:
+            self._users_check = asyncio.ensure_future(self._users.check())  # kept while it runs
 
     def _policy(self, name: str) -> ListenerPolicy:
         acceptors = self.config.acceptors
@@ -257,8 +268,7 @@ class BrokerServer:
             self._stomp.close()
         if self._stomp_tls is not None:
             self._stomp_tls.close()
-        if self.tls is not None:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         connections = [*self._connections, *self._tls_connections]
         for connection in connections:
             if connection.session is not None:

@@ -259,3 +259,9 @@ def test_http_over_tls(start_broker: Any, tmp_path: Path, ca: dict[str, Path]) -
     with socket.create_connection((HOST, http_tls), timeout=5) as plain:
         plain.sendall(b"GET /api/broker HTTP/1.1\r\nHost: x\r\n\r\n")
         assert not plain.recv(100).startswith(b"HTTP/1.1 200")
+
+
+def test_sighup_without_tls_reloads_nothing_and_the_broker_goes_on(start_broker: Any) -> None:
+    proc = start_broker()
+    _sighup(proc, "SIGHUP: reloading")
+    assert proc.running and _connects(proc.stomp_port)
