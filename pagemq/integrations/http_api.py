@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from pagemq.core.errors import BrokerError
+from pagemq.integrations import admin_api
+from pagemq.integrations.admin_api import ConnectionsView, HealthView
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -30,9 +32,7 @@ def _error(exc: BrokerError) -> web.Response:
 
 async def list_addresses(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
-    return web.json_response(
-        {"addresses": [broker.address_info(name) for name in sorted(broker.addresses)]}
-    )
+    return admin_api.listing(request, "addresses", broker.addresses, broker.address_info)
 
 
 async def get_address(request: web.Request) -> web.Response:
@@ -44,7 +44,7 @@ async def get_address(request: web.Request) -> web.Response:
 
 async def list_queues(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
-    return web.json_response({"queues": [broker.queue_info(name) for name in sorted(broker.queues)]})
+    return admin_api.listing(request, "queues", broker.queues, broker.queue_info)
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -153,7 +153,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
-             loop: LoopFigures | None = None) -> web.Application:
+             loop: LoopFigures | None = None, *, connections: ConnectionsView | None = None,
+             health: HealthView | None = None) -> web.Application:
     app = web.Application()
     app[BROKER_KEY] = broker
     app[STATS_KEY] = stats
@@ -164,15 +165,18 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     app.router.add_get("/api/queues", list_queues)
     app.router.add_get("/api/queues/{name}", get_queue)
     app.router.add_get("/metrics", metrics)
+    admin_api.register(app, broker, connections=connections, health_view=health)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
 
 
 async def start_http(
     broker: Broker, stats: Callable[[], dict[str, int]], host: str, port: int,
-    loop: LoopFigures | None = None,
+    loop: LoopFigures | None = None, *, connections: ConnectionsView | None = None,
+    health: HealthView | None = None,
 ) -> web.AppRunner:
-    runner = web.AppRunner(make_app(broker, stats, loop), access_log=None, handle_signals=False)
+    runner = web.AppRunner(make_app(broker, stats, loop, connections=connections, health=health),
+                           access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()

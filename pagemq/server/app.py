@@ -22,6 +22,7 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
 from pagemq.server.config import Config
+from pagemq.server.connections import connections_view, queue_deleted_listener
 from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
@@ -77,6 +78,7 @@ class BrokerServer:
         self.loop_lag = LoopLag()
         self._lock = DataDirectoryLock(broker_config.data_directory)
         self.stopped = asyncio.Event()
+        self.state = "starting"  # -> "ready" -> "stopping" -> "stopped" (GET /health)
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -113,13 +115,15 @@ class BrokerServer:
                 self.broker, self.config.stomp, acceptors.stomp.host, acceptors.stomp.port
             )
             listening.append(f"stomp={acceptors.stomp.host}:{acceptors.stomp.port}")
+        self.broker.admin.on_queue_deleted.append(queue_deleted_listener(self._connections))
         if acceptors.http is not None:
             # aiohttp takes a good part of start-up to import: in a thread, so that STOMP
             # clients are served meanwhile (`ready` still waits for the HTTP listener).
             http_api = await asyncio.to_thread(importlib.import_module, "pagemq.integrations.http_api")
             self._http = await http_api.start_http(
                 self.broker, self.store.stats, acceptors.http.host, acceptors.http.port,
-                loop=self.loop_lag.figures,
+                loop=self.loop_lag.figures, connections=connections_view(self._connections),
+                health=lambda: self.state,
             )
             listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
         self._tasks = [
@@ -135,6 +139,7 @@ class BrokerServer:
         gc.set_threshold(GC_THRESHOLD, 20, 100)
         self._trimmer.baseline(self.broker.memory.used_bytes)
         self.loop_lag.start(asyncio.get_running_loop())  # from here on the loop serves clients
+        self.state = "ready"
         log.info(
             "ready: %s; recovered %d messages in %.2fs",
             " ".join(listening), recovered, time.monotonic() - started,
@@ -218,6 +223,7 @@ class BrokerServer:
                 " after start-up" if after_start else "", report)
 
     async def stop(self) -> None:
+        self.state = "stopping"
         self.loop_lag.stop()
         for task in self._tasks:
             task.cancel()

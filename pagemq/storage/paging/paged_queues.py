@@ -287,6 +287,11 @@ class PagedQueues:
         self.medium.roll()
         self._note_live_page()
 
+    def roll_live(self) -> None:
+        """Close the live page now (a purge completes it rather than wait for it to fill)."""
+        self.medium.roll()
+        self._note_live_page()
+
     def _note_live_page(self) -> None:
         """After the medium may have rolled: pages that closed can now be completed."""
         live = self.medium.live_page_no()
