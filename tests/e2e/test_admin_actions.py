@@ -285,7 +285,7 @@ def test_connections_list_peer_user_version_subscriptions_and_in_flight(broker, 
     assert connection["user"] == "watcher" and connection["version"] == "1.1"
     assert connection["in_flight"] == 2 and connection["connected_since"] > 0
     sub = connection["subscriptions"][0]
-    assert sub["selector"] == "JMSPriority > 0" and sub["ack"] == "client-individual" and sub["in_flight"] == 2
+    assert (sub["selector"], sub["ack"], sub["in_flight"]) == ("JMSPriority > 0", "client-individual", 2)
 
 
 def test_health_is_ready_once_started(broker):
