@@ -304,16 +304,24 @@ class PagedQueues:
         for cursor in list(self.cursors.values()):
             cursor.complete_closed(self._live_seen)
 
-    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int]) -> None:
+    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int], *,
+                        recorded: bool = False) -> None:
+        """`recorded`: write the complete record even when the page then goes (a purge:
+        no ack in the journal stands for the records, so the record must until the page
+        file is gone; it is deleted with the page's other records)."""
         holders = self._open.get(page_no)
+        if holders is not None and holders <= {queue_id} and not recorded:
+            holders.discard(queue_id)
+            self._delete_page(page_no, ack_ids)
+            return
+        record_id = self.new_id()
+        self.journal.cursor_complete(CursorComplete(record_id, queue_id, page_no))
+        self._complete_ids.setdefault(page_no, []).append(record_id)
         if holders is not None:
             holders.discard(queue_id)
             if not holders:
                 self._delete_page(page_no, ack_ids)
                 return
-        record_id = self.new_id()
-        self.journal.cursor_complete(CursorComplete(record_id, queue_id, page_no))
-        self._complete_ids.setdefault(page_no, []).append(record_id)
         for ack_id in ack_ids:
             self.journal.delete_record(ack_id)
 

@@ -49,7 +49,8 @@ class CursorOwner(Protocol):
 
     def live_page_caught_up(self, page_no: int) -> None: ...
 
-    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int]) -> None: ...
+    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int], *,
+                        recorded: bool = False) -> None: ...
 
     def roll_live(self) -> None: ...
 
@@ -365,7 +366,7 @@ class QueueCursor:
                         if p < live_page_no and len(page.acked) >= page.count]:
             self._complete(page_no)
 
-    def _complete(self, page_no: int) -> None:
+    def _complete(self, page_no: int, *, recorded: bool = False) -> None:
         page = self.pages[page_no]
         if page.unwritten:
             # If every queue is now done, the page file's deletion (not in the journal)
@@ -375,7 +376,7 @@ class QueueCursor:
         if self._read_page == page_no:
             self._drop_reader()  # nothing left for us in it
             self._peeked = None
-        self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
+        self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids, recorded=recorded)
 
     def purge(self) -> tuple[int, asyncio.Future[None] | None]:
         """Acknowledge every record of the queue that is on disk only (see the contract).
@@ -397,7 +398,9 @@ class QueueCursor:
                 left = page.count - len(page.acked)
                 purged += left
                 self.unread -= left
-                self._complete(page_no)
+                # No ack stands for these records: the complete record must, even if the page
+                # goes (a crash before its file is deleted would bring it back unacked).
+                self._complete(page_no, recorded=True)
                 continue
             if not self._medium.fully_readable(page_no):
                 unreadable = True
