@@ -83,7 +83,7 @@ def test_a_move_killed_midway_loses_nothing(start_broker, stomp_client):
 
     source = broker.queue("zero.source")["messages"]
     target = broker.queue("target")["messages"]
-    assert 0 < target and source + target >= 3000, (source, target)
+    assert target > 0 and source + target >= 3000, (source, target)
     seen: list[str] = []
     for name, count in (("target", target), ("zero.source", source)):
         consumer = stomp_client(broker)
