@@ -120,6 +120,10 @@ class Admin:
         await self.ledger.flush()
         log.info("queue %r deleted", name)
 
+    def delete_queue_now(self, queue: Queue) -> None:
+        """Delete without waiting for durability (auto-delete; the journal syncs it soon)."""
+        self._delete_queue(queue)
+
     def _delete_queue(self, queue: Queue) -> None:
         consumers = list(queue.consumers)
         pager = self.bindings.pagers.get(queue.address_name)

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from functools import partial
 
 from pagemq.units import (
+    MILLISECONDS,
     ConfigError,
     key_path,
     parse_bool,
     parse_choice,
+    parse_duration,
     parse_int,
     parse_size,
     parse_str,
@@ -89,6 +91,13 @@ class AddressSettings:
     dead_letter_address: str = "DLQ"
     expiry_address: str = "ExpiryQueue"
     auto_create_addresses: bool = True
+    # Artemis' auto-delete settings (core/auto_delete.py); off by default here, see
+    # docs/configuration.md. Delays are milliseconds, as Artemis.
+    auto_delete_queues: bool = False
+    auto_delete_queues_delay: int = 0
+    auto_delete_queues_message_count: int = 0
+    auto_delete_addresses: bool = False
+    auto_delete_addresses_delay: int = 0
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> AddressSettings:
@@ -133,6 +142,16 @@ def _delivery_attempts(value: object, key: str) -> int:
     return parse_int(value, key, minimum=1)
 
 
+def _delay_ms(value: object, key: str) -> int:
+    """A delay in milliseconds: a bare integer counts milliseconds, as Artemis' delays."""
+    return round(parse_duration(value, key, bare_unit=MILLISECONDS) * 1000)
+
+
+def _message_count(value: object, key: str) -> int:
+    # -1: any count (the messages are deleted with the queue), as Artemis.
+    return parse_int(value, key)
+
+
 def _address_name(value: object, key: str) -> str:
     # An empty dead-letter/expiry address means "none": the message is dropped instead.
     return parse_str(value, key, empty_ok=True)
@@ -156,6 +175,11 @@ _PARSERS: dict[str, _Parser] = {
     "dead-letter-address": _address_name,
     "expiry-address": _address_name,
     "auto-create-addresses": parse_bool,
+    "auto-delete-queues": parse_bool,
+    "auto-delete-queues-delay": _delay_ms,
+    "auto-delete-queues-message-count": _message_count,
+    "auto-delete-addresses": parse_bool,
+    "auto-delete-addresses-delay": _delay_ms,
 }
 
 SETTING_KEYS: tuple[str, ...] = tuple(_PARSERS)

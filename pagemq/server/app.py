@@ -36,6 +36,7 @@ from pagemq.storage.paging.page_store import PageStore
 log = logging.getLogger("pagemq")
 
 EXPIRY_TICK_PERIOD = 1.0
+AUTO_DELETE_PERIOD = 1.0  # auto-delete-queues / -addresses: how often idle ones are looked for
 CLEANUP_CHECK_PERIOD = 0.25  # how often the journal is asked whether a cleanup is due
 TRIM_CHECK_PERIOD = 1.0
 GC_THRESHOLD = 20_000
@@ -130,6 +131,9 @@ class BrokerServer:
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
             asyncio.create_task(self._every(
+                AUTO_DELETE_PERIOD, lambda: self.broker.auto_delete.tick(time.monotonic())
+            )),
+            asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),
         ]
@@ -170,6 +174,10 @@ class BrokerServer:
 
     def _configure_addresses(self) -> None:
         broker = self.broker
+        broker.auto_delete.configured(
+            (a.name for a in self.config.addresses),
+            (q.name for a in self.config.addresses for q in a.queues),
+        )
         for address_config in self.config.addresses:
             address = broker.ensure_address(address_config.name, address_config.routing_type, auto=False)
             for queue_config in address_config.queues:  # an anycast one has at least its own
