@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     check = data_commands.add_parser(
         "check", help="verify every journal and page file and their references; exit 1 on problems")
     check.add_argument("--data-dir", type=Path, default=Path("data"))
+    from pagemq.integrations import queue_cli
+
+    queue_cli.add_parser(commands)
     return parser
 
 
@@ -90,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG if exc.code not in (0, None) else 0
     if args.command == "serve":
         return _serve(args)
+    if args.command == "queue":
+        from pagemq.integrations import queue_cli
+
+        return queue_cli.run(args)
     return _data(args)
 
 
