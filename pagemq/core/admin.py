@@ -27,15 +27,16 @@ Loop-only: every method runs on the event loop thread (the async ones await dura
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.consumer import MessageRef
 from pagemq.core.dead_letters import ORIGINAL_DESTINATION
-from pagemq.core.errors import BrokerError, InvalidDestination, NotFound
+from pagemq.core.errors import BrokerError, Conflict, InvalidDestination, NotFound
 from pagemq.core.message_codec import decode_message
 from pagemq.core.routing import Blocked
 from pagemq.core.selector import compile_filter
@@ -76,12 +77,35 @@ class Admin:
         self.ledger = ledger
         self.router = router
         self.on_queue_deleted: list[QueueDeleted] = []
+        # One action at a time per queue (a delete waits for a move in progress to finish).
+        self._locks: dict[int, tuple[asyncio.Lock, list[int]]] = {}  # queue id -> lock, users
 
     def queue(self, name: str) -> Queue:
         queue = self.bindings.queues.get(name)
         if queue is None:
             raise NotFound(f"no queue named {name!r}")
         return queue
+
+    def busy(self, queue: Queue) -> bool:
+        """An action on the queue is in progress (or waiting)."""
+        return queue.queue_id in self._locks
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, queue: Queue) -> AsyncIterator[None]:
+        entry = self._locks.get(queue.queue_id)
+        if entry is None:
+            entry = self._locks[queue.queue_id] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                if queue.deleted:
+                    raise NotFound(f"no queue named {queue.name!r}")
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[queue.queue_id]
 
     def _cursor(self, queue: Queue) -> PageCursor | None:
         """The queue's page cursor, when its address has paged for it."""
@@ -94,6 +118,13 @@ class Admin:
         """Remove every message of the queue not being delivered; how many. Resolves once
         the removal is durable."""
         queue = self.queue(name)
+        async with self._exclusive(queue):
+            purged = await self._purge(queue)
+            await self.ledger.flush()
+        log.info("queue %r purged: %d message(s) removed", name, purged)
+        return purged
+
+    async def _purge(self, queue: Queue) -> int:
         refs = queue.remove_pending()
         for ref in refs:
             self.ledger.release(queue, ref)
@@ -108,15 +139,14 @@ class Admin:
                     break
                 await later  # records appended just before were not readable yet
             pager.maybe_leave_paging()
-        await self.ledger.flush()
-        log.info("queue %r purged: %d message(s) removed", name, purged)
         return purged
 
     # -- delete ---------------------------------------------------------------------------
 
     async def delete_queue(self, name: str) -> None:
         queue = self.queue(name)
-        self._delete_queue(queue)
+        async with self._exclusive(queue):
+            self._delete_queue(queue)
         await self.ledger.flush()
         log.info("queue %r deleted", name)
 
@@ -140,8 +170,15 @@ class Admin:
             raise NotFound(f"no address named {name!r}")
         queues = sorted(address.queues)
         for queue_name in queues:
-            self._delete_queue(address.queues[queue_name])
-        self.bindings.delete_address(address)
+            queue = address.queues.get(queue_name)
+            if queue is not None:
+                async with self._exclusive(queue):
+                    self._delete_queue(queue)
+        if address.queues:
+            raise Conflict(f"address {name!r} got new queues while it was being deleted: "
+                           f"{', '.join(sorted(address.queues))}")
+        if self.bindings.addresses.get(name) is address:
+            self.bindings.delete_address(address)
         await self.ledger.flush()
         log.info("address %r deleted with %d queue(s)", name, len(queues))
         return queues
@@ -157,12 +194,13 @@ class Admin:
             raise InvalidDestination("move: 'to' names no address")
         if to == queue.address_name:
             raise InvalidDestination(f"move: queue {name!r} is already on address {to!r}")
-        routing_type = self._target(to, ANYCAST)
+        async with self._exclusive(queue):
+            routing_type = self._target(to, ANYCAST)
 
-        def destination(_message: Message) -> tuple[str, str, dict[str, str]] | None:
-            return to, routing_type, {}
+            def destination(_message: Message) -> tuple[str, str, dict[str, str]] | None:
+                return to, routing_type, {}
 
-        return await self._transfer(queue, selector, destination)
+            return await self._transfer(queue, selector, destination)
 
     async def retry(self, name: str) -> int:
         """Send the queue's dead letters back to their `original-destination`; how many.
@@ -187,7 +225,8 @@ class Admin:
                 found = targets[original] = (address, routing_type)
             return found[0], found[1], {"destination": original}
 
-        return await self._transfer(queue, None, destination, drop=(ORIGINAL_DESTINATION,))
+        async with self._exclusive(queue):
+            return await self._transfer(queue, None, destination, drop=(ORIGINAL_DESTINATION,))
 
     def _target(self, name: str, routing_type: str) -> str:
         """The routing type to send to `name` with; the address (anycast: with its queue) is

@@ -83,6 +83,8 @@ class AutoDelete:
         settings = queue.settings
         if not settings.auto_delete_queues or queue.consumers or queue.name in self._configured_queues:
             return False
+        if self.admin.busy(queue):
+            return False  # an operator's action on it is in progress
         if queue.routing_type == MULTICAST and queue.durable:
             return False  # a durable subscription: kept until UNSUBSCRIBE
         limit = settings.auto_delete_queues_message_count
