@@ -79,9 +79,9 @@ def test_move_keeps_queue_order_across_memory_and_pages_and_honours_the_selector
 def test_retry_sends_dead_letters_home_and_leaves_the_others() -> None:
     async def body() -> None:
         broker, _pages = memory_broker({"max-size-bytes": -1})
-        broker.send("DLQ", ANYCAST, {"n": "1", "original-destination": "/queue/orders"}, b"a", persistent=True)
-        broker.send("DLQ", ANYCAST, {"n": "2"}, b"b", persistent=True)
-        broker.send("DLQ", ANYCAST, {"n": "3", "original-destination": "orders"}, b"c", persistent=True)
+        for headers in ({"n": "1", "original-destination": "/queue/orders"}, {"n": "2"},
+                        {"n": "3", "original-destination": "orders"}):
+            broker.send("DLQ", ANYCAST, headers, b"x", persistent=True)
 
         assert await broker.admin.retry("DLQ") == 2
 
