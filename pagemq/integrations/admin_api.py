@@ -170,25 +170,37 @@ async def browse_messages(request: web.Request) -> web.Response:
                               "more": more, "next_after": last})
 
 
-@_guarded
-async def purge_queue(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    purged = await request.app[ADMIN_BROKER_KEY].admin.purge(name)
-    return web.json_response({"queue": name, "purged": purged})
+def _named(act: Callable[[Broker, str], Awaitable[dict[str, object]]]) -> Handler:
+    """A handler running `act` on the `{name}` of the path; its dict is the answer."""
+
+    @_guarded
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(await act(request.app[ADMIN_BROKER_KEY], request.match_info["name"]))
+
+    return handler
 
 
-@_guarded
-async def delete_queue(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    await request.app[ADMIN_BROKER_KEY].admin.delete_queue(name)
-    return web.json_response({"deleted": name})
+async def _purge(broker: Broker, name: str) -> dict[str, object]:
+    return {"queue": name, "purged": await broker.admin.purge(name)}
 
 
-@_guarded
-async def delete_address(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    queues = await request.app[ADMIN_BROKER_KEY].admin.delete_address(name)
-    return web.json_response({"deleted": name, "queues": queues})
+async def _delete_queue(broker: Broker, name: str) -> dict[str, object]:
+    await broker.admin.delete_queue(name)
+    return {"deleted": name}
+
+
+async def _delete_address(broker: Broker, name: str) -> dict[str, object]:
+    return {"deleted": name, "queues": await broker.admin.delete_address(name)}
+
+
+async def _retry(broker: Broker, name: str) -> dict[str, object]:
+    return {"queue": name, "retried": await broker.admin.retry(name)}
+
+
+purge_queue = _named(_purge)
+delete_queue = _named(_delete_queue)
+delete_address = _named(_delete_address)
+retry_messages = _named(_retry)
 
 
 @_guarded
@@ -206,13 +218,6 @@ async def move_messages(request: web.Request) -> web.Response:
     broker.admin.queue(name)  # 404 before anything is created for the target
     moved = await broker.admin.move(name, to, selector or None)
     return web.json_response({"queue": name, "to": to, "moved": moved})
-
-
-@_guarded
-async def retry_messages(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    retried = await request.app[ADMIN_BROKER_KEY].admin.retry(name)
-    return web.json_response({"queue": name, "retried": retried})
 
 
 # -- connections and health -------------------------------------------------------------------

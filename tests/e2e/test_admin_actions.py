@@ -3,18 +3,9 @@ on in-memory and paged queues, and the API's 400/404/405 answers (issue 18)."""
 
 from __future__ import annotations
 
+import test_paging_helpers as paging
 from admin_http import browse, call, ok, path_of
 from brokerproc import unique, wait_until
-from test_paging_helpers import (
-    assert_paging,
-    labels,
-    numbered,
-    page_files,
-    send_all,
-    take,
-    wait_frames,
-    wait_no_page_files,
-)
 
 BROKER_CONFIG = {
     "address-settings": {
@@ -29,33 +20,33 @@ BROKER_CONFIG = {
 
 def test_purge_of_a_paged_queue_removes_every_message_and_its_page_files(broker, stomp_client):
     name = "zero." + unique("purge")
-    send_all(stomp_client(broker), f"/queue/{name}", numbered("m", 300))
-    assert_paging(broker, name, paged=300)
-    assert len(page_files(broker, name)) > 5
+    paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 300))
+    paging.assert_paging(broker, name, paged=300)
+    assert len(paging.page_files(broker, name)) > 5
 
     answer = ok(broker, "POST", path_of("queues", name, "purge"))
 
     assert answer == {"queue": name, "purged": 300}
-    wait_no_page_files(broker, name)
+    paging.wait_no_page_files(broker, name)
     queue = broker.wait_queue(name, messages=0, messages_paged=0)
     assert queue["messages_in_memory"] == 0
     assert broker.address(name)["paging"] is False
     # the queue still works: a new message is delivered, none of the purged ones
     producer = stomp_client(broker)
-    send_all(producer, f"/queue/{name}", ["after"])
+    paging.send_all(producer, f"/queue/{name}", ["after"])
     consumer = stomp_client(broker)
     consumer.subscribe(f"/queue/{name}", ack="client-individual")
-    assert take(consumer, 1) == ["after"]
+    assert paging.take(consumer, 1) == ["after"]
 
 
 def test_purge_of_a_queue_half_read_into_memory_leaves_only_what_is_being_delivered(broker, stomp_client):
     name = "hold." + unique("purge")
-    send_all(stomp_client(broker), f"/queue/{name}", numbered("m", 120))
-    assert_paging(broker, name)
+    paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 120))
+    paging.assert_paging(broker, name)
     consumer = stomp_client(broker)
     consumer.subscribe(f"/queue/{name}", ack="client-individual", headers={"activemq.prefetchSize": 3})
-    held = wait_frames(consumer, 3)
-    assert labels(held) == ["m0", "m1", "m2"]
+    held = paging.wait_frames(consumer, 3)
+    assert paging.labels(held) == ["m0", "m1", "m2"]
 
     answer = ok(broker, "POST", path_of("queues", name, "purge"))
 
@@ -64,13 +55,13 @@ def test_purge_of_a_queue_half_read_into_memory_leaves_only_what_is_being_delive
     for frame in held:
         consumer.ack(frame, receipt=True)
     broker.wait_queue(name, messages=0)
-    wait_no_page_files(broker, name)
+    paging.wait_no_page_files(broker, name)
     consumer.listener.assert_no_more(3)
 
 
 def test_purge_of_an_in_memory_queue_counts_what_it_removed(broker, stomp_client):
     name = unique("purge")
-    send_all(stomp_client(broker), f"/queue/{name}", numbered("m", 5))
+    paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 5))
     assert ok(broker, "POST", path_of("queues", name, "purge")) == {"queue": name, "purged": 5}
     broker.wait_queue(name, messages=0)
     assert ok(broker, "POST", path_of("queues", name, "purge"))["purged"] == 0
@@ -78,8 +69,9 @@ def test_purge_of_an_in_memory_queue_counts_what_it_removed(broker, stomp_client
 
 def test_browse_shows_memory_and_paged_messages_in_order_with_their_fields(broker, stomp_client):
     name = "hold." + unique("browse")
-    send_all(stomp_client(broker), f"/queue/{name}", numbered("m", 60), headers={"color": "red"})
-    assert_paging(broker, name)
+    paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 60),
+                    headers={"color": "red"})
+    paging.assert_paging(broker, name)
 
     page = browse(broker, name, limit=25)
     first = page["messages"][0]
@@ -96,41 +88,42 @@ def test_browse_shows_memory_and_paged_messages_in_order_with_their_fields(broke
     assert len(seen) == 60 and seen == sorted(seen)
     every = browse(broker, name, limit=100)["messages"]
     assert any(m["paged"] for m in every) and any(not m["paged"] for m in every)
-    assert [_label(m) for m in every] == numbered("m", 60)
+    assert [_label(m) for m in every] == paging.numbered("m", 60)
     broker.wait_queue(name, messages=60)  # nothing was taken
 
 
 def test_browse_with_a_selector_shows_only_matching_messages(broker, stomp_client):
     name = "zero." + unique("browsesel")
     producer = stomp_client(broker)
-    send_all(producer, f"/queue/{name}", numbered("r", 10), headers={"color": "red"})
-    send_all(producer, f"/queue/{name}", numbered("b", 10), headers={"color": "blue"})
+    paging.send_all(producer, f"/queue/{name}", paging.numbered("r", 10), headers={"color": "red"})
+    paging.send_all(producer, f"/queue/{name}", paging.numbered("b", 10), headers={"color": "blue"})
     found = browse(broker, name, selector="color = 'blue'")["messages"]
-    assert [_label(m) for m in found] == numbered("b", 10)
+    assert [_label(m) for m in found] == paging.numbered("b", 10)
     assert all(m["paged"] for m in found)
 
 
 def test_move_of_a_paged_queue_keeps_the_order_and_leaves_no_page_files(broker, stomp_client):
     name, target = "zero." + unique("movefrom"), unique("moveto")
-    send_all(stomp_client(broker), f"/queue/{name}", numbered("m", 200))
-    assert_paging(broker, name, paged=200)
+    paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 200))
+    paging.assert_paging(broker, name, paged=200)
 
     answer = ok(broker, "POST", path_of("queues", name, "move"), {"to": target})
 
     assert answer == {"queue": name, "to": target, "moved": 200}
     broker.wait_queue(name, messages=0)
-    wait_no_page_files(broker, name)
+    paging.wait_no_page_files(broker, name)
     consumer = stomp_client(broker)
     consumer.subscribe(f"/queue/{target}", ack="client-individual")
-    assert take(consumer, 200, timeout=20) == numbered("m", 200)
+    assert paging.take(consumer, 200, timeout=20) == paging.numbered("m", 200)
 
 
 def test_move_with_a_selector_moves_only_matching_messages_in_order(broker, stomp_client):
     name, target = "hold." + unique("movesel"), unique("movesel.to")
     producer = stomp_client(broker)
     for n in range(40):
-        send_all(producer, f"/queue/{name}", [f"m{n}"], headers={"parity": "even" if n % 2 == 0 else "odd"})
-    assert_paging(broker, name)
+        parity = "even" if n % 2 == 0 else "odd"
+        paging.send_all(producer, f"/queue/{name}", [f"m{n}"], headers={"parity": parity})
+    paging.assert_paging(broker, name)
 
     answer = ok(broker, "POST", path_of("queues", name, "move"), {"to": target, "selector": "parity = 'odd'"})
 
@@ -138,18 +131,18 @@ def test_move_with_a_selector_moves_only_matching_messages_in_order(broker, stom
     broker.wait_queue(name, messages=20)
     moved = stomp_client(broker)
     moved.subscribe(f"/queue/{target}", ack="client-individual")
-    assert take(moved, 20) == [f"m{n}" for n in range(1, 40, 2)]
+    assert paging.take(moved, 20) == [f"m{n}" for n in range(1, 40, 2)]
     kept = stomp_client(broker)
     kept.subscribe(f"/queue/{name}", ack="client-individual")
-    assert take(kept, 20) == [f"m{n}" for n in range(0, 40, 2)]
+    assert paging.take(kept, 20) == [f"m{n}" for n in range(0, 40, 2)]
 
 
 def test_retry_sends_dead_letters_back_to_their_original_destination(broker, stomp_client):
     name = "dead." + unique("retry")
-    send_all(stomp_client(broker), f"/queue/{name}", ["d0", "d1", "d2"])
+    paging.send_all(stomp_client(broker), f"/queue/{name}", ["d0", "d1", "d2"])
     consumer = stomp_client(broker)
     consumer.subscribe(f"/queue/{name}", ack="client-individual")
-    for frame in wait_frames(consumer, 3):
+    for frame in paging.wait_frames(consumer, 3):
         consumer.nack(frame, receipt=True)
     consumer.disconnect()
     wait_until(lambda: broker.queue("dead.DLQ")["messages"] >= 3)
@@ -162,8 +155,8 @@ def test_retry_sends_dead_letters_back_to_their_original_destination(broker, sto
     assert answer["retried"] >= 3
     again = stomp_client(broker)
     again.subscribe(f"/queue/{name}", ack="client-individual")
-    frames = wait_frames(again, 3)
-    assert labels(frames) == ["d0", "d1", "d2"]
+    frames = paging.wait_frames(again, 3)
+    assert paging.labels(frames) == ["d0", "d1", "d2"]
     assert all("original-destination" not in f.headers for f in frames)
 
 
@@ -185,23 +178,23 @@ def test_typo_queues_with_slash_hash_and_space_can_be_deleted(broker, stomp_clie
 
 def test_deleting_an_address_deletes_its_queues_and_their_page_files(broker, stomp_client):
     name = "zero." + unique("deladdr")
-    send_all(stomp_client(broker), f"/queue/{name}", numbered("m", 100))
-    assert_paging(broker, name)
+    paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 100))
+    paging.assert_paging(broker, name)
     answer = ok(broker, "DELETE", path_of("addresses", name))
     assert answer == {"deleted": name, "queues": [name]}
     assert call(broker, "GET", path_of("queues", name))[0] == 404
-    wait_until(lambda: not page_files(broker, name), timeout=10)
+    wait_until(lambda: not paging.page_files(broker, name), timeout=10)
     # the name can be used again, from scratch
-    send_all(stomp_client(broker), f"/queue/{name}", ["again"])
+    paging.send_all(stomp_client(broker), f"/queue/{name}", ["again"])
     broker.wait_queue(name, messages=1)
 
 
 def test_deleting_a_queue_ends_its_consumers_with_an_error_naming_it(broker, stomp_client):
     name = unique("delconsumed")
-    send_all(stomp_client(broker), f"/queue/{name}", ["one"])
+    paging.send_all(stomp_client(broker), f"/queue/{name}", ["one"])
     consumer = stomp_client(broker)
     consumer.subscribe(f"/queue/{name}", ack="client-individual")
-    wait_frames(consumer, 1)
+    paging.wait_frames(consumer, 1)
     ok(broker, "DELETE", path_of("queues", name))
     error = consumer.listener.wait_for_error()
     assert name in error.headers["message"]
@@ -227,7 +220,7 @@ def test_unknown_names_are_404_and_wrong_methods_405(broker):
 
 def test_bad_bodies_parameters_and_selectors_are_400_and_change_nothing(broker, stomp_client):
     name = unique("bad")
-    send_all(stomp_client(broker), f"/queue/{name}", ["kept"])
+    paging.send_all(stomp_client(broker), f"/queue/{name}", ["kept"])
     move = path_of("queues", name, "move")
     for raw in (b"{not json", b"[1, 2]", b'{"to": 5}', b'{"selector": "a = 1"}', b'{"to": "x", "what": 1}',
                 b'{"to": "x", "selector": "color = = 1"}'):
@@ -268,11 +261,11 @@ def test_queue_and_address_lists_page_sort_and_filter_on_the_server(broker, stom
 
 def test_connections_list_peer_user_version_subscriptions_and_in_flight(broker, stomp_client):
     name = unique("conns")
-    send_all(stomp_client(broker), f"/queue/{name}", ["a", "b"])
+    paging.send_all(stomp_client(broker), f"/queue/{name}", ["a", "b"])
     consumer = stomp_client(broker, version="1.1", connect_headers={"login": "watcher"},
                             client_id=unique("cid"))
     consumer.subscribe(f"/queue/{name}", ack="client-individual", headers={"selector": "JMSPriority > 0"})
-    wait_frames(consumer, 2)
+    paging.wait_frames(consumer, 2)
 
     def mine() -> dict | None:
         found = ok(broker, "GET", "/api/connections")["connections"]
