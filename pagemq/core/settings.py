@@ -112,9 +112,12 @@ class AddressSettings:
 
     def to_config_dict(self) -> dict[str, object]:
         """Kebab-case keys as in the config file (the HTTP API's `settings` field)."""
-        return {
-            _kebab(field.name): getattr(self, field.name) for field in dataclasses.fields(self)
-        }
+        return {key: getattr(self, name) for name, key in _CONFIG_KEYS}
+
+
+_CONFIG_KEYS: tuple[tuple[str, str], ...] = tuple(
+    (field.name, field.name.replace("_", "-")) for field in dataclasses.fields(AddressSettings)
+)  # (field, config key): `to_config_dict` runs per address for the HTTP API's lists
 
 
 def _snake(key: str) -> str:
