@@ -62,7 +62,8 @@ def test_lists_page_sort_and_filter_and_count_the_total() -> None:
             broker.send(f"jobs.{n:02d}", "anycast", {}, b"x")
         broker.send("other", "anycast", {}, b"x")
         page = await (await client.get("/api/queues?filter=JOBS&offset=25&limit=10")).json()
-        assert page["total"] == 30 and [q["name"] for q in page["queues"]] == [f"jobs.{n}" for n in range(25, 30)]
+        assert page["total"] == 30
+        assert [q["name"] for q in page["queues"]] == [f"jobs.{n}" for n in range(25, 30)]
         top = await (await client.get("/api/addresses?sort=messages&order=desc&limit=6")).json()
         assert [a["messages"] for a in top["addresses"]] == [5] * 6
         assert (await client.get("/api/queues?sort=bogus")).status == 400
