@@ -406,6 +406,8 @@ def _paged(cursor: PageCursor, selector: Selector | None, after: int | None = No
     for number in book.pages_from(page_no):
         if selector is not None and not pager.may_match(number, selector):
             continue
+        if after is not None and 0 < pager.store.last_id(number) <= after:
+            continue  # every message of the page is before `after`: not read
         for index, record in book.read(number, ordinal if number == page_no else 0):
             if record.txid and pager.store.is_pending(record.txid):
                 continue  # not committed (yet): not in the queue

@@ -467,3 +467,12 @@ async def test_a_read_landing_for_a_dropped_queue_wakes_nobody(h: Harness) -> No
     h.store.drop_queue(A)
     await io.step()
     assert h.listener.woken == []
+
+
+@each_store
+async def test_last_id_names_the_highest_message_id_of_a_page(h: Harness) -> None:
+    await fill(h, 9, A)
+    pages = h.page_numbers()
+    assert [h.store.last_id(p) for p in pages] == sorted(h.store.last_id(p) for p in pages)
+    assert h.store.last_id(pages[-1]) == 9 and 0 < h.store.last_id(pages[0]) < 9
+    assert h.store.last_id(max(pages) + 5) == 0

@@ -236,6 +236,10 @@ class PagedQueues:
     def fully_readable(self, page_no: int) -> bool:
         return self.medium.fully_readable(page_no)
 
+    def last_id(self, page_no: int) -> int:
+        info = self.medium.page_info(page_no)
+        return info.last_id if info is not None else 0
+
     def messages_paged(self) -> int:
         return sum(c.unread for c in self.cursors.values())
 

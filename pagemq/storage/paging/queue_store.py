@@ -237,6 +237,10 @@ class PagedQueueStore(Protocol):
         records (every address's: only these queues' are matched with these pages); no page
         body is read but a transaction's batch whose commit record never came."""
 
+    def last_id(self, page_no: int) -> int:
+        """The highest message id on the page (0 when not known): a browse resuming after
+        an id skips the pages before it unread."""
+
     def last_message_id(self) -> int:
         """The highest message id in the pages (0 for none): new ids must stay above it."""
 
