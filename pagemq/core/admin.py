@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.consumer import MessageRef
-from pagemq.core.dead_letters import ORIGINAL_DESTINATION
+from pagemq.core.dead_letters import ORIGINAL_DESTINATION, ORIGINAL_QUEUE
 from pagemq.core.errors import BrokerError, Conflict, InvalidDestination, NotFound
 from pagemq.core.message_codec import decode_message
 from pagemq.core.routing import Blocked
@@ -57,6 +57,9 @@ log = logging.getLogger("pagemq.admin")
 MOVE_BATCH = 500  # copies routed before waiting for their durability
 PREVIEW_BYTES = 256
 _PREFIXES = (("/queue/", ANYCAST), ("/topic/", MULTICAST))
+
+Target = tuple[str, str, dict[str, str], str | None]
+"""Where a moved message goes: address, routing type, headers to set, the one queue (or None)."""
 
 QueueDeleted = Callable[[str, list["Consumer"]], None]
 """Told the name of a deleted queue and the consumers it had (already closed)."""
@@ -197,8 +200,8 @@ class Admin:
         async with self._exclusive(queue):
             routing_type = self._target(to, ANYCAST)
 
-            def destination(_message: Message) -> tuple[str, str, dict[str, str]] | None:
-                return to, routing_type, {}
+            def destination(_message: Message) -> Target | None:
+                return to, routing_type, {}, None
 
             return await self._transfer(queue, selector, destination)
 
@@ -208,7 +211,7 @@ class Admin:
         queue = self.queue(name)
         targets: dict[str, tuple[str, str]] = {}
 
-        def destination(message: Message) -> tuple[str, str, dict[str, str]] | None:
+        def destination(message: Message) -> Target | None:
             original = message.headers.get(ORIGINAL_DESTINATION)
             if not original:
                 return None
@@ -223,10 +226,11 @@ class Admin:
                     log.warning("retry: message %s stays in %r: %s", message.message_id, name, exc)
                     return None
                 found = targets[original] = (address, routing_type)
-            return found[0], found[1], {"destination": original}
+            return found[0], found[1], {"destination": original}, message.headers.get(ORIGINAL_QUEUE)
 
         async with self._exclusive(queue):
-            return await self._transfer(queue, None, destination, drop=(ORIGINAL_DESTINATION,))
+            return await self._transfer(queue, None, destination,
+                                        drop=(ORIGINAL_DESTINATION, ORIGINAL_QUEUE))
 
     def _target(self, name: str, routing_type: str) -> str:
         """The routing type to send to `name` with; the address (anycast: with its queue) is
@@ -245,12 +249,12 @@ class Admin:
         self,
         queue: Queue,
         selector: Selector | None,
-        destination: Callable[[Message], tuple[str, str, dict[str, str]] | None],
+        destination: Callable[[Message], Target | None],
         *,
         drop: tuple[str, ...] = (),
     ) -> int:
         moved = 0
-        batch: list[tuple[_Item, tuple[str, str, dict[str, str]]]] = []
+        batch: list[tuple[_Item, Target]] = []
         for item in self._items(queue, selector):
             target = destination(item.message)
             if target is None:
@@ -299,11 +303,11 @@ class Admin:
         if queue.remove_pending_ref(ref):
             yield _Item(ref.message, ref=ref)
 
-    async def _send_batch(self, queue: Queue, batch: list[tuple[_Item, tuple[str, str, dict[str, str]]]],
+    async def _send_batch(self, queue: Queue, batch: list[tuple[_Item, Target]],
                           drop: tuple[str, ...]) -> int:
         sent: list[tuple[_Item, asyncio.Future[None] | None]] = []
         failed: list[_Item] = []
-        for item, (address, routing_type, extra) in batch:
+        for item, (address, routing_type, extra, only_queue) in batch:
             if failed:
                 failed.append(item)  # keep the order: nothing goes after a copy that failed
                 continue
@@ -314,7 +318,8 @@ class Admin:
             try:
                 future = self.router.send(address, routing_type, headers, message.body,
                                           persistent=message.persistent, priority=message.priority,
-                                          expiration=message.expiration, internal=True)
+                                          expiration=message.expiration, internal=True,
+                                          only_queue=only_queue)
             except (BrokerError, Blocked, OSError) as exc:
                 log.warning("message %s stays in queue %r: it cannot be moved to %r: %s",
                             message.message_id, queue.name, address, exc)

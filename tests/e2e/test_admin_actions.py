@@ -160,6 +160,27 @@ def test_retry_sends_dead_letters_back_to_their_original_destination(broker, sto
     assert all("original-destination" not in f.headers for f in frames)
 
 
+def test_retry_of_a_topic_dead_letter_goes_back_to_its_own_subscription_only(broker, stomp_client):
+    topic = "dead." + unique("topic")
+    nacks_id, acks_id = unique("nacks"), unique("acks")
+    nacking = stomp_client(broker, client_id=nacks_id)
+    nacking.subscribe(f"/topic/{topic}", ack="client-individual", headers={"durable-subscription-name": "s"})
+    acking = stomp_client(broker, client_id=acks_id)
+    acking.subscribe(f"/topic/{topic}", ack="auto", headers={"durable-subscription-name": "s"})
+    stomp_client(broker).send(f"/topic/{topic}", paging.body("t0"), receipt=True)
+    paging.wait_frames(acking, 1)
+    nacking.nack(paging.wait_frames(nacking, 1)[0], receipt=True)
+    wait_until(lambda: any(m["headers"].get("original-destination") == f"/topic/{topic}"
+                           for m in browse(broker, "dead.DLQ", limit=1000)["messages"]))
+    nacking.disconnect()
+    acking.disconnect()
+
+    assert ok(broker, "POST", path_of("queues", "dead.DLQ", "retry"))["retried"] >= 1
+
+    broker.wait_queue(f"{nacks_id}.s", messages=1)
+    assert broker.queue(f"{acks_id}.s")["messages"] == 0  # it had it already: not sent again
+
+
 def test_typo_queues_with_slash_hash_and_space_can_be_deleted(broker, stomp_client):
     client = stomp_client(broker)
     typo_hash, typo_space = "/queue/#" + unique("typo"), "a b " + unique("typo")
