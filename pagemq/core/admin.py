@@ -253,19 +253,19 @@ class Admin:
         *,
         drop: tuple[str, ...] = (),
     ) -> int:
+        """Route copies of the wanted messages in batches, each original settled once its
+        copy is durable. A copy that cannot be made stops the transfer: it and what follows
+        stay in the queue, in order."""
+
+        def wanted(message: Message) -> bool:
+            return _matches(selector, message) and destination(message) is not None
+
         moved = 0
-        batch: list[tuple[_Item, Target]] = []
-        for item in self._items(queue, selector):
-            target = destination(item.message)
-            if target is None:
-                self._give_back(queue, [item])
-                continue
-            batch.append((item, target))
-            if len(batch) >= MOVE_BATCH:
-                moved += await self._send_batch(queue, batch, drop)
-                batch = []
-        if batch:
-            moved += await self._send_batch(queue, batch, drop)
+        for batch in self._batches(queue, wanted):
+            count, complete = await self._send_batch(queue, batch, destination, drop)
+            moved += count
+            if not complete:
+                break
         cursor = self._cursor(queue)
         if cursor is not None:
             cursor.pager.maybe_leave_paging()
@@ -275,43 +275,50 @@ class Admin:
         log.info("queue %r: %d message(s) moved", queue.name, moved)
         return moved
 
-    def _items(self, queue: Queue, selector: Selector | None) -> Iterator[_Item]:
-        """The queue's pending messages matching `selector`, in queue order, each taken
-        (off the queue in memory, claimed in the page files) as it is yielded."""
-        ready = [ref for ref in queue if _matches(selector, ref.message)]
+    def _batches(self, queue: Queue, wanted: Callable[[Message], bool]) -> Iterator[list[_Item]]:
+        """The queue's pending messages that are `wanted`, in queue order, in batches of up
+        to MOVE_BATCH, each batch taken (off the queue in memory, claimed in the page files)
+        only as it is handed out: a transfer that stops leaves nothing taken behind."""
+        ready = [ref for ref in queue if wanted(ref.message)]
         for start in range(0, len(ready), MOVE_BATCH):
-            for ref in queue.take_pending(ready[start:start + MOVE_BATCH]):
-                yield _Item(ref.message, ref=ref)
+            taken = queue.take_pending(ready[start:start + MOVE_BATCH])
+            if taken:
+                yield [_Item(ref.message, ref=ref) for ref in taken]
+        held = [ref for ref in queue.held if wanted(ref.message)]
         cursor = self._cursor(queue)
-        held = [ref for ref in queue.held if _matches(selector, ref.message)]
         if cursor is None:
-            for ref in queue.take_pending(held):
-                yield _Item(ref.message, ref=ref)
+            if held:
+                yield [_Item(ref.message, ref=ref) for ref in queue.take_pending(held)]
             return
+        batch: list[_Item] = []
         index = 0
-        for page_no, ordinal, message in _paged(cursor, selector):
+        for page_no, ordinal, message in _paged(cursor, None):
             while index < len(held) and held[index].message.message_id < message.message_id:
-                yield from self._take_held(queue, held[index])
+                if queue.remove_pending_ref(held[index]):
+                    batch.append(_Item(held[index].message, ref=held[index]))
                 index += 1
-            if cursor.book.claim_unread(page_no, ordinal):
-                yield _Item(message, page_pos=(page_no, ordinal))
-        for ref in held[index:]:
-            yield from self._take_held(queue, ref)
+            if wanted(message) and cursor.book.claim_unread(page_no, ordinal):
+                batch.append(_Item(message, page_pos=(page_no, ordinal)))
+            if len(batch) >= MOVE_BATCH:
+                yield batch
+                batch = []
+        batch += [_Item(ref.message, ref=ref) for ref in held[index:] if queue.remove_pending_ref(ref)]
+        if batch:
+            yield batch
 
-    @staticmethod
-    def _take_held(queue: Queue, ref: MessageRef) -> Iterator[_Item]:
-        if queue.remove_pending_ref(ref):
-            yield _Item(ref.message, ref=ref)
-
-    async def _send_batch(self, queue: Queue, batch: list[tuple[_Item, Target]],
-                          drop: tuple[str, ...]) -> int:
+    async def _send_batch(self, queue: Queue, batch: list[_Item],
+                          destination: Callable[[Message], Target | None],
+                          drop: tuple[str, ...]) -> tuple[int, bool]:
+        """(how many moved, whether all were)."""
         sent: list[tuple[_Item, asyncio.Future[None] | None]] = []
         failed: list[_Item] = []
-        for item, (address, routing_type, extra, only_queue) in batch:
-            if failed:
+        for item in batch:
+            message = item.message
+            target = None if failed else destination(message)
+            if target is None:
                 failed.append(item)  # keep the order: nothing goes after a copy that failed
                 continue
-            message = item.message
+            address, routing_type, extra, only_queue = target
             headers = {k: v for k, v in message.headers.items() if k not in drop}
             headers["destination"] = address
             headers.update(extra)
@@ -337,8 +344,9 @@ class Admin:
             self._settle(queue, item)
             moved += 1
         if failed:
-            self._give_back(queue, failed)
-        return moved
+            place = {id(item): n for n, item in enumerate(batch)}
+            self._give_back(queue, sorted(failed, key=lambda item: place[id(item)]))
+        return moved, not failed
 
     def _settle(self, queue: Queue, item: _Item) -> None:
         """The copy is durable: the original goes."""

@@ -108,3 +108,42 @@ def test_a_delete_waits_for_a_move_of_the_same_queue() -> None:
         assert broker.queue_info("elsewhere")["messages"] == 1200
 
     run(body)
+
+
+def test_retry_leaves_the_messages_it_cannot_send_in_their_order() -> None:
+    async def body() -> None:
+        broker, _pages = memory_broker({"max-size-bytes": -1})
+        for n, home in enumerate(["", "orders", "", "orders", ""]):
+            headers = {"n": str(n)} | ({"original-destination": home} if home else {})
+            broker.send("DLQ", ANYCAST, headers, b"x", persistent=True)
+
+        assert await broker.admin.retry("DLQ") == 2
+
+        left = Collector()
+        broker.subscribe(broker.queues["DLQ"], left, ack_mode=AckMode.AUTO)
+        assert numbers(left) == [0, 2, 4]
+
+    run(body)
+
+
+def test_a_move_that_cannot_copy_stops_and_keeps_the_rest_in_order() -> None:
+    async def body() -> None:
+        broker, _pages = memory_broker({"max-size-bytes": -1})
+        send(broker, 6)
+        real_send = broker.router.send
+        calls = []
+
+        def failing_send(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(args)
+            if len(calls) == 3:
+                raise OSError("disk gone")
+            return real_send(*args, **kwargs)
+
+        broker.router.send = failing_send  # type: ignore[method-assign]
+        assert await broker.admin.move("q", "elsewhere") == 2
+        kept, moved = Collector(), Collector()
+        broker.subscribe(broker.queues["q"], kept, ack_mode=AckMode.AUTO)
+        broker.subscribe(broker.queues["elsewhere"], moved, ack_mode=AckMode.AUTO)
+        assert numbers(moved) == [0, 1] and numbers(kept) == [2, 3, 4, 5]
+
+    run(body)
