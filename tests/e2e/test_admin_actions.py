@@ -3,6 +3,8 @@ on in-memory and paged queues, and the API's 400/404/405 answers (issue 18)."""
 
 from __future__ import annotations
 
+import threading
+
 import test_paging_helpers as paging
 from admin_http import browse, call, ok, path_of
 from brokerproc import unique, wait_until
@@ -57,6 +59,35 @@ def test_purge_of_a_queue_half_read_into_memory_leaves_only_what_is_being_delive
     broker.wait_queue(name, messages=0)
     paging.wait_no_page_files(broker, name)
     consumer.listener.assert_no_more(3)
+
+
+def test_purge_while_a_producer_sends_loses_nothing_sent_after_it_and_keeps_order(broker, stomp_client):
+    name = "zero." + unique("purgerace")
+    stop = threading.Event()
+    producer = stomp_client(broker)
+
+    def produce() -> None:
+        n = 0
+        while not stop.is_set():
+            paging.send_all(producer, f"/queue/{name}", paging.numbered("b", 50, n))
+            n += 50
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    wait_until(lambda: broker.queue(name)["messages"] > 300, timeout=20)
+    for _ in range(3):
+        ok(broker, "POST", path_of("queues", name, "purge"))
+    stop.set()
+    thread.join(20)
+    paging.send_all(producer, f"/queue/{name}", paging.numbered("after", 100))
+    left = broker.queue(name)["messages"]
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{name}", ack="client-individual", headers={"activemq.prefetchSize": 1000})
+    got = paging.take(consumer, left, timeout=20)
+    assert got[-100:] == paging.numbered("after", 100)
+    before = [int(label[1:]) for label in got[:-100]]
+    assert before == sorted(before) and len(set(before)) == len(before)
+    paging.wait_no_page_files(broker, name)
 
 
 def test_purge_of_an_in_memory_queue_counts_what_it_removed(broker, stomp_client):
