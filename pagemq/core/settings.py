@@ -91,6 +91,7 @@ class AddressSettings:
     dead_letter_address: str = "DLQ"
     expiry_address: str = "ExpiryQueue"
     auto_create_addresses: bool = True
+    id_cache_size: int = 20_000
     # Artemis' auto-delete settings (core/auto_delete.py); off by default here, see
     # docs/configuration.md. Delays are milliseconds, as Artemis.
     auto_delete_queues: bool = False
@@ -178,6 +179,8 @@ _PARSERS: dict[str, _Parser] = {
     "dead-letter-address": _address_name,
     "expiry-address": _address_name,
     "auto-create-addresses": parse_bool,
+    # Duplicate detection (`_AMQ_DUPL_ID`): how many recent ids an address remembers; 0: off.
+    "id-cache-size": partial(parse_int, minimum=0),
     "auto-delete-queues": parse_bool,
     "auto-delete-queues-delay": _delay_ms,
     "auto-delete-queues-message-count": _message_count,

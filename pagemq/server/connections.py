@@ -16,16 +16,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from pagemq.server.connection_log import format_peer
+
 if TYPE_CHECKING:
     from pagemq.core.consumer import Consumer
     from pagemq.server.stomp_server import StompServerProtocol
-
-
-def _peer(peer: object) -> str | None:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        host, port = peer[0], peer[1]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-    return str(peer) if peer else None
 
 
 def connection_view(connection: StompServerProtocol) -> dict[str, object] | None:
@@ -50,7 +45,7 @@ def connection_view(connection: StompServerProtocol) -> dict[str, object] | None
     user = getattr(session, "user", None) or session.login
     return {
         "session": session.session_id,
-        "peer": _peer(connection.peer),
+        "peer": format_peer(connection.peer) if connection.peer else None,
         "user": user,
         "client_id": session.client_id,
         "version": session.protocol.version,

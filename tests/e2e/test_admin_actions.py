@@ -191,6 +191,24 @@ def test_retry_sends_dead_letters_back_to_their_original_destination(broker, sto
     assert all("original-destination" not in f.headers for f in frames)
 
 
+def test_a_retried_dead_letter_with_a_duplicate_id_is_not_dropped_as_a_duplicate(broker, stomp_client):
+    name = "dead." + unique("dupretry")
+    stomp_client(broker).send(f"/queue/{name}", paging.body("dup0"), headers={"_AMQ_DUPL_ID": name},
+                              receipt=True)
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{name}", ack="client-individual")
+    consumer.nack(paging.wait_frames(consumer, 1)[0], receipt=True)
+    consumer.disconnect()
+    broker.wait_queue(name, messages=0)
+
+    ok(broker, "POST", path_of("queues", "dead.DLQ", "retry"))
+
+    broker.wait_queue(name, messages=1)
+    again = stomp_client(broker)
+    again.subscribe(f"/queue/{name}", ack="client-individual")
+    assert paging.labels(paging.wait_frames(again, 1)) == ["dup0"]
+
+
 def test_retry_of_a_topic_dead_letter_goes_back_to_its_own_subscription_only(broker, stomp_client):
     topic = "dead." + unique("topic")
     nacks_id, acks_id = unique("nacks"), unique("acks")
