@@ -29,6 +29,7 @@ def test_every_action_keeps_its_result_across_a_restart(start_broker, stomp_clie
     send_all(producer, "/queue/zero.moved", numbered("m", 150))
     send_all(producer, "/queue/zero.deleted", numbered("d", 50))
     send_all(producer, "/queue/gone.address", numbered("g", 5))
+    send_all(producer, "/queue/zero.gone", numbered("z", 40))
     send_all(producer, "/queue/dead.retried", ["r0", "r1"])
     nacker = stomp_client(broker)
     nacker.subscribe("/queue/dead.retried", ack="client-individual")
@@ -44,6 +45,8 @@ def test_every_action_keeps_its_result_across_a_restart(start_broker, stomp_clie
     assert ok(broker, "POST", path_of("queues", "zero.moved", "move"), {"to": "moved.here"})["moved"] == 150
     ok(broker, "DELETE", path_of("queues", "zero.deleted"))
     ok(broker, "DELETE", path_of("addresses", "gone.address"))
+    ok(broker, "DELETE", path_of("addresses", "zero.gone"))
+    wait_until(lambda: not page_files(broker, "zero.gone"))
     assert ok(broker, "POST", path_of("queues", "dead.DLQ", "retry"))["retried"] == 2
 
     if kill:
@@ -56,8 +59,10 @@ def test_every_action_keeps_its_result_across_a_restart(start_broker, stomp_clie
         queue = broker.queue(name)
         assert queue["messages"] == 0, queue
     wait_until(lambda: not page_files(broker, "zero.purged") and not page_files(broker, "zero.moved"))
-    for kind, name in (("queues", "zero.deleted"), ("queues", "gone.address"), ("addresses", "gone.address")):
+    for kind, name in (("queues", "zero.deleted"), ("queues", "gone.address"), ("addresses", "gone.address"),
+                       ("addresses", "zero.gone")):
         assert call(broker, "GET", path_of(kind, name))[0] == 404, (kind, name)
+    assert not [line for line in broker.current_log if "WARNING" in line and "zero.gone" in line]
     assert broker.queue("dead.DLQ")["messages"] == 0
     assert [m["body_preview"][:2] for m in browse(broker, "dead.retried")["messages"]] == ["r0", "r1"]
     consumer = stomp_client(broker)
