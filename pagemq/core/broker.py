@@ -25,10 +25,13 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST, MULTICAST
+from pagemq.core.admin import Admin
+from pagemq.core.auto_delete import AutoDelete
 from pagemq.core.bindings import Bindings, PageStoreFactory, QueueStoreFactory
 from pagemq.core.commit import Transactions
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
 from pagemq.core.dead_letters import ORIGINAL_DESTINATION, DeadLetters
+from pagemq.core.delivery_latency import DeliveryLatency
 from pagemq.core.duplicates import DuplicateIds
 from pagemq.core.expiry import ExpiryTimers
 from pagemq.core.ids import Ids
@@ -37,7 +40,7 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.recovery import Recovery
 from pagemq.core.routing import DROP, MEMORY, PAGE, Blocked, Router
 from pagemq.core.selector import compile_filter
-from pagemq.core.views import address_info, queue_info
+from pagemq.core.views import address_figures, address_info, queue_info
 from pagemq.storage.api import MemoryStore, MessageStore
 
 if TYPE_CHECKING:
@@ -65,6 +68,7 @@ class Broker:
         self.memory = memory or MemoryAccountant()
         self.ids = Ids()
         self.expiry = ExpiryTimers()
+        self.delivery_latency = DeliveryLatency()  # every consumer's first deliveries, for /metrics
         self.addresses: dict[str, Address] = {}
         self.ledger = Ledger(self.store, self.memory, self.addresses)
         self.bindings = Bindings(
@@ -79,6 +83,8 @@ class Broker:
         )
         self.dead_letters = DeadLetters(self.router, self.ledger, self.expiry)
         self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids, self.duplicates)
+        self.admin = Admin(self.bindings, self.ledger, self.router)  # management actions
+        self.auto_delete = AutoDelete(self.bindings, self.admin)
         # What sessions, the server and the parts call, bound straight to the part that does
         # it (no extra call per SEND or ACK). Bound here, these cannot be overridden by a
         # subclass; the transaction calls below are methods (a test's broker overrides them).
@@ -130,6 +136,7 @@ class Broker:
         consumer = Consumer(
             sink, auto_settle=partial(self.ledger.settle, queue), key=key, ack_mode=ack_mode,
             selector=compile_filter(selector), prefetch=prefetch, window_bytes=window_bytes,
+            latency=self.delivery_latency,
         )
         queue.add_consumer(consumer)
         return consumer
@@ -167,6 +174,9 @@ class Broker:
 
     def queue_info(self, name: str) -> dict[str, object]:
         return queue_info(self.bindings, name)
+
+    def address_figures(self, name: str) -> dict[str, int | bool]:
+        return address_figures(self.bindings, name)
 
 
 __all__ = [

@@ -15,13 +15,20 @@ import importlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
+from pagemq.security.access import Access
+from pagemq.security.listener import ListenerPolicy
+from pagemq.security.tls import ReloadableTls
+from pagemq.security.users_watch import UsersWatcher
+from pagemq.server.cleanup_report import describe_cleanup
 from pagemq.server.config import Config
+from pagemq.server.connection_log import ConnectionLog
+from pagemq.server.connections import connections_view, queue_deleted_listener
 from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
@@ -35,10 +42,23 @@ from pagemq.storage.paging.page_store import PageStore
 log = logging.getLogger("pagemq")
 
 EXPIRY_TICK_PERIOD = 1.0
+AUTO_DELETE_PERIOD = 1.0  # auto-delete-queues / -addresses: how often idle ones are looked for
 CLEANUP_CHECK_PERIOD = 0.25  # how often the journal is asked whether a cleanup is due
 TRIM_CHECK_PERIOD = 1.0
 GC_THRESHOLD = 20_000
 
+
+
+class _AllConnections:
+    """The STOMP connections of every listener (plain and TLS), read when iterated: the
+    listeners' sets are made at start-up, after the views that read them."""
+
+    def __init__(self, app: BrokerServer) -> None:
+        self._app = app
+
+    def __iter__(self) -> Iterator[StompServerProtocol]:
+        yield from self._app._connections
+        yield from self._app._tls_connections
 
 class BrokerServer:
     def __init__(self, config: Config, *, fileio: FileIO = REAL_FILE_IO) -> None:
@@ -71,12 +91,22 @@ class BrokerServer:
         self._page_io: PageIOWorker | None = None
         self._stomp: asyncio.Server | None = None
         self._connections: set[StompServerProtocol] = set()
+        self.connection_log = ConnectionLog()  # open/close lines and counts (/metrics)
         self._http = None
         self._tasks: list[asyncio.Task[None]] = []
         self._trimmer = MemoryTrimmer()
         self.loop_lag = LoopLag()
         self._lock = DataDirectoryLock(broker_config.data_directory)
         self.stopped = asyncio.Event()
+        # Security (docs/security.md): None when disabled; TLS contexts for *-tls listeners.
+        security = config.security
+        self.access = Access(security.settings, security.users) if security.enabled else None
+        self.tls = ReloadableTls(config.tls) if config.tls is not None else None
+        self._stomp_tls: asyncio.Server | None = None
+        self._tls_connections: set[StompServerProtocol] = set()
+        self._users: UsersWatcher | None = None
+        self._users_check: asyncio.Future[bool] | None = None
+        self.state = "starting"  # -> "ready" -> "stopping" -> "stopped" (GET /health)
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -110,35 +140,74 @@ class BrokerServer:
         listening: list[str] = []
         if acceptors.stomp is not None:
             self._stomp, self._connections = await start_stomp_server(
-                self.broker, self.config.stomp, acceptors.stomp.host, acceptors.stomp.port
+                self.broker, self.config.stomp, acceptors.stomp.host, acceptors.stomp.port,
+                self._policy("stomp"), connection_log=self.connection_log,
             )
             listening.append(f"stomp={acceptors.stomp.host}:{acceptors.stomp.port}")
-        if acceptors.http is not None:
+        if acceptors.stomp_tls is not None and self.tls is not None:
+            self._stomp_tls, self._tls_connections = await start_stomp_server(
+                self.broker, self.config.stomp, acceptors.stomp_tls.host, acceptors.stomp_tls.port,
+                self._policy("stomp-tls"), self.tls.context, connection_log=self.connection_log,
+            )
+            listening.append(f"stomp-tls={acceptors.stomp_tls}")
+        every_connection = _AllConnections(self)
+        self.broker.admin.on_queue_deleted.append(queue_deleted_listener(every_connection))
+        http_tls = acceptors.http_tls if self.tls is not None else None
+        if acceptors.http is not None or http_tls is not None:
             # aiohttp takes a good part of start-up to import: in a thread, so that STOMP
             # clients are served meanwhile (`ready` still waits for the HTTP listener).
             http_api = await asyncio.to_thread(importlib.import_module, "pagemq.integrations.http_api")
+            plain = acceptors.http
             self._http = await http_api.start_http(
-                self.broker, self.store.stats, acceptors.http.host, acceptors.http.port,
-                loop=self.loop_lag.figures,
+                self.broker, self.store.stats, plain.host if plain else None, plain.port if plain else 0,
+                loop=self.loop_lag.figures, connections=self.connection_log.figures, access=self.access,
+                max_connections=acceptors.max_connections,
+                tls=(http_tls.host, http_tls.port, self.tls.context) if http_tls and self.tls else None,
+                connection_list=connections_view(every_connection), health=lambda: self.state,
             )
-            listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
+            if plain is not None:
+                listening.append(f"http={plain.host}:{plain.port}")
+            if http_tls is not None:
+                listening.append(f"http-tls={http_tls}")
         self._tasks = [
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
             asyncio.create_task(self._every(
+                AUTO_DELETE_PERIOD, lambda: self.broker.auto_delete.tick(time.monotonic())
+            )),
+            asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),
         ]
+        if self.access is not None and self.config.security.users_file is not None:
+            self._users = UsersWatcher(self.config.security.users_file, self.access.replace_users)
+            self._tasks.append(asyncio.create_task(self._users.run()))
+        # `kill -HUP`: TLS certificates re-read (a renewed one needs no restart), the users
+        # file looked at now; never the default action (which would end the broker).
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
         # Messages are acyclic: collect young objects rarely, and keep start-up objects out
         # of every full collection (their cost grows with what the broker holds).
         gc.freeze()
         gc.set_threshold(GC_THRESHOLD, 20, 100)
         self._trimmer.baseline(self.broker.memory.used_bytes)
         self.loop_lag.start(asyncio.get_running_loop())  # from here on the loop serves clients
+        self.state = "ready"
         log.info(
             "ready: %s; recovered %d messages in %.2fs",
             " ".join(listening), recovered, time.monotonic() - started,
         )
+
+    def reload(self) -> None:
+        """SIGHUP: re-read what can change without a restart (docs/security.md)."""
+        log.info("SIGHUP: reloading TLS certificates and the users file")
+        if self.tls is not None:
+            self.tls.reload()
+        if self._users is not None:
+            self._users_check = asyncio.ensure_future(self._users.check())  # kept while it runs
+
+    def _policy(self, name: str) -> ListenerPolicy:
+        acceptors = self.config.acceptors
+        return ListenerPolicy(name, acceptors.max_connections, acceptors.connect_timeout, self.access)
 
     def _open_page_store(self, address: str, settings: AddressSettings) -> PageStore:
         broker_config = self.config.broker
@@ -165,6 +234,10 @@ class BrokerServer:
 
     def _configure_addresses(self) -> None:
         broker = self.broker
+        broker.auto_delete.configured(
+            (a.name for a in self.config.addresses),
+            (q.name for a in self.config.addresses for q in a.queues),
+        )
         for address_config in self.config.addresses:
             address = broker.ensure_address(address_config.name, address_config.routing_type, auto=False)
             for queue_config in address_config.queues:  # an anycast one has at least its own
@@ -215,18 +288,23 @@ class BrokerServer:
             return
         notable = after_start or any(report.get(k) for k in ("compacted_files", "set_aside", "errors"))
         log.log(logging.INFO if notable else logging.DEBUG, "journal cleanup%s: %s",
-                " after start-up" if after_start else "", report)
+                " after start-up" if after_start else "", describe_cleanup(report), extra=report)
 
     async def stop(self) -> None:
+        self.state = "stopping"
         self.loop_lag.stop()
         for task in self._tasks:
             task.cancel()
         if self._stomp is not None:
             self._stomp.close()
-        for connection in list(self._connections):
+        if self._stomp_tls is not None:
+            self._stomp_tls.close()
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        connections = [*self._connections, *self._tls_connections]
+        for connection in connections:
             if connection.session is not None:
                 connection.session.stop_deliveries()  # all first: see stop_deliveries
-        for connection in list(self._connections):
+        for connection in connections:
             connection.close()
         if self._http is not None:
             await self._http.cleanup()
@@ -237,6 +315,8 @@ class BrokerServer:
         if self._page_io is not None:
             self._page_io.shutdown()  # a read still in flight ends at once (its file handle)
         await self.store.close()
+        if self.access is not None:
+            self.access.close()
         self._lock.release()
         log.info("stopped")
         self.stopped.set()

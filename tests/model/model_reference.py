@@ -208,6 +208,20 @@ class Model:
             del self.durables[queue.name]
         self.dead_queues.append(queue)
 
+    def purged(self, queue: QueueModel, why: str) -> None:
+        """An operator purged the queue (every frame sent before was carried out): what was
+        in it and not held is gone for good (the purge is durable when it answers), unless
+        a consumer may have had it in flight unseen (then it may come, or not)."""
+        consumed = any(sub.open for sub in queue.subs)
+        for copy in queue.copies.values():
+            if copy.holder is not None or copy.ack_in_flight or copy.status not in DELIVERABLE:
+                continue
+            if consumed or copy.unsynced or copy.status is Status.MAY:
+                copy.status = Status.MAY
+            else:
+                copy.status = Status.GONE
+            copy.note(why)
+
     def destroy_durable(self, name: str) -> None:
         queue = self.durables.get(name)
         if queue is not None:

@@ -50,7 +50,10 @@ class CursorOwner(Protocol):
 
     def live_page_caught_up(self, page_no: int) -> None: ...
 
-    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int]) -> None: ...
+    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int], *,
+                        recorded: bool = False) -> None: ...
+
+    def roll_live(self) -> None: ...
 
 
 class CursorPage:
@@ -259,6 +262,16 @@ class QueueCursor:
                 continue
             yield index, record
 
+    def claim_unread(self, page_no: int, ordinal: int) -> bool:
+        """Claim the record if it is still on disk only (not read, claimed, acknowledged or
+        lost): a management move takes it without reading it into the queue."""
+        page = self.pages.get(page_no)
+        if page is None or (ordinal in page.acked or ordinal in page.claimed or ordinal in page.read
+                            or ordinal in page.lost):
+            return False
+        self.claim(page_no, ordinal)
+        return True
+
     def claim(self, page_no: int, ordinal: int) -> None:
         page = self.pages.get(page_no)
         if page is not None:
@@ -371,7 +384,7 @@ class QueueCursor:
                         if p < live_page_no and len(page.acked) >= page.count]:
             self._complete(page_no)
 
-    def _complete(self, page_no: int) -> None:
+    def _complete(self, page_no: int, *, recorded: bool = False) -> None:
         page = self.pages[page_no]
         if page.unwritten:
             # If every queue is now done, the page file's deletion (not in the journal)
@@ -381,7 +394,46 @@ class QueueCursor:
         if self._read_page == page_no:
             self._drop_reader()  # nothing left for us in it
             self._peeked = None
-        self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
+        self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids, recorded=recorded)
+
+    def purge(self) -> tuple[int, asyncio.Future[None] | None]:
+        """Acknowledge every record of the queue that is on disk only (see the contract).
+
+        A page holding none of the queue's records in memory is completed as a whole, without
+        reading it: one "page complete" record (or the page's deletion), whatever its size.
+        A page with records in memory (delivering, or read and not yet settled) is read to
+        find the others' ordinals, which are acknowledged one by one. The live page is rolled
+        first, so it can be completed too."""
+        if self._medium.live_page_no() in self.pages:
+            self._owner.roll_live()
+        purged = 0
+        unreadable = False
+        for page_no in sorted(self.pages):
+            page = self.pages.get(page_no)
+            if page is None:
+                continue  # completed meanwhile (the roll above)
+            in_memory = any(o not in page.acked for o in (*page.read, *page.claimed))
+            if page_no != self._medium.live_page_no() and not in_memory:
+                left = page.count - len(page.acked)
+                purged += left
+                self.unread -= left
+                # No ack stands for these records: the complete record must, even if the page
+                # goes (a crash before its file is deleted would bring it back unacked).
+                self._complete(page_no, recorded=True)
+                continue
+            if not self._medium.fully_readable(page_no):
+                unreadable = True
+            queue_id = self.queue_id
+            for ordinal, record in self._medium.read_page(page_no, 0):
+                if (queue_id in record.queue_ids and ordinal not in page.acked
+                        and ordinal not in page.claimed and ordinal not in page.read
+                        and ordinal not in page.lost):
+                    self.claim(page_no, ordinal)
+                    self.acknowledge(page_no, ordinal, journal=record.persistent)
+                    purged += 1
+        self._peeked = None
+        self._drop_reader()
+        return purged, (self._medium.flush() if unreadable else None)
 
     def drop(self) -> None:
         """The queue is deleted: it holds no page any more."""
