@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from pagemq.core.errors import BrokerError
+from pagemq.integrations.stream_api import add_stream_routes, stream_metrics
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -121,6 +122,7 @@ def render_metrics(broker: Broker, stats: dict[str, int], loop: dict[str, object
                 f'{metric}{{queue="{_label(name)}",address="{_label(str(info["address"]))}"}} '
                 f"{info[field]}"
             )
+    lines += stream_metrics(broker)
     memory = broker.memory
     lines += [
         "# HELP pagemq_memory_used_bytes Bytes of messages the broker holds in memory",
@@ -164,6 +166,7 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     app.router.add_get("/api/queues", list_queues)
     app.router.add_get("/api/queues/{name}", get_queue)
     app.router.add_get("/metrics", metrics)
+    add_stream_routes(app, broker)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
 
