@@ -167,7 +167,7 @@ def test_lag_of_each_reader_is_in_the_queue_view_and_the_metrics(broker, queue_n
     (reader,) = broker.queue(queue_name)["stream_readers"]
     assert reader == {"name": "lagger", "committed_offset": figures["end"],
                       "last_read_offset": figures["end"], "offsets_behind_latest": 7}
-    _, text, _ = broker.http_get_text("/metrics")
+    _, _kind, text = broker.http_get_text("/metrics")
     labels = f'queue="{queue_name}",reader="lagger"'
     assert f"pagemq_stream_offsets_behind_latest{{{labels}}} 7" in text
     assert f"pagemq_stream_committed_offset{{{labels}}} {figures['end']}" in text
