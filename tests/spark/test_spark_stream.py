@@ -53,9 +53,15 @@ def start_query(spark: Any, url: str, out: Path, checkpoint: Path, *, per_trigge
 
 def written(spark: Any, out: Path) -> list[str]:
     """Bodies in the sink's committed files (its metadata log says which)."""
+    from pyspark.errors import AnalysisException
+
     if not (out / "_spark_metadata").exists():
         return []
-    return [bytes(row.body).decode() for row in spark.read.parquet(str(out)).select("body").collect()]
+    try:
+        rows = spark.read.parquet(str(out)).select("body").collect()
+    except AnalysisException:  # no file committed yet
+        return []
+    return [bytes(row.body).decode() for row in rows]
 
 
 def rows_in(query: Any) -> int:
@@ -194,8 +200,9 @@ def test_durable_subscription_of_an_address_on_two_brokers(spark, broker, start_
     query = start_query(spark, urls, out, tmp_path / "checkpoint", address=address, subscription="sub",
                         clientId="etl")
     stopping.append(query)
-    wait_until(lambda: "etl.sub" in {q["name"] for q in [broker.queue("etl.sub"), other.queue("etl.sub")]},
-               timeout=30, what="the subscription queues")
+    # made by the query as it starts, on each broker: messages sent from now on are its
+    wait_until(lambda: all(p.http_get("/api/queues/etl.sub")[0] == 200 for p in (broker, other)),
+               timeout=60, what="the subscription queues")
     send(broker, f"/topic/{address}", 500)
     send(other, f"/topic/{address}", 500, start=500)
     bodies = wait_for_all(spark, out, 1000)
