@@ -16,8 +16,9 @@ What it does:
    offsets-behind-latest (the broker's `stream_readers` lag) is sampled every 0.5 s, and
    Spark's per-batch durations (latestOffset: includes acknowledging the previous batch;
    addBatch: the reads) are summed.
-`--profile FILE`: runs the broker under `py-spy record` (when installed) and writes its
-flame graph (SVG) to FILE: where the broker's time goes during the run.
+`--profile FILE`: runs the broker under `py-spy record` (when installed) during the stream and
+writes its flame graph to FILE (`.svg`; any other suffix: collapsed stacks, one per line,
+for `sort`/`grep`): where the broker's time goes.
 
 Target (the issue's, for 1M messages): >= 100,000 msg/s. Keep `--messages` small on a shared
 machine.
@@ -112,9 +113,10 @@ def main() -> None:
         fill_rate = fill(broker, args.messages, args.size)
         base = f"http://{HOST}:{broker.http_port}/api/streams/{SOURCE}"
         endpoint = endpoint_figures(base, args.per_trigger, args.partition_size)
-        if args.profile is not None and shutil.which("py-spy"):
-            command = ["py-spy", "record", "-p", str(broker.proc.pid), "-o", str(args.profile),
-                       "--rate", "50"]
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if args.profile is not None and Path(spy).exists():
+            command = [spy, "record", "-p", str(broker.proc.pid), "-o", str(args.profile),
+                       "--rate", "50", "--format", "flamegraph" if args.profile.suffix == ".svg" else "raw"]
             profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false")
