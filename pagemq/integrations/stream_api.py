@@ -2,8 +2,9 @@
 commits, durable subscriptions for a stream. What the Spark streaming source calls
 (pagemq/spark/stream.py); docs/spark.md has the user's side, docs/http-streams.md the wire.
 
-- `GET  /api/streams/{queue}/offsets?reader=R&after=S&max=N`: earliest, latest, and with
-  `after` the end of the next range of at most N messages (and how many it holds).
+- `GET  /api/streams/{queue}/offsets?reader=R&after=S&max=N[&size=K]`: earliest, latest,
+  and with `after` the end of the next range of at most N messages (and how many it holds;
+  with `size` and `max`, also its slices, as `splits` would answer).
 - `GET  /api/streams/{queue}/splits?after=S&upto=E&size=K`: the range cut into slices of
   about K messages: `[after, upto, from_page]` each.
 - `GET  /api/streams/{queue}/read?reader=R&after=S&upto=E[&from_page=P][&selector=..]
@@ -35,13 +36,13 @@ from aiohttp import web
 
 from pagemq.core.address import MULTICAST
 from pagemq.core.errors import BrokerError, InvalidSelector
+from pagemq.core.message import Message
 from pagemq.core.selector import compile_filter
 from pagemq.core.selector.properties import message_view
 from pagemq.core.stream import PagedRange, commit_step, memory_messages, paged_range, reader_of
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
-    from pagemq.core.message import Message
     from pagemq.core.queue import Queue
     from pagemq.core.selector import Selector
 
@@ -110,16 +111,17 @@ def _paged_ids(paged: PagedRange | None, after: int, upto: int | None) -> Iterat
 # ----- offsets ---------------------------------------------------------------------------------
 
 
-def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, limit: int | None
-             ) -> dict[str, int]:
-    """Worker thread: earliest, latest, and the next range's end and size."""
+def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, limit: int | None,
+             size: int | None) -> dict[str, Any]:
+    """Worker thread: earliest, latest, and the next range's end and size (and with `size`,
+    its slices, as `splits` answers: the same scan)."""
     first_paged = next(_paged_ids(paged, 0, None), None)
     candidates = [memory[0]] if memory else []
     if first_paged is not None:
         candidates.append(first_paged[0])
     earliest = min(candidates) if candidates else 0
     latest = max(memory[-1] if memory else 0, paged.last_id() if paged is not None else 0)
-    answer = {"earliest": earliest, "latest": latest}
+    answer: dict[str, Any] = {"earliest": earliest, "latest": latest}
     if after is None:
         return answer
     end, count = after, 0
@@ -127,13 +129,45 @@ def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, lim
         end = max(after, latest)
         count = -1  # not counted: a whole backlog is not scanned for a number
     else:
-        paged_ids = (message_id for message_id, _page in _paged_ids(paged, after, None))
-        for message_id in heapq.merge((m for m in memory if m > after), paged_ids):
+        slicer = _Slicer(after, size)
+        in_memory = ((m, 0) for m in memory if m > after)
+        for message_id, page_no in heapq.merge(in_memory, _paged_ids(paged, after, None)):
             if count >= limit:
                 break
             end, count = message_id, count + 1
+            slicer.add(message_id, page_no)
+        if size is not None:
+            answer["splits"] = slicer.slices(end)
     answer.update(end=end, messages=count)
     return answer
+
+
+class _Slicer:
+    """Cuts a range into slices of `size` messages as its ids go by (None: no slicing)."""
+
+    def __init__(self, after: int, size: int | None) -> None:
+        self.size = size
+        self.low, self.in_slice, self.from_page = after, 0, 0
+        self.done: list[list[int]] = []
+
+    def add(self, message_id: int, page_no: int) -> None:
+        if self.size is None:
+            return
+        if self.in_slice == 0:
+            self.from_page = page_no
+        self.in_slice += 1
+        if self.in_slice >= self.size:
+            self.done.append([self.low, message_id, self.from_page])
+            self.low, self.in_slice = message_id, 0
+
+    def slices(self, upto: int) -> list[list[int]]:
+        """`[after, upto, from_page]` slices covering the range up to `upto`."""
+        slices = [list(item) for item in self.done]
+        if self.in_slice or not slices:
+            slices.append([self.low, upto, self.from_page])
+        else:
+            slices[-1][1] = upto
+        return slices
 
 
 async def offsets(request: web.Request) -> web.Response:
@@ -141,12 +175,14 @@ async def offsets(request: web.Request) -> web.Response:
     try:
         after = _int(request, "after")
         limit = _int(request, "max")
+        size = _int(request, "size")
     except _BadRequest as exc:
         return _json_error(400, str(exc))
     reader = reader_of(queue, request.query.get("reader") or _DEFAULT_READER)
     memory = [m.message_id for m in memory_messages(queue, 0, None)]
     paged = paged_range(queue.cursor)
-    figures = await asyncio.get_running_loop().run_in_executor(None, _offsets, memory, paged, after, limit)
+    figures = await asyncio.get_running_loop().run_in_executor(
+        None, _offsets, memory, paged, after, limit, max(1, size) if size is not None else None)
     paged_count = queue.cursor.unread if queue.cursor is not None else 0
     return web.json_response({
         "queue": queue.name, "address": queue.address_name, "reader": reader.name,
@@ -161,22 +197,12 @@ async def offsets(request: web.Request) -> web.Response:
 def _splits(memory: list[tuple[int, int]], paged: PagedRange | None, after: int, upto: int, size: int
             ) -> tuple[list[list[int]], int]:
     """Worker thread: `(after, upto]` cut into slices of `size` messages."""
-    merged = heapq.merge(memory, _paged_ids(paged, after, upto))
-    slices: list[list[int]] = []
-    low, count, in_slice, from_page = after, 0, 0, 0
-    for message_id, page_no in merged:
-        if in_slice == 0:
-            from_page = page_no
-        in_slice += 1
+    slicer = _Slicer(after, size)
+    count = 0
+    for message_id, page_no in heapq.merge(memory, _paged_ids(paged, after, upto)):
         count += 1
-        if in_slice >= size:
-            slices.append([low, message_id, from_page])
-            low, in_slice = message_id, 0
-    if in_slice or not slices:
-        slices.append([low, upto, from_page])
-    else:
-        slices[-1][1] = upto
-    return slices, count
+        slicer.add(message_id, page_no)
+    return slicer.slices(upto), count
 
 
 async def splits(request: web.Request) -> web.Response:
@@ -231,7 +257,13 @@ class _RangeRows:
         served = array("q")
         selector = self.selector
         for message_id, _kind, item, persistent in self._merged:
-            if isinstance(item, bytes):
+            if not isinstance(item, Message):
+                if selector is None:  # straight from the stored bytes
+                    rows.add_encoded(message_id, self.queue_name, message_id, item, persistent)
+                    served.append(message_id)
+                    if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
+                        break
+                    continue
                 message = self._decode(item, self.address)
             else:
                 message, persistent = item, item.persistent

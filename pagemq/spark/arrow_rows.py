@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pagemq.spark.schema import ARROW_SCHEMA
+from pagemq.storage.message_codec import decode_headers, read_head
 
 if TYPE_CHECKING:
     from pagemq.core.message import Message
@@ -62,6 +63,27 @@ class ArrowRows:
         self.bytes += len(body)
         if self.include_headers:
             headers = message.headers
+            self.keys.extend(headers)
+            self.values.extend(headers.values())
+            self.offsets.append(len(self.keys))
+
+    def add_encoded(self, message_id: int, queue: str | None, seq: int, data: bytes | memoryview,
+                    persistent: bool) -> None:
+        """`add` from a message's stored bytes (the message codec's), without making a
+        `Message` of them first: what a paged record holds."""
+        _flags, priority, _id, _expiration, timestamp, lengths, text_at, body_at = read_head(data)
+        self.count += 1
+        self.ids.append(str(message_id))
+        self.queues.append(queue)
+        self.seqs.append(seq)
+        self.timestamps.append(timestamp)
+        self.priorities.append(priority)
+        self.persistent.append(persistent)
+        body = bytes(data[body_at:])
+        self.bodies.append(body)
+        self.bytes += len(body)
+        if self.include_headers:
+            headers = decode_headers(data[text_at:body_at], lengths)
             self.keys.extend(headers)
             self.values.extend(headers.values())
             self.offsets.append(len(self.keys))

@@ -235,6 +235,9 @@ class StreamReader(DataSourceStreamReader):
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self._latest: Offset | None = None
+        # slices of the ranges latestOffset planned, by (url, start, end): found by the same
+        # scan of the broker that found the end, so partitions() need not ask again
+        self._slices: dict[tuple[str, int, int], list[list[int]]] = {}
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -258,6 +261,7 @@ class StreamReader(DataSourceStreamReader):
             log.warning("pagemq stream: read limit %r not supported: reading all available", limit)
         end: Offset = {}
         latest: Offset = {}
+        self._slices.clear()
         for url in sorted(self.options.urls):
             after = start_offset[url]
             figures = self._offsets(url, after=after, limit=per_broker)
@@ -266,6 +270,8 @@ class StreamReader(DataSourceStreamReader):
                 continue
             end[url] = max(after, int(figures["end"]))
             latest[url] = max(after, int(figures["latest"]))
+            if "splits" in figures:
+                self._slices[(url, after, end[url])] = figures["splits"]
         self._latest = latest
         return end
 
@@ -280,7 +286,8 @@ class StreamReader(DataSourceStreamReader):
         options = self.options
         try:
             return _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
-                         params={"reader": options.reader, "after": after, "max": limit})
+                         params={"reader": options.reader, "after": after, "max": limit,
+                                 "size": options.partition_size if limit is not None else None})
         except BrokerStreamError as exc:
             return self._lost(exc)
 
@@ -312,6 +319,10 @@ class StreamReader(DataSourceStreamReader):
         for url in sorted(options.urls):
             after, upto = first[url], last[url]
             if upto <= after:
+                continue
+            planned = self._slices.get((url, after, upto))
+            if planned is not None:
+                parts += [RangePartition(url, low, high, page) for low, high, page in planned]
                 continue
             try:
                 plan = _json(url, f"/api/streams/{_quoted(options.queue_name)}/splits", options.timeout,

@@ -94,6 +94,8 @@ def test_paged_range_is_read_in_slices_and_its_commit_deletes_the_page_files(bro
     latest = figures["latest"]
     _, sliced = api(broker, f"/api/streams/{name}/splits?after=0&upto={latest}&size=1000")
     assert sliced["messages"] == 3000 and len(sliced["splits"]) == 3
+    _, planned = api(broker, f"/api/streams/{name}/offsets?after=0&max=3000&size=1000")
+    assert planned["end"] == latest and planned["splits"] == sliced["splits"]
     seen: list[str] = []
     for low, high, from_page in sliced["splits"]:
         seen += bodies(read(broker, name, low, high, from_page=from_page))
