@@ -47,12 +47,13 @@ import pyarrow as pa
 from pagemq.core.message_codec import CodecError, decode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
-from pagemq.selector import Selector, SelectorError
+from pagemq.selector import Selector
 from pagemq.selector import compile as compile_selector
 from pagemq.spark.arrow_rows import ArrowRows
 from pagemq.spark.bounds import ORDINAL_BITS, Bounds
 from pagemq.spark.journal_facts import read_journal_facts
 from pagemq.spark.options import PagemqOptionError, flag, required, text
+from pagemq.spark.options import selector as option_selector
 from pagemq.storage.paging.page_files import PageFileInfo, address_folder, list_page_files, read_page_file
 from pagemq.storage.paging.page_format import FrameDamage, PagedRecord, folder_name
 
@@ -94,12 +95,7 @@ class ScanOptions:
         journal = Path(text(options, "journalDirectory") or data / "journal")
         archive = data / "archive"
         include_archived = flag(options, "includeArchived", True)
-        selector = text(options, "selector")
-        if selector is not None:
-            try:
-                compile_selector(selector)
-            except SelectorError as exc:
-                raise PagemqOptionError("selector", f"invalid selector {selector!r}: {exc}") from None
+        selector = option_selector(options)
         scan = cls(address, paging, archive / "paging", (journal, archive / "journal"), selector,
                    flag(options, "failOnDataLoss", True), include_archived)
         if scan.folder() is None and scan.archive_folder() is None:

@@ -34,9 +34,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from pagemq.selector import SelectorError
-from pagemq.selector import compile as compile_selector
 from pagemq.spark.options import PagemqOptionError, flag, number, required, text
+from pagemq.spark.options import selector as option_selector
 from pagemq.spark.schema import ARROW_SCHEMA
 
 __all__ = ["BrokerStreamError", "RangePartition", "StreamOptions", "StreamReader", "is_stream_read"]
@@ -91,12 +90,7 @@ class StreamOptions:
             if subscription is None:
                 raise PagemqOptionError("subscription", "required with address (the durable subscription "
                                                         "that holds the stream's copy of the address)")
-        selector = text(options, "selector")
-        if selector is not None:
-            try:
-                compile_selector(selector)
-            except SelectorError as exc:
-                raise PagemqOptionError("selector", f"invalid selector {selector!r}: {exc}") from None
+        selector = option_selector(options)
         limit = _max_messages(options)
         return cls(urls, queue, address, subscription, text(options, "clientId") or "spark",
                    _starting(options, urls), limit, selector, flag(options, "failOnDataLoss", True),
