@@ -20,10 +20,15 @@ class StreamReader:
     name: str
     committed: int = 0  # highest offset committed this run (0: none yet)
     last_read: int = 0  # highest `upto` of a range read this run
-    # Ids served by range reads this run, one sorted array per read; a commit acknowledges
-    # served ids only (ids at or below `tracked_from`: every one, none were read this run).
+    # Ids served by range reads this run, as sorted arrays that do not overlap, in order
+    # (`_firsts`, `_lasts`: their first and last ids), so a lookup is two bisections however
+    # many chunks were served; a chunk overlapping earlier ones (a range read again) is
+    # merged with them. A commit acknowledges served ids only (and every id at or below
+    # `tracked_from`: none of those were read this run).
     served: list[array[int]] = field(default_factory=list)
     tracked_from: int | None = None
+    _firsts: list[int] = field(default_factory=list)
+    _lasts: list[int] = field(default_factory=list)
 
     def note_read(self, after: int, upto: int) -> None:
         """A range read starts: ids above `after` count as served only when served."""
@@ -31,19 +36,31 @@ class StreamReader:
         self.last_read = max(self.last_read, upto)
 
     def note_served(self, ids: array[int]) -> None:
-        if ids:
-            self.served.append(ids)
+        """A chunk of a range read went out: `ids`, ascending."""
+        if not ids:
+            return
+        first, last = ids[0], ids[-1]
+        low = bisect.bisect_left(self._lasts, first)  # the first array ending at or after `first`
+        high = bisect.bisect_right(self._firsts, last)  # arrays starting at or before `last`
+        if low < high:
+            ids = array("q", sorted(set(ids).union(*self.served[low:high])))
+            first, last = ids[0], ids[-1]
+        self.served[low:high] = [ids]
+        self._firsts[low:high] = [first]
+        self._lasts[low:high] = [last]
 
     def was_served(self, message_id: int) -> bool:
         if self.tracked_from is None or message_id <= self.tracked_from:
             return True
-        for ids in self.served:
-            index = bisect.bisect_left(ids, message_id)
-            if index < len(ids) and ids[index] == message_id:
-                return True
-        return False
+        index = bisect.bisect_right(self._firsts, message_id) - 1
+        if index < 0 or self._lasts[index] < message_id:
+            return False
+        ids = self.served[index]
+        at = bisect.bisect_left(ids, message_id)
+        return at < len(ids) and ids[at] == message_id
 
     def committed_to(self, offset: int) -> None:
         """Everything up to `offset` is acknowledged: forget what was served below it."""
         self.committed = max(self.committed, offset)
-        self.served = [ids for ids in self.served if ids[-1] > self.committed]
+        done = bisect.bisect_right(self._lasts, self.committed)
+        del self.served[:done], self._firsts[:done], self._lasts[:done]
