@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import logging
 import time
 from array import array
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from pagemq.core.selector import Selector
 
 __all__ = ["add_stream_routes", "stream_metrics"]
+
+log = logging.getLogger("pagemq.http")
 
 CHUNK_ROWS = 8192
 CHUNK_BYTES = 8 << 20
@@ -307,14 +310,17 @@ async def read_range(request: web.Request) -> web.StreamResponse:
                       from_page, selector, include_headers)
     response = web.StreamResponse(headers={"Content-Type": ARROW_STREAM})
     await response.prepare(request)
-    await response.write(_schema_bytes())
     loop = asyncio.get_running_loop()
-    while (chunk := await loop.run_in_executor(None, rows.chunk)) is not None:
-        data, served = chunk
-        reader.note_served(served)
-        await response.write(data)
-    await response.write(_EOS)
-    await response.write_eof()
+    try:
+        await response.write(_schema_bytes())
+        while (chunk := await loop.run_in_executor(None, rows.chunk)) is not None:
+            data, served = chunk
+            await response.write(data)
+            reader.note_served(served)  # written out (not necessarily read: a commit says so)
+        await response.write(_EOS)
+        await response.write_eof()
+    except ConnectionResetError:
+        log.debug("range read of %r (%d, %d] ended by the client", queue.name, after, upto)
     return response
 
 

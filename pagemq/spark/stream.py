@@ -32,7 +32,12 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from pagemq.spark.options import PagemqOptionError, flag, number, required, text
 from pagemq.spark.options import selector as option_selector
@@ -223,7 +228,7 @@ class RangePartition(InputPartition):
         self.url, self.after, self.upto, self.from_page = url, after, upto, from_page
 
 
-class StreamReader(DataSourceStreamReader):
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The streaming reader Spark drives (see the module docstring)."""
 
     def __init__(self, options: StreamOptions) -> None:
@@ -232,6 +237,15 @@ class StreamReader(DataSourceStreamReader):
         # slices of the ranges latestOffset planned, by (url, start, end): found by the same
         # scan of the broker that found the end, so partitions() need not ask again
         self._slices: dict[tuple[str, int, int], list[list[int]]] = {}
+        # Trigger.AvailableNow: the latest offsets when the query started; never read past
+        self._target: Offset | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        target: Offset = {}
+        for url in sorted(self.options.urls):
+            figures = self._offsets(url)
+            target[url] = int(figures["latest"]) if figures is not None else 0
+        self._target = target
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -264,6 +278,8 @@ class StreamReader(DataSourceStreamReader):
                 continue
             end[url] = max(after, int(figures["end"]))
             latest[url] = max(after, int(figures["latest"]))
+            if self._target is not None:
+                end[url] = max(after, min(end[url], self._target.get(url, after)))
             if "splits" in figures:
                 self._slices[(url, after, end[url])] = figures["splits"]
         self._latest = latest

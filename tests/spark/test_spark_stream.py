@@ -192,6 +192,55 @@ def test_caught_up_idle_query_leaves_the_queue_empty(spark, broker, tmp_path, st
     assert_exactly_once(bodies, 350)
 
 
+def test_available_now_reads_the_backlog_in_limited_batches_and_stops_with_it_acknowledged(
+        spark, broker, tmp_path):
+    queue = unique("now")
+    send(broker, f"/queue/{queue}", 2000)
+    out = tmp_path / "out"
+    query = (spark.readStream.format("pagemq").option("url", http_url(broker)).option("queue", queue)
+             .option("maxMessagesPerTrigger", "600").load().select("body").writeStream.format("parquet")
+             .option("path", str(out)).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 2000 and max(sizes) <= 600
+    assert_exactly_once(written(spark, out), 2000)
+    broker.wait_queue(queue, timeout=30, messages=0)
+
+
+def test_driver_side_offsets_keep_key_order_and_types_and_available_now_stops_at_its_target(
+        broker, start_broker, queue_name):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from pagemq.spark.stream import StreamOptions, StreamReader
+
+    other = start_broker()
+    urls = sorted([http_url(broker), http_url(other)], reverse=True)  # given out of order
+    for proc in (broker, other):
+        send(proc, f"/queue/{queue_name}", 100)
+    reader = StreamReader(StreamOptions.parse({"url": ",".join(urls), "queue": queue_name,
+                                               "maxOffsetsPerTrigger": "60"}))
+    start = reader.initialOffset()
+    assert list(start) == sorted(urls) and start == dict.fromkeys(sorted(urls), 0)
+    assert reader.getDefaultReadLimit() == ReadMaxRows(60)
+    end = reader.latestOffset(start, ReadMaxRows(60))
+    assert list(end) == sorted(urls) and all(type(v) is int for v in end.values())
+    parts = reader.partitions(start, end)
+    assert {p.url for p in parts} == set(urls)
+    assert sum(len(next(iter(reader.read(p)))) for p in parts) == 60  # 30 a broker
+    reader.prepareForTriggerAvailableNow()
+    for proc in (broker, other):
+        send(proc, f"/queue/{queue_name}", 50, start=100)  # after the target: not this run's
+    final = reader.latestOffset(end, ReadAllAvailable())
+    assert final == reader._target
+    rows = [batch for part in reader.partitions(end, final) for batch in reader.read(part)]
+    assert sum(len(batch) for batch in rows) == 140  # 70 a broker: the rest of the first 100
+    assert reader.latestOffset(final, ReadAllAvailable()) == final
+    for proc in (broker, other):  # the batch ending at `end` was acknowledged, then `final`
+        proc.wait_queue(queue_name, messages=50)
+
+
 def test_durable_subscription_of_an_address_on_two_brokers(spark, broker, start_broker, tmp_path, stopping):
     other = start_broker()
     address = unique("orders")
