@@ -69,6 +69,9 @@ def test_offsets_bound_the_next_range_and_a_read_takes_nothing(broker, queue_nam
     assert read(broker, queue_name, 0, figures["end"]).column("seq").to_pylist() == (
         table.column("seq").to_pylist())
     assert broker.queue(queue_name)["messages"] == 50
+    assert dict(table.column("headers").to_pylist()[0])["n"] == "0"
+    bare = read(broker, queue_name, 0, figures["end"], headers="false")
+    assert bare.schema == ARROW_SCHEMA and bare.column("headers").null_count == 20
 
 
 def test_commit_acknowledges_up_to_the_offset_once_and_older_commits_are_no_ops(broker, queue_name):
