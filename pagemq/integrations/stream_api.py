@@ -363,7 +363,7 @@ async def commit(request: web.Request) -> web.Response:
                 await broker.flush()
                 return _json_error(503, f"commit to {offset} not finished in {COMMIT_TIMEOUT:g}s "
                                         f"({acknowledged} acknowledged so far): try again")
-            await asyncio.sleep(0.002 if progress.waiting else 0)
+            await asyncio.sleep(0.001 if progress.waiting else 0)
         await broker.flush()
     return web.json_response({"queue": queue.name, "reader": reader.name, "committed": reader.committed,
                               "acknowledged": acknowledged, "kept": kept})
