@@ -18,13 +18,25 @@ def address_info(bindings: Bindings, name: str) -> dict[str, object]:
     address = bindings.addresses.get(name)
     if address is None:
         raise NotFound(f"no address named {name!r}")
-    pager = bindings.pagers.get(name)
-    paged = pager.messages_paged if pager is not None else 0
-    messages = sum(q.pending + q.delivering for q in address.queues.values()) + paged
     return {
         "name": address.name,
         "routing_type": address.routing_type,
         "queues": sorted(address.queues),
+        **address_figures(bindings, name),
+        "settings": address.settings.to_config_dict(),
+    }
+
+
+def address_figures(bindings: Bindings, name: str) -> dict[str, int | bool]:
+    """The counts of `address_info` alone (what /metrics shows, for every address at once:
+    no settings table or sorted queue list built per scrape)."""
+    address = bindings.addresses.get(name)
+    if address is None:
+        raise NotFound(f"no address named {name!r}")
+    pager = bindings.pagers.get(name)
+    paged = pager.messages_paged if pager is not None else 0
+    messages = sum(q.pending + q.delivering for q in address.queues.values()) + paged
+    return {
         "paging": address.paging,
         "messages": messages,
         "messages_in_memory": address.messages_in_memory,
@@ -32,7 +44,6 @@ def address_info(bindings: Bindings, name: str) -> dict[str, object]:
         "bytes_in_memory": address.bytes_in_memory,
         "page_files": pager.page_files() if pager is not None else 0,
         "dropped_messages": address.dropped_messages,
-        "settings": address.settings.to_config_dict(),
     }
 
 

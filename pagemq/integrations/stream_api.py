@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from pagemq.core.address import MULTICAST
 from pagemq.core.errors import BrokerError, InvalidSelector
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from pagemq.core.queue import Queue
     from pagemq.core.selector import Selector
 
-__all__ = ["add_stream_routes", "stream_metrics"]
+__all__ = ["StreamCollector", "add_stream_routes"]
 
 log = logging.getLogger("pagemq.http")
 
@@ -427,26 +429,29 @@ def add_stream_routes(app: web.Application, broker: Broker) -> None:
     app.router.add_post("/api/streams/{queue}/commit", _guarded(commit))
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class StreamCollector(Collector):
+    """`/metrics`: each streaming reader's committed offset and lag, labelled by queue and
+    reader (read from the queue views at each scrape, on the loop)."""
 
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
 
-def stream_metrics(broker: Broker) -> list[str]:
-    """Prometheus lines: each streaming reader's committed offset and lag."""
-    lines = [
-        "# HELP pagemq_stream_committed_offset Highest offset a streaming reader committed this run",
-        "# TYPE pagemq_stream_committed_offset gauge",
-    ]
-    behind = [
-        "# HELP pagemq_stream_offsets_behind_latest Messages of the queue above the reader's "
-        "committed offset",
-        "# TYPE pagemq_stream_offsets_behind_latest gauge",
-    ]
-    for name in sorted(broker.queues):
-        info = broker.queue_info(name)
-        for reader in info["stream_readers"]:  # type: ignore[attr-defined]
-            labels = f'queue="{_label(name)}",reader="{_label(reader["name"])}"'
-            lines.append(f"pagemq_stream_committed_offset{{{labels}}} {reader['committed_offset']}")
-            lag = reader["offsets_behind_latest"]
-            behind.append(f"pagemq_stream_offsets_behind_latest{{{labels}}} {lag}")
-    return lines + behind
+    def collect(self) -> Iterator[Metric]:
+        labels = ["queue", "reader"]
+        committed = GaugeMetricFamily("pagemq_stream_committed_offset",
+                                      "Highest offset a streaming reader committed since the broker started",
+                                      labels=labels)
+        behind = GaugeMetricFamily("pagemq_stream_offsets_behind_latest",
+                                   "Messages of the queue waiting above the streaming reader's "
+                                   "committed offset",
+                                   labels=labels)
+        broker = self.broker
+        for name in sorted(broker.queues):
+            readers = broker.queues[name].stream_readers
+            if not readers:
+                continue
+            for reader in broker.queue_info(name)["stream_readers"]:  # type: ignore[attr-defined]
+                committed.add_metric([name, reader["name"]], reader["committed_offset"])
+                behind.add_metric([name, reader["name"]], reader["offsets_behind_latest"])
+        yield committed
+        yield behind
