@@ -104,7 +104,7 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     if access is not None:
         from pagemq.integrations.http_security import security_middleware
 
-        middlewares.append(security_middleware(access))
+        middlewares.append(security_middleware(access, broker))
     app = web.Application(middlewares=middlewares)
     app[BROKER_KEY] = broker
     app[STATS_KEY] = stats

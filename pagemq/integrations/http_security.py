@@ -7,6 +7,13 @@ needs `view` or `manage`, anything else `manage` (403 otherwise); `/metrics` is 
 the rest. Both are checked on the management address (`pagemq.management`, which a `"#"`
 match covers), as Artemis checks management operations on its management address.
 Passwords are verified in the security thread pool and cached (`security/access.py`).
+
+Two exceptions, both so that nobody needs more than their job:
+- the health checks (`GET /health`, `/health/live`, `/health/ready`) answer without
+  credentials: orchestrators' probes (Kubernetes, load balancers) carry none, and the answer
+  says only whether the broker is up and ready;
+- a stream request (the Spark streaming source) is also allowed with `consume` on the
+  streamed address (`stream_access.py`), as a STOMP consumer of it would be.
 """
 
 from __future__ import annotations
@@ -14,17 +21,23 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from pagemq.integrations.stream_access import stream_needs
 from pagemq.security.access import AUTHENTICATION_FAILED, Access
 from pagemq.security.permissions import MANAGEMENT_ADDRESS
+
+if TYPE_CHECKING:
+    from pagemq.core.broker import Broker
 
 __all__ = ["security_middleware"]
 
 REALM = 'Basic realm="pagemq", charset="UTF-8"'
 _READS = frozenset({"GET", "HEAD"})
+OPEN_PATHS = frozenset({"/health", "/health/live", "/health/ready"})  # probes: no credentials
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -53,9 +66,13 @@ def _peer(request: web.Request) -> str:
     return request.remote or "unknown"
 
 
-def security_middleware(access: Access) -> Middleware:
+def security_middleware(access: Access, broker: Broker | None = None) -> Middleware:
+    """`broker`: to find a stream request's address (without it, streams need view/manage)."""
+
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS and request.method in _READS:
+            return await handler(request)
         credentials = _credentials(request.headers.get("Authorization"))
         if credentials is None:
             return _unauthorized("authentication required (HTTP Basic)")
@@ -63,10 +80,17 @@ def security_middleware(access: Access) -> Middleware:
         if user is None:
             return _unauthorized(AUTHENTICATION_FAILED)
         needed = "view" if request.method in _READS else "manage"
-        if not (access.allowed(user.name, needed, MANAGEMENT_ADDRESS)
+        if (access.allowed(user.name, needed, MANAGEMENT_ADDRESS)
                 or access.allowed(user.name, "manage", MANAGEMENT_ADDRESS)):
-            message = f"User {user.name} lacks permission {needed} on address {MANAGEMENT_ADDRESS}"
-            return web.json_response({"error": message, "code": "forbidden"}, status=403)
-        return await handler(request)
+            return await handler(request)
+        address, permission = MANAGEMENT_ADDRESS, needed
+        stream = await stream_needs(request, broker) if broker is not None else None
+        if stream is not None:
+            address = stream[0]
+            permission = next((p for p in stream[1] if not access.allowed(user.name, p, address)), "")
+            if not permission:
+                return await handler(request)
+        message = f"User {user.name} lacks permission {permission} on address {address}"
+        return web.json_response({"error": message, "code": "forbidden"}, status=403)
 
     return check

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from pagemq.core.queue import Queue
     from pagemq.core.selector import Selector
 
-__all__ = ["StreamCollector", "add_stream_routes"]
+__all__ = ["DEFAULT_READER", "StreamCollector", "add_stream_routes"]
 
 log = logging.getLogger("pagemq.http")
 
@@ -58,7 +58,7 @@ CHUNK_BYTES = 8 << 20
 COMMIT_TIMEOUT = 30.0
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-_DEFAULT_READER = "spark"
+DEFAULT_READER = "spark"
 
 _BROKER_KEY: web.AppKey[Broker] = web.AppKey("stream_broker")
 _LOCKS_KEY: web.AppKey[dict[str, asyncio.Lock]] = web.AppKey("stream_commit_locks")
@@ -183,7 +183,7 @@ async def offsets(request: web.Request) -> web.Response:
         size = _int(request, "size")
     except _BadRequest as exc:
         return _json_error(400, str(exc))
-    reader = reader_of(queue, request.query.get("reader") or _DEFAULT_READER)
+    reader = reader_of(queue, request.query.get("reader") or DEFAULT_READER)
     memory = [m.message_id for m in memory_messages(queue, 0, None)]
     paged = paged_range(queue.cursor)
     figures = await asyncio.get_running_loop().run_in_executor(
@@ -306,7 +306,7 @@ async def read_range(request: web.Request) -> web.StreamResponse:
     if upto is None or upto < after:
         return _json_error(400, "upto: required, and not below after")
     include_headers = request.query.get("headers", "true").lower() != "false"
-    reader = reader_of(queue, request.query.get("reader") or _DEFAULT_READER)
+    reader = reader_of(queue, request.query.get("reader") or DEFAULT_READER)
     reader.note_read(after, upto)
     rows = _RangeRows(queue, memory_messages(queue, after, upto), paged_range(queue.cursor), after, upto,
                       from_page, selector, include_headers)
@@ -350,7 +350,7 @@ async def commit(request: web.Request) -> web.Response:
     except _BadRequest as exc:
         return _json_error(400, str(exc))
     broker = request.app[_BROKER_KEY]
-    reader = reader_of(queue, str(body.get("reader") or _DEFAULT_READER))
+    reader = reader_of(queue, str(body.get("reader") or DEFAULT_READER))
     lock = request.app[_LOCKS_KEY].setdefault(queue.name, asyncio.Lock())
     acknowledged = kept = 0
     async with lock:
@@ -379,7 +379,7 @@ async def subscription(request: web.Request) -> web.Response:
     try:
         body = await _body(request)
         address_name, name = body.get("address"), body.get("subscription")
-        client_id = body.get("client_id") or _DEFAULT_READER
+        client_id = body.get("client_id") or DEFAULT_READER
         selector_text = body.get("selector") or None
         for key, value in (("address", address_name), ("subscription", name), ("client_id", client_id)):
             if not isinstance(value, str) or not value:

@@ -19,6 +19,7 @@ kept between calls but the options and the last latest offsets (for progress rep
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -76,6 +77,9 @@ class StreamOptions:
     reader: str
     partition_size: int
     timeout: float
+    # HTTP Basic credentials (a secured broker), as the sink's CONNECT login / passcode
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
@@ -101,7 +105,16 @@ class StreamOptions:
                    _starting(options, urls), limit, selector, flag(options, "failOnDataLoss", True),
                    flag(options, "includeHeaders", True), text(options, "readerName") or "spark",
                    int(number(options, "partitionSize", 50_000, minimum=1, integer=True)),
-                   number(options, "timeout", 60.0, minimum=0.001))
+                   number(options, "timeout", 60.0, minimum=0.001),
+                   text(options, "user"), options.get("password"))
+
+    @property
+    def auth(self) -> str | None:
+        """The `Authorization` header for the broker's HTTP API; None without `user`."""
+        if self.user is None:
+            return None
+        token = base64.b64encode(f"{self.user}:{self.password or ''}".encode()).decode()
+        return f"Basic {token}"
 
     @property
     def queue_name(self) -> str:
@@ -145,13 +158,17 @@ def _starting(options: Mapping[str, str], urls: tuple[str, ...]) -> str | Offset
 
 
 def _request(url: str, path: str, timeout: float, body: dict[str, Any] | None = None,
-             params: Mapping[str, object] | None = None) -> Any:
-    """The response of one stream request (a file-like object); BrokerStreamError on an error."""
+             params: Mapping[str, object] | None = None, auth: str | None = None) -> Any:
+    """The response of one stream request (a file-like object); BrokerStreamError on an error.
+    `auth`: the `Authorization` header (StreamOptions.auth)."""
     given = {key: value for key, value in (params or {}).items() if value is not None}
     query = "?" + urllib.parse.urlencode(given) if given else ""
     data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"} if data else {}
+    if auth is not None:
+        headers["Authorization"] = auth
     request = urllib.request.Request(f"{url}{path}{query}", data=data, method="POST" if data else "GET",
-                                     headers={"Content-Type": "application/json"} if data else {})
+                                     headers=headers)
     try:
         return urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
@@ -167,14 +184,14 @@ def _request(url: str, path: str, timeout: float, body: dict[str, Any] | None = 
 
 
 def _patient(url: str, path: str, timeout: float, body: dict[str, Any] | None = None,
-             params: Mapping[str, object] | None = None) -> Any:
+             params: Mapping[str, object] | None = None, auth: str | None = None) -> Any:
     """`_request`, asked again while the broker cannot be reached (restarting), until
     `timeout` has passed."""
     deadline = time.monotonic() + timeout
     pause = 0.1
     while True:
         try:
-            return _request(url, path, timeout, body, params)
+            return _request(url, path, timeout, body, params, auth)
         except BrokerStreamError as exc:
             if "cannot be reached" not in str(exc) or time.monotonic() + pause > deadline:
                 raise
@@ -184,10 +201,10 @@ def _patient(url: str, path: str, timeout: float, body: dict[str, Any] | None = 
 
 
 def _json(url: str, path: str, timeout: float, body: dict[str, Any] | None = None,
-          params: Mapping[str, object] | None = None, *, retry: bool = True) -> Any:
+          params: Mapping[str, object] | None = None, *, retry: bool = True, auth: str | None = None) -> Any:
     """The JSON answer (see `_patient`; not `retry`: one attempt)."""
     ask = _patient if retry else _request
-    with ask(url, path, timeout, body, params) as response:
+    with ask(url, path, timeout, body, params, auth) as response:
         return json.loads(response.read())
 
 
@@ -203,9 +220,11 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
             if options.queue is None and create:
                 _json(url, "/api/streams/subscriptions", options.timeout, {
                     "address": options.address, "subscription": options.subscription,
-                    "client_id": options.client_id, "selector": options.selector}, retry=False)
-            else:
-                _json(url, f"/api/queues/{_quoted(options.queue_name)}", options.timeout, retry=False)
+                    "client_id": options.client_id, "selector": options.selector}, retry=False,
+                    auth=options.auth)
+            else:  # the reader's own offsets: all a reader with `consume` may ask (security)
+                _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
+                      params={"reader": options.reader}, retry=False, auth=options.auth)
         except BrokerStreamError as exc:
             message = str(exc)
             if "cannot be reached" in message:
@@ -297,7 +316,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             return _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
                          params={"reader": options.reader, "after": after, "max": limit,
-                                 "size": options.partition_size if limit is not None else None})
+                                 "size": options.partition_size if limit is not None else None},
+                         auth=options.auth)
         except BrokerStreamError as exc:
             return self._lost(exc)
 
@@ -336,7 +356,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             try:
                 plan = _json(url, f"/api/streams/{_quoted(options.queue_name)}/splits", options.timeout,
-                             params={"after": after, "upto": upto, "size": options.partition_size})
+                             params={"after": after, "upto": upto, "size": options.partition_size},
+                             auth=options.auth)
             except BrokerStreamError as exc:
                 self._lost(exc)
                 continue
@@ -352,7 +373,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                   "headers": "true" if options.include_headers else "false"}
         try:
             response = _patient(partition.url, f"/api/streams/{_quoted(options.queue_name)}/read",
-                                options.timeout, params=params)
+                                options.timeout, params=params, auth=options.auth)
         except BrokerStreamError as exc:
             self._lost(exc)
             return
@@ -375,7 +396,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             try:
                 _json(url, f"/api/streams/{_quoted(options.queue_name)}/commit", options.timeout,
-                      {"reader": options.reader, "offset": value, "selector": options.selector})
+                      {"reader": options.reader, "offset": value, "selector": options.selector},
+                      auth=options.auth)
             except BrokerStreamError as exc:
                 self._lost(exc)
 

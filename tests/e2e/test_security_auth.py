@@ -223,3 +223,17 @@ def test_http_view_role_reads_but_cannot_manage(tmp_path: Path, request: pytest.
     assert _http(proc, "/metrics", "watcher")[0] == 200
     status, _, body = _http(proc, "/api/queues/x", "watcher", method="POST")
     assert status == 403 and "lacks permission manage" in body
+
+
+def test_health_probes_answer_without_credentials_but_nothing_else_does(secured: BrokerProcess) -> None:
+    for path in ("/health", "/health/live", "/health/ready"):
+        status, _, body = _http(secured, path)
+        assert status == 200 and json.loads(body)["live"] is True, (path, body)
+    # every other endpoint, the admin actions and the stream endpoints included
+    for method, path in (("GET", "/api/queues/jobs/messages"), ("POST", "/api/queues/jobs/purge"),
+                         ("POST", "/api/queues/jobs/move"), ("DELETE", "/api/queues/jobs"),
+                         ("GET", "/api/connections"), ("GET", "/api/streams/jobs/offsets"),
+                         ("POST", "/api/streams/subscriptions"), ("GET", "/health/other"),
+                         ("POST", "/health"), ("GET", "/nothing-here")):
+        status, headers, body = _http(secured, path, method=method)
+        assert status == 401 and headers.get("WWW-Authenticate"), (method, path, status, body)
