@@ -11,6 +11,13 @@ user is checked against a dummy hash, so both failures cost the same time and ge
 answer. Failures from one peer address (host, any port) are answered after a delay that
 doubles with each one (50 ms up to 5 s) and is forgotten after 5 minutes without failures.
 
+The passwords one address sends are checked one at a time, and a failure's delay is waited
+before that address's next check begins: else an attacker would open many connections at
+once and guess at the speed of the hash, whatever the delay (each delay would only postpone
+its own answer). At most GATE_WAITERS attempts of one address wait their turn; more are
+refused without a check (after the same delay), so a flood holds no unbounded queue.
+A password verified before (the cache) is answered at once, without waiting its turn.
+
 Roles are looked up in the current users snapshot at every check, so a role removed from
 the users file is taken away from connections already open.
 """
@@ -41,12 +48,24 @@ FAILURE_DELAY_BASE = 0.05
 FAILURE_DELAY_MAX = 5.0
 FAILURE_MEMORY = 300.0  # seconds without a failure after which a peer starts afresh
 FAILURE_PEERS_LIMIT = 10_000
+GATE_WAITERS = 64  # attempts of one address waiting for their check; more are refused unchecked
 _NO_ROLES: frozenset[str] = frozenset()
 
 
 class PermissionDenied(BrokerError):
     code = "forbidden"
     http_status = 403
+
+
+class _Gate:
+    """One peer address's turn at checking passwords: one check (and its failure delay) at
+    a time; `waiting` counts the attempts holding or waiting for it."""
+
+    __slots__ = ("lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.waiting = 0
 
 
 class Access:
@@ -59,6 +78,7 @@ class Access:
         # application starting its pool) runs scrypt once, not once per connection.
         self._checking: dict[tuple[str, bytes, str], asyncio.Future[bool]] = {}
         self._failures: dict[str, tuple[int, float]] = {}
+        self._gates: dict[str, _Gate] = {}  # by peer host, while an attempt of it is under way
         self._executor = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="pagemq-auth")
         # Unknown users are checked against this, so they cost what a wrong password costs.
         self._dummy_hash = hash_password(secrets.token_hex(16))
@@ -86,9 +106,39 @@ class Access:
         return asyncio.ensure_future(self._verify(login, password, peer))
 
     async def _verify(self, login: str, password: str, peer: str) -> User | None:
+        """Waits for the peer address's turn (see the module docstring), then checks; joins
+        an identical check under way instead (it costs no hash: a pool starting)."""
+        user, stored, cache_key = self._lookup(login, password)
+        shared = self._checking.get((*cache_key, stored))
+        if shared is not None:
+            matched = await asyncio.shield(shared)  # one waiter gone does not cancel the others
+            return await self._conclude(matched, user, stored, cache_key, login, peer)
+        host = _host(peer)
+        gate = self._gates.get(host)
+        if gate is None:
+            gate = self._gates[host] = _Gate()
+        if gate.waiting >= GATE_WAITERS:
+            await self._failed(login, peer, unchecked=True)
+            return None
+        gate.waiting += 1
+        try:
+            async with gate.lock:
+                return await self._check(login, password, peer)
+        finally:
+            gate.waiting -= 1
+            if not gate.waiting and self._gates.get(host) is gate:
+                del self._gates[host]
+
+    def _lookup(self, login: str, password: str) -> tuple[User | None, str, tuple[str, bytes]]:
+        """The user, the hash to check against (a dummy one for an unknown user), the cache key."""
         user = self.users.get(login)
         stored = user.password_hash if user is not None else self._dummy_hash
-        cache_key = self._cache_key(login, password)
+        return user, stored, self._cache_key(login, password)
+
+    async def _check(self, login: str, password: str, peer: str) -> User | None:
+        user, stored, cache_key = self._lookup(login, password)  # the users may have changed
+        if user is not None and self._verified.get(cache_key) == stored:
+            return await self._conclude(True, user, stored, cache_key, login, peer)  # verified meanwhile
         check_key = (*cache_key, stored)
         checking = self._checking.get(check_key)
         if checking is None:
@@ -97,18 +147,28 @@ class Access:
             self._checking[check_key] = checking
             checking.add_done_callback(lambda _done: self._checking.pop(check_key, None))
         matched = await asyncio.shield(checking)  # one waiter gone does not cancel the others
+        return await self._conclude(matched, user, stored, cache_key, login, peer)
+
+    async def _conclude(self, matched: bool, user: User | None, stored: str, cache_key: tuple[str, bytes],
+                        login: str, peer: str) -> User | None:
         if matched and user is not None:
             if len(self._verified) >= CACHE_LIMIT:
                 self._verified.clear()
             self._verified[cache_key] = stored
             self._failures.pop(_host(peer), None)
             return user
+        await self._failed(login, peer)
+        return None
+
+    async def _failed(self, login: str, peer: str, *, unchecked: bool = False) -> None:
+        """Note and log a failure, then wait its delay (holding the address's turn, when the
+        password was checked)."""
         delay, count = self._note_failure(peer)
         log.warning("authentication failed from %s (login %r; failure %d from this address; "
-                    "answered after %.2fs)", peer, login, count, delay)
+                    "answered after %.2fs%s)", peer, login, count, delay,
+                    "; not checked: too many attempts from this address waiting" if unchecked else "")
         if delay:
             await asyncio.sleep(delay)
-        return None
 
     def _cache_key(self, login: str, password: str) -> tuple[str, bytes]:
         digest = hmac.new(self._key, f"{login}\0{password}".encode(), hashlib.sha256).digest()

@@ -936,6 +936,8 @@ class StompSession:
         """Socket gone: unacknowledged deliveries return to their queues, transactions roll back."""
         self.closing = True
         self.closing_hard = True
+        if self._authenticating is not None:
+            self._authenticating.cancel()  # gives up its place in the peer's turn (security)
         self._replies.clear()
         self._after_replies = None
         self._end()

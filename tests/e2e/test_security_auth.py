@@ -112,6 +112,29 @@ def _logged(proc: BrokerProcess, text: str) -> None:
     wait_until(lambda: any(text in line for line in proc.log_lines), what=repr(text))
 
 
+def test_guesses_sent_at_once_on_many_connections_are_checked_one_after_another(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    proc = start_secured(tmp_path / "guesses")  # its own: failures count per address
+    request.addfinalizer(proc.stop)
+    guessers = []
+    for n in range(20):
+        raw = RawStomp(proc.stomp_port)
+        raw.send_frame("CONNECT", {"accept-version": "1.2", "host": HOST, "login": "alice",
+                                   "passcode": f"guess-{n}"})
+        guessers.append(raw)
+    time.sleep(2.0)
+    # One check at a time, each after the previous failure's delay (0, 50, 100, ... 1600 ms):
+    # at most 7 can have been checked in 2 s; in parallel all 20 would have been.
+    failures = [line for line in proc.current_log if "authentication failed from" in line]
+    assert 1 <= len(failures) <= 8, failures
+    for raw in guessers:
+        raw.close()  # gone: they give up their turns
+    started = time.monotonic()
+    client = StompClient(proc.stomp_port, connect_headers=login("alice")).connect()
+    assert time.monotonic() - started < 8  # at most the last failure's delay (<= 5 s)
+    client.disconnect()
+
+
 def test_user_added_to_the_users_file_works_without_restart(secured: BrokerProcess) -> None:
     users_file = secured.workdir / "users.toml"
     newcomer = {"login": "newcomer", "passcode": "fresh-pw"}

@@ -4,6 +4,7 @@ precedence, the authentication cache and failure delays, the listener policy."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from pathlib import Path
@@ -133,6 +134,40 @@ def test_failures_from_one_address_wait_longer_each_time(monkeypatch: pytest.Mon
 
     times = asyncio.run(run())
     assert times[4] >= 0.16 and times[3] >= 0.08, times  # 0, 20, 40, 80, 160 ms after the hash
+
+
+def test_guesses_sent_at_once_from_one_address_are_checked_one_after_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(access_module, "FAILURE_DELAY_BASE", 0.05)
+    monkeypatch.setattr(access_module, "GATE_WAITERS", 4)
+    checked: list[float] = []
+    real_verify = access_module.verify_password
+
+    def counting_verify(password: str, stored: str) -> bool:
+        checked.append(time.monotonic())
+        return real_verify(password, stored)
+
+    monkeypatch.setattr(access_module, "verify_password", counting_verify)
+
+    async def run() -> tuple[list[User | None], float]:
+        access = _access({"alice": ("amq",)})
+        try:
+            started = time.monotonic()
+            # six guesses at once (six connections): four wait their turn, two are refused
+            answers = await asyncio.gather(*(access.authenticate("alice", f"guess{n}", f"10.0.0.1:{n}")
+                                             for n in range(6)))
+            answers.append(await access.authenticate("alice", "alice-pw", "10.0.0.1:99"))
+            return answers, started
+        finally:
+            access.close()
+
+    answers, started = asyncio.run(run())
+    assert answers[:6] == [None] * 6 and answers[6] is not None
+    assert len(checked) == 5  # four guesses and the right password: two were never checked
+    # each check began after the previous failure's delay: 0, 50, 100, 200 ms (at least)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(checked)]
+    assert gaps[1] >= 0.05 and gaps[2] >= 0.1 and gaps[3] >= 0.2, gaps
+    assert checked[-1] - started >= 0.35
 
 
 def test_permission_denied_names_user_permission_and_address() -> None:
