@@ -59,6 +59,7 @@ class StompServerProtocol(asyncio.Protocol):
         self._policy = policy if policy is not None else ListenerPolicy("stomp")
         self._connect_timer: Cancellable | None = None
         self._connection_log = connection_log if connection_log is not None else ConnectionLog()
+        self._logged_open = False  # the open line was written (CONNECT accepted, login verified)
         self._peer = "?"
         self._started = 0.0
         self._limits = limits
@@ -131,6 +132,15 @@ class StompServerProtocol(asyncio.Protocol):
                 self._connect_timer.cancel()
                 self._connect_timer = None
             self._start_heartbeat()  # once, when CONNECT is accepted
+            if session.authenticating:  # the open line names a verified user, or is not written
+                session.on_authenticated = self._log_connected
+            else:
+                self._log_connected()
+
+    def _log_connected(self) -> None:
+        session = self.session
+        if session is not None:
+            self._logged_open = True
             self._connection_log.connected(self._peer, session.session_id, session.login,
                                            session.protocol.version, session.client_id)
 
@@ -142,7 +152,7 @@ class StompServerProtocol(asyncio.Protocol):
         session = self.session
         if session is not None:
             self._connection_log.lost(self._peer, session.session_id, session.login,
-                                      self._heartbeat is not None, self._started, exc)
+                                      self._logged_open, self._started, exc)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self._close_timer is not None:

@@ -163,7 +163,10 @@ class StompSession:
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
         self.session_id = f"pagemq-{next(_session_ids)}"
         self.client_id: str | None = None
-        self.login: str | None = None  # CONNECT's login header: connection log lines, GET /api/connections
+        # CONNECT's login header (with security: only once verified, so the log and
+        # GET /api/connections never name a user whose password was not checked)
+        self.login: str | None = None
+        self.on_authenticated: Callable[[], None] | None = None  # the server's open log line
         self.subscriptions: dict[str, Subscription] = {}
         self._by_index: dict[int, Subscription] = {}
         self._next_index = itertools.count(1)
@@ -429,8 +432,8 @@ class StompSession:
 
     def _on_connect(self, event: ev.Connect) -> None:
         self.client_id = event.client_id
-        self.login = event.login
         if self.access is None:
+            self.login = event.login
             self.write(self.protocol.connected(session=self.session_id))
             return
         verified = self.access.authenticate(event.login, event.passcode)
@@ -446,10 +449,14 @@ class StompSession:
         self._authenticating = None
         if self.closing:
             return
-        if verified.cancelled() or verified.exception() is not None or verified.result() is None:
+        user = None if verified.cancelled() or verified.exception() is not None else verified.result()
+        if user is None:
             self.fail(AUTHENTICATION_FAILED, None)
             return
+        self.login = user.name
         self.write(self.protocol.connected(session=self.session_id))
+        if self.on_authenticated is not None:
+            self.on_authenticated()
         self._schedule_drain()
 
     def _require(self, permissions: list[str], address: str) -> None:

@@ -112,6 +112,20 @@ def _logged(proc: BrokerProcess, text: str) -> None:
     wait_until(lambda: any(text in line for line in proc.log_lines), what=repr(text))
 
 
+def test_a_failed_login_is_never_logged_as_that_user_connecting(secured: BrokerProcess) -> None:
+    raw, frame = _connect_raw(secured.stomp_port, {"login": "producer", "passcode": "not-it"})
+    with raw:
+        peer = f"127.0.0.1:{raw.sock.getsockname()[1]}"
+        assert frame is not None and frame.command == "ERROR"
+        assert raw.read_frame(timeout=5) is None
+    _logged(secured, f"connection closed before CONNECT: peer={peer} user=- ")
+    assert not any(f"peer={peer} user=producer" in line for line in secured.log_lines)
+    raw, frame = _connect_raw(secured.stomp_port, login("producer"))
+    with raw:
+        assert frame is not None and frame.command == "CONNECTED"
+        _logged(secured, f"connection opened: peer=127.0.0.1:{raw.sock.getsockname()[1]} user=producer ")
+
+
 def test_guesses_sent_at_once_on_many_connections_are_checked_one_after_another(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
     proc = start_secured(tmp_path / "guesses")  # its own: failures count per address
