@@ -5,8 +5,8 @@ Operators grep a broker's log for a client: every line names the peer's address,
 other lines about that connection use. The open line is written when CONNECT is accepted
 (before it the user is unknown; with security enabled, once the password is verified, so a
 failed login never appears as that user); a socket closed without a successful CONNECT
-(a failed login too) gets only its close line, saying so, with user `-`. The fields are also passed as `extra`, so `--log-format json` gives
-them as fields of their own.
+(a failed login too) gets only its close line, saying so, with user `-`. The fields are
+also passed as `extra`, so `--log-format json` gives them as fields of their own.
 """
 
 from __future__ import annotations
