@@ -15,11 +15,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pagemq.core.address import ANYCAST
+from pagemq.core.address import ANYCAST, MULTICAST
+from pagemq.core.errors import SubscriptionError
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
+    from pagemq.core.queue import Queue
     from pagemq.server.destinations import Destination
+
+
+def durable_subscription(broker: Broker, name: str) -> Queue | None:
+    """The durable subscription queue `name` (`CLIENT-ID.SUBSCRIPTION-NAME`), None if there is
+    none. Any other queue of that name (an anycast queue such as `orders.eu` for client-id
+    `orders`, another connection's temporary subscription queue) is refused: a durable
+    subscription's UNSUBSCRIBE or new selector deletes its queue, and must never delete
+    those, with or without security."""
+    queue = broker.queues.get(name)
+    if queue is not None and (queue.routing_type != MULTICAST or queue.temporary or not queue.durable):
+        kind = "anycast queue" if queue.routing_type == ANYCAST else "temporary subscription queue"
+        raise SubscriptionError(f"{name!r} is not a durable subscription: it is the {kind} "
+                                f"of address {queue.address_name!r}")
+    return queue
 
 
 def _creates(broker: Broker, destination: Destination) -> list[str]:
@@ -46,7 +62,7 @@ def subscribe_permissions(broker: Broker, destination: Destination, *, browse: b
         return needed
     if durable_queue is None:
         return [*needed, "create-non-durable-queue"]
-    existing = broker.queues.get(durable_queue)
+    existing = durable_subscription(broker, durable_queue)
     if existing is None:
         needed.append("create-durable-queue")
     elif (existing.filter_text or None) != (selector or None):

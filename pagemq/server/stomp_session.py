@@ -64,7 +64,7 @@ from pagemq.protocol.stomp.transaction_state import TRANSACTIONS, CommitApplied,
 from pagemq.security.access import AUTHENTICATION_FAILED, SessionAccess
 from pagemq.security.users import User
 from pagemq.server.destinations import Destination, parse_destination
-from pagemq.server.stomp_access import send_permissions, subscribe_permissions
+from pagemq.server.stomp_access import durable_subscription, send_permissions, subscribe_permissions
 
 log = logging.getLogger("pagemq.stomp")
 
@@ -558,7 +558,7 @@ class StompSession:
         if not self.client_id:
             raise SubscriptionError("a durable subscription needs a client-id on CONNECT")
         name = f"{self.client_id}.{durable_name}"
-        existing = broker.queues.get(name)
+        existing = durable_subscription(broker, name)
         if existing is not None and (existing.filter_text or None) != (selector or None):
             broker.delete_queue(existing)  # a new selector makes a new subscription (JMS)
             existing = None
@@ -569,22 +569,23 @@ class StompSession:
         return durable, None, changed
 
     def _on_unsubscribe(self, event: ev.Unsubscribe) -> None:
-        sub = self.subscriptions.pop(event.id or "", None) if event.id else None
+        sub = self.subscriptions.get(event.id or "") if event.id else None
         durable_name = _durable_name(event.headers)
         if sub is None and durable_name is None:
             raise SUBSCRIPTIONS.refuse(SubState.NONE, ev.Unsubscribe, event.id)
-        if sub is not None:
-            self._close_subscription(sub, ev.Unsubscribe)
-        removed = False
+        queue = None
         if durable_name is not None and self.client_id:
-            queue = self.broker.queues.get(f"{self.client_id}.{durable_name}")
-            if queue is not None:
+            queue = durable_subscription(self.broker, f"{self.client_id}.{durable_name}")
+            if queue is not None:  # checked before anything changes
                 self._require(["delete-durable-queue"], queue.address_name)
-                self.broker.delete_queue(queue)
-                removed = True
+        if sub is not None:
+            del self.subscriptions[sub.id]
+            self._close_subscription(sub, ev.Unsubscribe)
+        if queue is not None:
+            self.broker.delete_queue(queue)
         if event.receipt is not None:
             # Removing a durable subscription is promised only once its deletion is durable.
-            self._reply(self.broker.flush() if removed else None,
+            self._reply(self.broker.flush() if queue is not None else None,
                         self.protocol.receipt(event.receipt), event.receipt)
 
     def _close_subscription(self, sub: Subscription, cause: type) -> None:

@@ -140,6 +140,34 @@ def test_removing_a_durable_subscription_needs_delete_durable_queue(secured: Bro
     assert admin_get(secured, f"/api/queues/{client_id}.mine")[0] == 404
 
 
+def test_a_durable_subscription_name_never_reaches_another_kind_of_queue(secured: BrokerProcess) -> None:
+    """client-id `work` + subscription name `eu` names the anycast queue `work.eu`, and
+    `events.<session>.<n>` another connection's temporary subscription queue: an UNSUBSCRIBE
+    or a new selector of that "durable subscription" must delete neither."""
+    prefix = unique("work")
+    admin = _client(secured, "alice")
+    admin.send(f"/queue/{prefix}.eu", "keep me", receipt=True)
+    admin.disconnect()
+    unsubscriber = _client(secured, "alice", client_id=prefix)  # may delete-durable-queue on "#"
+    unsubscriber.unsubscribe("x", headers={"durable-subscription-name": "eu"}, receipt=False)
+    assert _denied(unsubscriber) == (f"'{prefix}.eu' is not a durable subscription: it is the anycast "
+                                     f"queue of address '{prefix}.eu'")
+    assert _messages(secured, f"{prefix}.eu") == 1
+
+    listener = _client(secured, "consumer")
+    listener.subscribe("/topic/events", receipt=True)
+    status, body = admin_get(secured, "/api/addresses/events")
+    temporary = next(q for q in body["queues"] if ".pagemq-" in q)
+    client_id, _, name = temporary.rpartition(".")
+    thief = _client(secured, "alice", client_id=client_id)
+    thief.subscribe("/topic/events", headers={"durable-subscription-name": name, "selector": "a = 1"},
+                    receipt=False)
+    assert "is not a durable subscription: it is the temporary subscription queue" in _denied(thief)
+    status, body = admin_get(secured, "/api/addresses/events")
+    assert temporary in body["queues"], body
+    listener.disconnect()
+
+
 def test_most_specific_match_wins_and_replaces(secured: BrokerProcess) -> None:
     producer = _client(secured, "producer")
     producer.send("/queue/orders.eu", "ok", receipt=True)  # orders.# grants producers send
