@@ -157,6 +157,7 @@ def test_a_durable_subscription_name_never_reaches_another_kind_of_queue(secured
     listener = _client(secured, "consumer")
     listener.subscribe("/topic/events", receipt=True)
     status, body = admin_get(secured, "/api/addresses/events")
+    assert status == 200, body
     temporary = next(q for q in body["queues"] if ".pagemq-" in q)
     client_id, _, name = temporary.rpartition(".")
     thief = _client(secured, "alice", client_id=client_id)
@@ -164,7 +165,7 @@ def test_a_durable_subscription_name_never_reaches_another_kind_of_queue(secured
                     receipt=False)
     assert "is not a durable subscription: it is the temporary subscription queue" in _denied(thief)
     status, body = admin_get(secured, "/api/addresses/events")
-    assert temporary in body["queues"], body
+    assert status == 200 and temporary in body["queues"], body
     listener.disconnect()
 
 
