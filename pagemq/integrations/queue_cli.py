@@ -4,13 +4,20 @@
 A thin client of docs/http-api.md (urllib, no aiohttp: the command starts fast and needs no
 broker code): every command is one request to the broker at `--url`. Exit 0 on success, 1
 when the broker answered an error (printed as `pagemq: <error>`) or cannot be reached.
+
+With `--user`, the password comes from `--password-stdin`, the `PAGEMQ_PASSWORD`
+environment variable or a prompt, as `pagemq user` reads it: a password on the command line
+is seen by every user of the machine (`ps`) and kept in the shell history. `--password`
+still works, with a warning saying so.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import getpass
 import json
+import os
 import sys
 import urllib.error
 import urllib.parse
@@ -20,6 +27,8 @@ from typing import Any
 DEFAULT_URL = "http://127.0.0.1:8161"
 TIMEOUT = 300.0  # a purge or move of millions of messages answers once it is durable
 EXIT_FAILED = 1
+EXIT_USAGE = 2
+PASSWORD_ENV = "PAGEMQ_PASSWORD"
 
 _COLUMNS = (
     ("NAME", "name"), ("ADDRESS", "address"), ("TYPE", "routing_type"), ("CONSUMERS", "consumers"),
@@ -37,7 +46,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.add_argument("--url", default=DEFAULT_URL,
                             help=f"the broker's HTTP API (default {DEFAULT_URL})")
         parser.add_argument("--user", help="HTTP Basic user, when security is enabled")
-        parser.add_argument("--password", help="HTTP Basic password")
+        parser.add_argument("--password", help="HTTP Basic password (seen by `ps` and kept in the shell "
+                                               f"history: prefer --password-stdin or {PASSWORD_ENV})")
+        parser.add_argument("--password-stdin", action="store_true",
+                            help="read the password from the first line of standard input")
         parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
         return parser
 
@@ -96,8 +108,28 @@ def _table(queues: list[dict[str, Any]]) -> str:
                      for row in rows)
 
 
+def _password(args: argparse.Namespace) -> str | None:
+    """The HTTP Basic password for `--user` (see the module docstring)."""
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if args.password is not None:
+        print("pagemq: warning: --password on the command line is seen by other users (ps) and kept "
+              f"in the shell history; use --password-stdin or {PASSWORD_ENV}", file=sys.stderr)
+        return str(args.password)
+    if PASSWORD_ENV in os.environ:
+        return os.environ[PASSWORD_ENV]
+    if sys.stdin.isatty():
+        return getpass.getpass(f"password for {args.user}: ")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.queue_command
+    if args.password is not None and args.password_stdin:
+        print("pagemq: give --password or --password-stdin, not both", file=sys.stderr)
+        return EXIT_USAGE
+    if args.user is not None:
+        args.password = _password(args)
     try:
         if command == "list":
             query = {"filter": args.filter, "sort": args.sort, "order": "desc" if args.desc else "asc",

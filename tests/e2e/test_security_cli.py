@@ -3,6 +3,7 @@ that accepts the users it holds."""
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 from pathlib import Path
@@ -92,3 +93,30 @@ def test_security_config_mistakes_are_one_line_errors_at_start(tmp_path: Path) -
         assert result.returncode == 2, (config, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert expected in result.stderr, (expected, result.stderr)
+
+
+def test_queue_command_takes_the_password_from_stdin_or_the_environment_not_argv(tmp_path: Path) -> None:
+    from security_helpers import password, start_secured
+
+    proc = start_secured(tmp_path / "broker")
+    try:
+        url = f"http://127.0.0.1:{proc.http_port}"
+
+        def queue_list(*args: str, stdin: str | None = None,
+                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([PAGEMQ, "queue", "list", "--url", url, "--user", "alice", *args],
+                                  input=stdin, capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, **(env or {})})
+
+        by_stdin = queue_list("--password-stdin", stdin=f"{password('alice')}\n")
+        assert by_stdin.returncode == 0 and "queue(s)" in by_stdin.stdout, by_stdin.stderr
+        by_env = queue_list(stdin="", env={"PAGEMQ_PASSWORD": password("alice")})
+        assert by_env.returncode == 0 and not by_env.stderr, by_env.stderr
+        wrong = queue_list("--password-stdin", stdin="not-it\n")
+        assert wrong.returncode == 1 and "401 Authentication failed" in wrong.stderr
+        on_argv = queue_list("--password", password("alice"), stdin="")
+        assert on_argv.returncode == 0 and "use --password-stdin or PAGEMQ_PASSWORD" in on_argv.stderr
+        both = queue_list("--password", "x", "--password-stdin", stdin="y\n")
+        assert both.returncode == 2 and "not both" in both.stderr
+    finally:
+        proc.stop()
