@@ -128,10 +128,11 @@ async def start_http(
     loop: LoopFigures | None = None, connections: ConnectionFigures | None = None, *,
     access: Access | None = None, tls: tuple[str, int, ssl.SSLContext] | None = None,
     max_connections: int = -1, connection_list: ConnectionsView | None = None,
-    health: HealthView | None = None,
+    health: HealthView | None = None, connect_timeout: float = 0.0,
 ) -> web.AppRunner:
     """`host` None: no plaintext listener; `tls`: (host, port, context) of `http-tls`;
-    `max_connections`: -1 no limit, else past it a 503 (integrations/http_limits.py)."""
+    `max_connections`: -1 no limit, else past it a 503; `connect_timeout`: seconds for a
+    connection's first request head (and TLS handshake), 0 none (integrations/http_limits.py)."""
     from pagemq.integrations.http_limits import LimitedSite
     from pagemq.security.listener import ListenerPolicy
 
@@ -140,8 +141,8 @@ async def start_http(
     await runner.setup()
     if host is not None:
         await LimitedSite(runner, host, port, reuse_address=True,
-                          policy=ListenerPolicy("http", max_connections)).start()
+                          policy=ListenerPolicy("http", max_connections, connect_timeout)).start()
     if tls is not None:
         await LimitedSite(runner, tls[0], tls[1], reuse_address=True, ssl_context=tls[2],
-                          policy=ListenerPolicy("http-tls", max_connections)).start()
+                          policy=ListenerPolicy("http-tls", max_connections, connect_timeout)).start()
     return runner

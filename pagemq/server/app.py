@@ -161,7 +161,7 @@ class BrokerServer:
             self._http = await http_api.start_http(
                 self.broker, self.store.stats, plain.host if plain else None, plain.port if plain else 0,
                 loop=self.loop_lag.figures, connections=self.connection_log.figures, access=self.access,
-                max_connections=acceptors.max_connections,
+                max_connections=acceptors.max_connections, connect_timeout=acceptors.connect_timeout,
                 tls=(http_tls.host, http_tls.port, self.tls.context) if http_tls and self.tls else None,
                 connection_list=connections_view(every_connection), health=lambda: self.state,
             )

@@ -265,3 +265,44 @@ def test_sighup_without_tls_reloads_nothing_and_the_broker_goes_on(start_broker:
     proc = start_broker()
     _sighup(proc, "SIGHUP: reloading")
     assert proc.running and _connects(proc.stomp_port)
+
+
+def _wait_closed(sock: socket.socket, limit: float) -> None:
+    """Until the broker closes `sock` (read EOF or reset); fails past `limit`."""
+    sock.settimeout(limit)
+    try:
+        while sock.recv(4096):
+            pass
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    except TimeoutError:
+        pytest.fail(f"still open after {limit}s")
+
+
+def test_http_connections_that_send_no_whole_request_are_closed_after_connect_timeout(
+        start_broker: Any, tmp_path: Path, ca: dict[str, Path]) -> None:
+    """Idle sockets, half a request head (slowloris) and a TLS handshake never begun would
+    each hold a slot of max-connections for ever: closed after connect-timeout, while a
+    connection that sent its request is served (and kept alive) as before."""
+    stomp_tls, http_tls = free_port(), free_port()
+    config = _tls_config(ca, tmp_path / "broker0", stomp_tls, http_tls)
+    config["acceptors"]["connect-timeout"] = "500ms"
+    proc = start_broker(config)
+    opened = time.monotonic()
+    idle = socket.create_connection((HOST, proc.http_port))
+    partial = socket.create_connection((HOST, proc.http_port))
+    partial.sendall(b"GET /api/broker HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+    no_handshake = socket.create_connection((HOST, http_tls))
+    served = socket.create_connection((HOST, proc.http_port))
+    served.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    with idle, partial, no_handshake, served:
+        _wait_closed(idle, 10)
+        assert time.monotonic() - opened >= 0.3
+        for sock in (partial, no_handshake):
+            _wait_closed(sock, 10)
+        assert time.monotonic() - opened < 5
+        served.settimeout(5)
+        assert served.recv(4096).startswith(b"HTTP/1.1 200")
+        served.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # kept alive past the timeout
+        assert served.recv(4096).startswith(b"HTTP/1.1 200")
+    assert any("no request within 0.5s from 127.0.0.1:" in line for line in proc.log_lines)
