@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -28,6 +29,8 @@ from pagemq.security.hashing import HashError, parse_hash
 from pagemq.units import ConfigError, key_path, read_utf8, show_value
 
 __all__ = ["User", "Users", "UsersFileError", "load_users", "parse_users", "write_users"]
+
+log = logging.getLogger("pagemq.security")
 
 _USER_KEYS = ("password", "roles")
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]+$")
@@ -73,8 +76,16 @@ def check_role(role: str) -> str:
 
 
 def load_users(path: Path) -> Users:
-    """Read and check the users file; UsersFileError (one line, naming it) otherwise."""
-    return parse_users(read_utf8(path, "users file", UsersFileError), str(path))
+    """Read and check the users file; UsersFileError (one line, naming it) otherwise.
+    A file other users may read is loaded, with a WARNING: its hashes are slow to guess,
+    not impossible (`pagemq user` writes it 0600; a file copied into place may not be)."""
+    users = parse_users(read_utf8(path, "users file", UsersFileError), str(path))
+    with contextlib.suppress(OSError):
+        mode = os.stat(path).st_mode
+        if mode & 0o077:
+            log.warning("users file %s can be read or written by other users (mode %04o): "
+                        "chmod 600 it, as `pagemq user` writes it", path, mode & 0o7777)
+    return users
 
 
 def parse_users(text: str, where: str) -> Users:

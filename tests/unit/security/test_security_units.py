@@ -194,3 +194,17 @@ def test_listener_policy_refuses_past_the_limit_and_logs_once_per_burst(
     assert sum("max-connections 2 reached" in m for m in messages) == 2
     assert any("after refusing 3" in m for m in messages)
     assert ListenerPolicy("stomp").admit(1_000_000)
+
+
+def test_a_users_file_others_may_read_is_loaded_with_a_warning(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "users.toml"
+    write_users(path, [User("alice", hash_password("pw"), frozenset({"amq"}))])
+    with caplog.at_level("WARNING", logger="pagemq.security"):
+        assert load_users(path).get("alice") is not None
+        assert not caplog.records  # written 0600
+        path.chmod(0o644)
+        assert load_users(path).get("alice") is not None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"users file {path} can be read or written by other users (mode 0644): chmod 600 it, "
+        "as `pagemq user` writes it"]
