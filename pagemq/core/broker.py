@@ -94,6 +94,8 @@ class Broker:
         self.delete_queue = self.bindings.delete_queue
         self.send = self.router.send
         self.wait_for_memory = self.router.wait_for_memory
+        self.cancel_wait = self.router.cancel_wait
+        self.disk = self.router.disk
         self.expire_due = self.dead_letters.expire_due
         self.expired = self.dead_letters.expired
         self.dead_letter = self.dead_letters.exhausted

@@ -8,7 +8,11 @@ from typing import TYPE_CHECKING
 from pagemq.core.errors import NotFound
 
 if TYPE_CHECKING:
+    from pagemq.core.address import Address
     from pagemq.core.bindings import Bindings
+    from pagemq.core.disk import DiskGuard
+    from pagemq.core.memory import MemoryAccountant
+    from pagemq.core.paging import AddressPager
 
 
 def address_info(bindings: Bindings, name: str) -> dict[str, object]:
@@ -30,7 +34,49 @@ def address_info(bindings: Bindings, name: str) -> dict[str, object]:
         "page_files": pager.page_files() if pager is not None else 0,
         "dropped_messages": address.dropped_messages,
         "settings": address.settings.to_config_dict(),
+        "limits": address_limits(address, pager),
     }
+
+
+def address_limits(address: Address, pager: AddressPager | None) -> dict[str, object]:
+    """Each limit of an address beside what it holds against it, and the policy applied
+    when it is reached (-1: no limit)."""
+    settings = address.settings
+    return {
+        "memory": {
+            "max_size_bytes": settings.max_size_bytes,
+            "max_size_messages": settings.max_size_messages,
+            "used_bytes": address.bytes_in_memory,
+            "used_messages": address.messages_in_memory,
+            "address_full_policy": settings.address_full_policy,
+        },
+        "paging": {
+            "page_limit_bytes": settings.page_limit_bytes,
+            "page_limit_messages": settings.page_limit_messages,
+            "used_bytes": pager.bytes_on_disk if pager is not None else 0,
+            "used_messages": pager.records_on_disk if pager is not None else 0,
+            "page_full_policy": settings.page_full_policy,
+        },
+    }
+
+
+def memory_info(memory: MemoryAccountant) -> dict[str, object]:
+    """The one memory budget: `global-max-size` / `global-max-messages` and their use."""
+    limit = memory.max_bytes
+    return {
+        "global_max_size": limit,
+        "global_max_messages": memory.max_messages,
+        "used_bytes": memory.used_bytes,
+        "used_messages": memory.used_messages,
+        "used_percent": round(100.0 * memory.used_bytes / limit, 2) if limit > 0 else None,
+        "pending_transactional_bytes": memory.staged_bytes,
+    }
+
+
+def disk_info(disk: DiskGuard) -> dict[str, object]:
+    """The disk limits, each filesystem's use at the last scan, and whether producers are
+    held back now (`disk_full`) and why."""
+    return disk.view()
 
 
 def queue_info(bindings: Bindings, name: str) -> dict[str, object]:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from pagemq.core.errors import BrokerError
+from pagemq.core.views import disk_info, memory_info
+from pagemq.integrations.limit_metrics import limit_metrics
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -62,9 +64,10 @@ async def get_broker(request: web.Request) -> web.Response:
         since = float(since_text) if since_text is not None else None
     except ValueError:
         return web.json_response({"error": f"since: not a unix time: {since_text!r}"}, status=400)
-    memory = request.app[BROKER_KEY].memory
+    broker = request.app[BROKER_KEY]
     figures: dict[str, object] = {
-        "memory": {"used_bytes": memory.used_bytes, "used_messages": memory.used_messages},
+        "memory": memory_info(broker.memory),
+        "disk": disk_info(broker.disk),
         "store": request.app[STATS_KEY](),
     }
     loop = request.app[LOOP_KEY]
@@ -130,6 +133,7 @@ def render_metrics(broker: Broker, stats: dict[str, int], loop: dict[str, object
         "# TYPE pagemq_memory_used_messages gauge",
         f"pagemq_memory_used_messages {memory.used_messages}",
     ]
+    lines += limit_metrics(broker, addresses)
     for key, value in sorted(stats.items()):
         metric = f"pagemq_store_{key}"
         lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]

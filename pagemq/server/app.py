@@ -16,12 +16,14 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 
 from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
 from pagemq.server.config import Config
+from pagemq.server.disk_monitor import DiskMonitor
 from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
@@ -66,6 +68,16 @@ class BrokerServer:
             page_stores=self._open_page_store,
         )
         self.broker.paging_directory = broker_config.paging_directory
+        # Disk limits (seed 000 §9): the scan and the writers' ENOSPC reports set the core's
+        # DiskGuard, which producers meet (server/disk_monitor.py, core/disk.py).
+        self.broker.disk.policy = broker_config.disk_full_policy
+        self.disk_monitor = DiskMonitor(
+            self.broker.disk,
+            {"journal": broker_config.journal_directory, "paging": broker_config.paging_directory},
+            max_disk_usage=broker_config.max_disk_usage, min_disk_free=broker_config.min_disk_free,
+            period=broker_config.disk_scan_period,
+        )
+        self.store.journal.on_space = self.disk_monitor.journal_space
         self._page_stores: list[PageStore] = []
         # Queues' page reads, for every address (storage/paging/page_io.py); made on first use.
         self._page_io: PageIOWorker | None = None
@@ -89,6 +101,7 @@ class BrokerServer:
         ):
             self.fileio.makedirs(directory)  # each new level's parent fsynced
         remove_unfinished_folders(broker_config.paging_directory, self.fileio)
+        await self.disk_monitor.scan()  # a disk past its limit refuses producers from the start
         # Recovery makes a few objects per in-memory message, none of them garbage: the
         # collections their numbers would set off cost more than the rest of recovery, and
         # so would one full collection after it. So: collect what imports and set-up left
@@ -125,6 +138,7 @@ class BrokerServer:
         self._tasks = [
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
+            asyncio.create_task(self._every(broker_config.disk_scan_period, self.disk_monitor.scan)),
             asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),
@@ -153,6 +167,7 @@ class BrokerServer:
             page_io=self._page_io_worker(),
         )
         store.set_summary_builder(PageSummary)
+        store.on_no_space = partial(self.disk_monitor.no_space, f"paging:{address}")
         store.open()
         store.start(asyncio.get_running_loop())
         self._page_stores.append(store)

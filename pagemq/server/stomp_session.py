@@ -43,6 +43,7 @@ from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.broker import Blocked, Broker
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, SubscriptionError
+from pagemq.core.management import MANAGEMENT_ADDRESS
 from pagemq.core.message import Message
 from pagemq.core.paging import PageCursor
 from pagemq.core.queue import Queue
@@ -62,6 +63,7 @@ from pagemq.protocol.stomp.subscription_state import (
 )
 from pagemq.protocol.stomp.transaction_state import TRANSACTIONS, CommitApplied, TxState
 from pagemq.server.destinations import Destination, parse_destination
+from pagemq.server.management_requests import answer_request, is_management_send
 
 log = logging.getLogger("pagemq.stomp")
 
@@ -302,7 +304,7 @@ class StompSession:
         while something holds them (a blocked SEND, a COMMIT taking effect, a peer not
         reading), which is carried out now: it frees memory, and a blocked SEND may be
         waiting for it. Frames merely deferred to a later turn keep their order."""
-        if (isinstance(event, _GOES_AHEAD) and event.transaction is None
+        if (((isinstance(event, _GOES_AHEAD) and event.transaction is None) or is_management_send(event))
                 and (self._held or not self._writable)):
             self._run(event)
             return
@@ -422,6 +424,11 @@ class StompSession:
     def _on_send(self, event: ev.Send) -> None:
         destination = parse_destination(event.destination)
         headers = event.headers
+        if destination.address == MANAGEMENT_ADDRESS:  # answered, never stored
+            answer_request(self.broker, headers, event.body)
+            if event.receipt is not None:
+                self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
+            return
         persistent = headers.get("persistent", "").lower() == "true"
         priority = _priority(headers.get("priority"))
         expiration = _expires(headers.get("expires"))
@@ -864,7 +871,7 @@ class StompSession:
             self._reading_paused = False
             self.transport.resume_reading()
         if self._blocked_retry is not None:
-            self.broker.memory.cancel(self._blocked_retry)
+            self.broker.cancel_wait(self._blocked_retry)
             self._blocked_retry = None
         for tx in self.transactions.values():
             self._rollback(tx, ConnectionEnds)
