@@ -80,6 +80,14 @@ def scan_filesystems(directories: Mapping[str, Path],
     return found
 
 
+def _approx(size: int) -> str:
+    """Free space as a person reads it (limits keep their exact config spelling)."""
+    for suffix, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor:
+            return f"{size / factor:.1f} {suffix}"
+    return f"{size} bytes"
+
+
 class DiskMonitor:
     """Scans on a period, keeps the guard's limit reasons up to date, and hears of
     writes that found no space."""
@@ -150,7 +158,7 @@ class DiskMonitor:
         where = f"{usage.path} ({', '.join(usage.roles)})"
         if self.min_disk_free >= 0:
             if usage.free_bytes < self.min_disk_free:
-                return (f"{where} has {format_size(usage.free_bytes)} free, under min-disk-free "
+                return (f"{where} has {_approx(usage.free_bytes)} free, under min-disk-free "
                         f"{format_size(self.min_disk_free)}")
             return None
         if self.max_disk_usage >= 0 and usage.used_percent > self.max_disk_usage:
