@@ -180,23 +180,24 @@ class GroupCommitWriter:
             if kept and not self._closing:
                 self._keep(segments, future, error)
                 continue
+            recovered = False
             with self._cond:
                 self._in_flight = False
                 stray = None
                 if error is None:
                     self.durable_seq = last_seq
+                    recovered, self.stalled = self.stalled is not None, None
                 else:
                     self.error = error
                     stray, self._future, self._segments = self._future, None, []
+            if recovered:  # before its waiters hear: they may look at `stalled`
+                log.warning("journal: the batch kept for want of space is written; appends "
+                            "are durable again")
+                self._tell_space(None)
             self._resolve(future, error)
             carried, self._carried = self._carried, []
             for waiting in carried:
                 self._resolve(waiting, error)
-            if error is None and self.stalled is not None:
-                self.stalled = None
-                log.warning("journal: the batch kept for want of space is written; appends "
-                            "are durable again")
-                self._tell_space(None)
             if error is not None:
                 self._resolve(stray, error)
                 break

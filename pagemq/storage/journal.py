@@ -635,7 +635,9 @@ class Journal:
         stale, self._stale = self._stale, []
         self._retire_sparse_current()
         yield from self._retire_step([*stale, *self._take_spent()], report)
-        plan = self._plan_compaction(self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO)
+        # Not while a write batch waits for space: a compacted copy needs room it would take.
+        plan = None if self.stalled else self._plan_compaction(
+            self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO)
         if plan is not None:
             written = cast("tuple[int, list[int]] | None",
                            (yield partial(compact_files, self._fileio, plan, report)))
@@ -834,10 +836,10 @@ class Journal:
             # A journal stalled for want of space would wait for room forever: stop() makes
             # the writer try once more, then fail what it still holds.
             flushed = self._writer.flush_future()
+            # Its failure, if any, was logged where it happened: retrieved, not reported again.
+            flushed.add_done_callback(lambda done: done.cancelled() or done.exception())
             while not flushed.done() and self._writer.stalled is None:
                 await asyncio.wait([flushed], timeout=0.25)
-            if flushed.done() and not flushed.cancelled():
-                flushed.exception()  # retrieved: a failure was logged where it happened
         await self._writer.stop()
 
     def stats(self) -> dict[str, int]:
