@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 
 from pagemq.core.errors import DiskFull
+from pagemq.core.waiters import Waiters
 
 __all__ = ["BLOCK", "FAIL", "DiskGuard"]
 
@@ -47,7 +48,7 @@ class DiskGuard:
         self.limits: dict[str, object] = {}
         self.filesystems: list[dict[str, object]] = []
         self._reasons: dict[str, str] = {}
-        self._waiters: list[Callable[[], bool]] = []
+        self._waiters = Waiters()
         self.failed_sends = 0  # refused by FAIL since start
         self.blocked_sends = 0  # held by BLOCK since start
 
@@ -77,7 +78,7 @@ class DiskGuard:
         if self._reasons:
             return
         log.warning("disk space is back (was: %s); producers resume", reason)
-        self._wake()
+        self._waiters.wake()
 
     def admit(self) -> None:
         """Called for every producer's message before it is stored: raise if the disk is
@@ -93,18 +94,10 @@ class DiskGuard:
     def wait(self, retry: Callable[[], bool]) -> None:
         """Register `retry`; it is called when the disk is no longer full and removed once it
         returns True."""
-        self._waiters.append(retry)
+        self._waiters.add(retry)
 
     def cancel(self, retry: Callable[[], bool]) -> None:
-        try:
-            self._waiters.remove(retry)
-        except ValueError:
-            pass
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        still = [retry for retry in waiters if not retry()]
-        self._waiters = still + self._waiters
+        self._waiters.cancel(retry)
 
     def view(self) -> dict[str, object]:
         return {

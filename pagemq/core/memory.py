@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pagemq.core.waiters import Waiters
+
 
 class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
@@ -25,7 +27,7 @@ class MemoryAccountant:
         self.used_bytes = 0
         self.used_messages = 0
         self.staged_bytes = 0  # pending transactional sends (also in used_bytes)
-        self._waiters: list[Callable[[], bool]] = []
+        self._waiters = Waiters()
 
     def would_exceed(self, size: int) -> bool:
         """True if holding one more message of `size` bytes would pass a global limit."""
@@ -47,7 +49,7 @@ class MemoryAccountant:
         self.used_bytes -= size
         self.used_messages -= messages
         if self._waiters:
-            self._wake()
+            self._waiters.wake()
 
     def stage(self, size: int) -> None:
         """A transactional send held until commit: counted like a held message."""
@@ -60,17 +62,7 @@ class MemoryAccountant:
 
     def wait(self, retry: Callable[[], bool]) -> None:
         """Register `retry`; it is called after releases and removed once it returns True."""
-        self._waiters.append(retry)
+        self._waiters.add(retry)
 
     def cancel(self, retry: Callable[[], bool]) -> None:
-        try:
-            self._waiters.remove(retry)
-        except ValueError:
-            pass
-
-    def _wake(self) -> None:
-        # A waiter may be blocked by its own address's limit while the next one can go, so
-        # every waiter is retried; the ones still blocked keep their arrival order.
-        waiters, self._waiters = self._waiters, []
-        still = [retry for retry in waiters if not retry()]
-        self._waiters = still + self._waiters
+        self._waiters.cancel(retry)

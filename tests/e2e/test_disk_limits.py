@@ -97,15 +97,22 @@ def limit_config(policy: str, min_free: str) -> dict[str, Any]:
                        "disk-full-policy": policy}}
 
 
+def past_the_limit(disk_broker: Any, small_disk: Path, policy: str, prefix: str, count: int
+                   ) -> tuple[BrokerProcess, str, StompClient, Path]:
+    """A broker with min-disk-free 8 MiB, `count` messages sent to a new queue, then the
+    disk filled to 4 MiB free: (broker, queue, the producer, the filler file)."""
+    proc = disk_broker(limit_config(policy, "8MiB"))
+    queue = unique(policy.lower())
+    producer = StompClient(proc.stomp_port).connect()
+    send_all(producer, f"/queue/{queue}", numbered(prefix, count))
+    return proc, queue, producer, fill(small_disk, leave=4 << 20)
+
+
 def test_block_holds_producers_past_min_disk_free_until_the_filler_is_deleted(
     disk_broker: Any, small_disk: Path
 ) -> None:
-    proc = disk_broker(limit_config("BLOCK", "8MiB"))
-    queue = unique("block")
+    proc, queue, early, filler = past_the_limit(disk_broker, small_disk, "BLOCK", "early", 20)
     destination = f"/queue/{queue}"
-    early = StompClient(proc.stomp_port).connect()
-    send_all(early, destination, numbered("early", 20))
-    filler = fill(small_disk, leave=4 << 20)
     seen = wait_disk_full(proc, True)
     assert seen["limit_in_force"] == "min-disk-free" and seen["min_disk_free"] == 8 << 20
     assert any("min-disk-free" in reason for reason in seen["reasons"])
@@ -153,12 +160,8 @@ def _take(client: StompClient, count: int) -> list[Any]:
 def test_fail_refuses_producers_naming_the_limit_and_stores_nothing(
     disk_broker: Any, small_disk: Path
 ) -> None:
-    proc = disk_broker(limit_config("FAIL", "8MiB"))
-    queue = unique("fail")
+    proc, queue, producer, filler = past_the_limit(disk_broker, small_disk, "FAIL", "ok", 5)
     destination = f"/queue/{queue}"
-    producer = StompClient(proc.stomp_port).connect()
-    send_all(producer, destination, numbered("ok", 5))
-    filler = fill(small_disk, leave=4 << 20)
     wait_disk_full(proc, True)
 
     refused = StompClient(proc.stomp_port).connect()

@@ -30,13 +30,19 @@ def ask(client: StompClient, replies: str, resource: str, *, attribute: str | No
     return frame.headers["_AMQ_OperationSucceeded"] == "true", json.loads(frame.body), frame
 
 
-def test_queue_attributes_answer_on_reply_to_as_a_json_array(broker, stomp_client):
-    queue = unique("mgmt")
-    producer = stomp_client(broker)
-    send_all(producer, f"/queue/{queue}", numbered("m", 3))
+def with_messages(broker: Any, stomp_client: Any, prefix: str, count: int) -> tuple[str, StompClient, str]:
+    """A new queue holding `count` messages, and a client subscribed to a replies queue:
+    (queue, client, replies destination)."""
+    queue = unique(prefix)
+    send_all(stomp_client(broker), f"/queue/{queue}", numbered("m", count))
     client = stomp_client(broker)
     replies = f"/queue/{queue}-replies"
     client.subscribe(replies)
+    return queue, client, replies
+
+
+def test_queue_attributes_answer_on_reply_to_as_a_json_array(broker, stomp_client):
+    queue, client, replies = with_messages(broker, stomp_client, "mgmt", 3)
     ok, result, frame = ask(client, replies, f"queue.{queue}", attribute="messageCount",
                             extra={"correlation-id": "c-42"})
     assert (ok, result) == (True, [3])
@@ -71,12 +77,7 @@ def test_count_messages_takes_a_filter_and_sees_paged_messages(broker, stomp_cli
 
 
 def test_broker_operations_and_attributes(broker, stomp_client):
-    queue = unique("brk")
-    producer = stomp_client(broker)
-    send_all(producer, f"/queue/{queue}", numbered("m", 1))
-    client = stomp_client(broker)
-    replies = f"/queue/{queue}-replies"
-    client.subscribe(replies)
+    queue, client, replies = with_messages(broker, stomp_client, "brk", 1)
     ok, names, _ = ask(client, replies, "broker", operation="getQueueNames", params=["ANYCAST"])
     assert ok and queue in names[0]
     ok, names, _ = ask(client, replies, "broker", attribute="addressNames")
