@@ -38,8 +38,8 @@ BLOCK, FAIL = "BLOCK", "FAIL"
 class DiskGuard:
     """The reasons the disk is full now, the policy producers meet, and who waits."""
 
-    __slots__ = ("_reasons", "_waiters", "blocked_sends", "failed_sends", "filesystems", "limits",
-                 "policy")
+    __slots__ = ("_reasons", "_waiters", "blocked_sends", "failed_sends", "filesystems", "full",
+                 "limits", "policy")
 
     def __init__(self, policy: str = BLOCK) -> None:
         self.policy = policy
@@ -48,13 +48,10 @@ class DiskGuard:
         self.limits: dict[str, object] = {}
         self.filesystems: list[dict[str, object]] = []
         self._reasons: dict[str, str] = {}
+        self.full = False  # any reason stands (read for every producer's message: a field)
         self._waiters = Waiters()
         self.failed_sends = 0  # refused by FAIL since start
         self.blocked_sends = 0  # held by BLOCK since start
-
-    @property
-    def full(self) -> bool:
-        return bool(self._reasons)
 
     @property
     def reasons(self) -> dict[str, str]:
@@ -69,6 +66,7 @@ class DiskGuard:
             log.warning("disk full: %s; producers now %s (disk-full-policy %s)", reason,
                         "blocked" if self.policy == BLOCK else "refused", self.policy)
         self._reasons[source] = reason
+        self.full = True
 
     def clear(self, source: str) -> None:
         """`source` sees space again; once no reason is left, blocked producers go on."""
@@ -77,12 +75,14 @@ class DiskGuard:
             return
         if self._reasons:
             return
+        self.full = False
         log.warning("disk space is back (was: %s); producers resume", reason)
         self._waiters.wake()
 
     def admit(self) -> None:
-        """Called for every producer's message before it is stored: raise if the disk is
-        full (`DiskFull` for FAIL; for BLOCK the caller's `blocked()` is raised)."""
+        """Called for a producer's message when the disk is full, before anything is stored:
+        FAIL raises `DiskFull`; for BLOCK it counts the held send and returns (the router
+        then raises `Blocked`)."""
         if not self._reasons:
             return
         if self.policy == FAIL:

@@ -304,8 +304,8 @@ class StompSession:
         while something holds them (a blocked SEND, a COMMIT taking effect, a peer not
         reading), which is carried out now: it frees memory, and a blocked SEND may be
         waiting for it. Frames merely deferred to a later turn keep their order."""
-        if (((isinstance(event, _GOES_AHEAD) and event.transaction is None) or is_management_send(event))
-                and (self._held or not self._writable)):
+        if (self._held or not self._writable) and (
+                (isinstance(event, _GOES_AHEAD) and event.transaction is None) or is_management_send(event)):
             self._run(event)
             return
         size = _size(event)
