@@ -234,6 +234,34 @@ def test_enospc_fails_the_batch_then_writes_it_once_there_is_room(
     assert [r.id for r in reload(tmp_path)] == [1, 2, 3]
 
 
+def test_a_batch_across_a_roll_that_finds_no_space_is_cut_back_in_both_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed batch ends one file and starts the next: the first is cut back to its size
+    before the batch, the new one removed (it held only this batch), and the retry writes
+    both again."""
+    monkeypatch.setattr("pagemq.storage.group_commit.RETRY_PERIOD", 0.05)
+    fio = FaultyFileIO()
+
+    async def body() -> None:
+        journal = await started(tmp_path, fileio=fio, file_size=1024)
+        await journal.add(1, 1, b"a" * 600, sync=True)  # type: ignore[misc]
+        size = (tmp_path / rec.file_name(1)).stat().st_size
+        fio.fail_write(2, errno.ENOSPC)  # the write to the new file, after the first one's
+        first = journal.add(2, 1, b"b" * 300, sync=False)
+        rolled = journal.add(3, 1, b"c" * 600, sync=True)  # does not fit: file 2
+        assert first is None
+        with pytest.raises(JournalError):
+            await rolled  # type: ignore[misc]
+        assert (tmp_path / rec.file_name(1)).stat().st_size == size
+        assert not (tmp_path / rec.file_name(2)).exists()
+        await asyncio.wait_for(journal.flush(), 5)
+        await journal.close()
+
+    run(body)
+    assert [r.id for r in reload(tmp_path)] == [1, 2, 3]
+
+
 def test_a_failure_other_than_no_space_still_stops_the_journal(tmp_path: Path) -> None:
     fio = FaultyFileIO()
 
