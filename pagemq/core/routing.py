@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST
 from pagemq.core.consumer import MessageRef
-from pagemq.core.disk import DiskGuard
+from pagemq.core.disk import FAIL, DiskGuard
 from pagemq.core.errors import AddressFull
 from pagemq.core.futures import all_of
 from pagemq.core.message import Message
@@ -147,6 +147,8 @@ class Router:
         stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise.
         `internal` (a dead-letter or expiry move) pages where a policy would refuse."""
         bindings = self.bindings
+        if self.disk.full and not internal and self.disk.policy == FAIL:
+            self.disk.admit()  # refused before an address or queue record is written
         address = bindings.ensure_address(address_name, routing_type)
         if routing_type == ANYCAST and not address.anycast_queues:
             bindings.ensure_queue(address, address_name, ANYCAST)

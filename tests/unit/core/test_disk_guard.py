@@ -23,7 +23,7 @@ def test_fail_refuses_a_send_naming_the_limit_and_stores_nothing() -> None:
     with pytest.raises(DiskFull) as refused:
         broker.send("orders", "anycast", {}, b"x")
     assert "min-disk-free" in refused.value.message and "FAIL" in refused.value.message
-    assert broker.queues["orders"].pending == 0
+    assert "orders" not in broker.queues  # nothing stored, not even the queue
     assert broker.disk.view()["failed_sends"] == 1
 
 
@@ -60,3 +60,11 @@ def test_moves_the_broker_makes_itself_pass_a_full_disk() -> None:
     broker.disk.set("limit:/data", "full")
     broker.send("DLQ", "anycast", {}, b"moved", internal=True)
     assert broker.queues["DLQ"].pending == 1
+
+
+def test_fail_refuses_before_an_address_is_created() -> None:
+    broker = _broker("FAIL")
+    broker.disk.set("limit:/data", "full")
+    with pytest.raises(DiskFull):
+        broker.send("brand-new", "anycast", {}, b"x")
+    assert "brand-new" not in broker.addresses
