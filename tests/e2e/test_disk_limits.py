@@ -97,11 +97,12 @@ def limit_config(policy: str, min_free: str) -> dict[str, Any]:
                        "disk-full-policy": policy}}
 
 
-def past_the_limit(disk_broker: Any, small_disk: Path, policy: str, prefix: str, count: int
+def past_the_limit(disk_broker: Any, small_disk: Path, policy: str, prefix: str, count: int,
+                   settings: dict[str, Any] | None = None
                    ) -> tuple[BrokerProcess, str, StompClient, Path]:
     """A broker with min-disk-free 8 MiB, `count` messages sent to a new queue, then the
     disk filled to 4 MiB free: (broker, queue, the producer, the filler file)."""
-    proc = disk_broker(limit_config(policy, "8MiB"))
+    proc = disk_broker({**limit_config(policy, "8MiB"), **(settings or {})})
     queue = unique(policy.lower())
     producer = StompClient(proc.stomp_port).connect()
     send_all(producer, f"/queue/{queue}", numbered(prefix, count))
@@ -141,6 +142,23 @@ def test_block_holds_producers_past_min_disk_free_until_the_filler_is_deleted(
         assert got == [f"late{n}" for n in range(5)]
         consumer.disconnect()
     early.disconnect()
+
+
+def test_drained_pages_are_deleted_while_the_disk_is_full(disk_broker: Any, small_disk: Path) -> None:
+    paged = {"address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "64KiB"}}}
+    proc, queue, producer, filler = past_the_limit(disk_broker, small_disk, "BLOCK", "p", 200,
+                                                   settings=paged)
+    assert proc.address(queue)["page_files"] >= 2
+    wait_disk_full(proc, True)
+    consumer = StompClient(proc.stomp_port).connect()
+    assert consume(consumer, f"/queue/{queue}", 200) == numbered("p", 200)
+    wait_until(lambda: proc.address(queue)["page_files"] == 0, 10, what="drained pages deleted")
+    assert not list((proc.data_dir / "paging").glob("*/*.page"))
+    assert disk(proc)["disk_full"]  # the filler is still there: producers still held
+    filler.unlink()
+    wait_disk_full(proc, False)
+    for client in (producer, consumer):
+        client.disconnect()
 
 
 def _frames_now(raw: RawStomp) -> list[Any]:
