@@ -1,7 +1,11 @@
 """Broker CPU per SEND, in-process: protocol parse → session → broker → journal, no sockets.
 
 Separates the broker's own cost from client and kernel noise on a shared machine:
-    .venv/bin/python benchmarks/send_path_bench.py [--messages 100000] [--persistent]
+    .venv/bin/python benchmarks/send_path_bench.py [--messages 100000] [--persistent] [--deliver]
+
+`--deliver` subscribes one auto-ack consumer first, so every SEND is also delivered (the
+path the delivery-latency histogram observes on); `--no-latency` leaves that consumer
+without the histogram, to measure what it costs in the same build.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ class NullTransport:
     def close(self) -> None: ...
 
 
-async def run(messages: int, persistent: bool, batch: int, paging: bool = False) -> None:
+async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
+              deliver: bool = False, latency: bool = True) -> None:
     directory = Path(tempfile.mkdtemp())
     store = JournalMessageStore(directory / "journal", file_size=32 << 20, sync=not NOSYNC)
     settings = AddressSettingsRepository()
@@ -61,6 +66,8 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False)
         return pages
 
     broker = Broker(settings, store=store, page_stores=page_store)
+    if not latency:
+        broker.delivery_latency = None  # type: ignore[assignment]
     broker.paging_directory = directory / "paging"
     broker.recover()
     store.start(asyncio.get_running_loop())
@@ -68,6 +75,9 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False)
     session = StompSession(broker, StompConnection(), transport)
     transport.session = session
     session.receive(encode_frame("CONNECT", {"accept-version": "1.2", "host": "x"}))
+    if deliver:
+        session.receive(encode_frame("SUBSCRIBE", {"destination": "/queue/bench", "id": "0",
+                                                   "ack": "auto", "activemq.prefetchSize": "-1"}))
     body = b"x" * 1024
     flag = "true" if persistent else "false"
     chunks = [
@@ -86,7 +96,8 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False)
     await asyncio.sleep(0.01)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}): "
-          f"{', paged' if paging else ''}: "
+          f"{', paged' if paging else ''}{', delivered' if deliver else ''}"
+          f"{'' if latency or not deliver else ' (no latency histogram)'}: "
           f"{cpu / messages * 1e6:.1f} µs CPU each (all threads), {messages / wall:,.0f}/s wall")
     await store.close()
 
@@ -97,13 +108,16 @@ def main() -> None:
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--batch", type=int, default=64, help="SEND frames per socket read")
     parser.add_argument("--paging", action="store_true", help="max-size-bytes 0: every message pages")
+    parser.add_argument("--deliver", action="store_true", help="an auto-ack consumer takes every message")
+    parser.add_argument("--no-latency", action="store_true", help="deliver without the latency histogram")
     args = parser.parse_args()
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(run(args.messages, args.persistent, args.batch, args.paging))
+    asyncio.run(run(args.messages, args.persistent, args.batch, args.paging, args.deliver,
+                    not args.no_latency))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ each change for one reason.
 - `Ledger` (core.ledger): who holds each message: reference counts, durable releases, memory
   charges, cursor-ack batching.
 - `Transactions` (core.commit): staging, atomic commit, rollback.
+- `DuplicateIds` (core.duplicates): the ids of recent sends per address (`_AMQ_DUPL_ID`).
 - `DeadLetters` (core.dead_letters) with `ExpiryTimers` (core.expiry): dead letters, expiry.
 - `Recovery` (core.recovery): start-up from the journal and page files.
 - `views` (core.views): what the management API shows.
@@ -28,6 +29,8 @@ from pagemq.core.bindings import Bindings, PageStoreFactory, QueueStoreFactory
 from pagemq.core.commit import Transactions
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
 from pagemq.core.dead_letters import ORIGINAL_DESTINATION, DeadLetters
+from pagemq.core.delivery_latency import DeliveryLatency
+from pagemq.core.duplicates import DuplicateIds
 from pagemq.core.expiry import ExpiryTimers
 from pagemq.core.ids import Ids
 from pagemq.core.ledger import Ledger
@@ -35,7 +38,7 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.recovery import Recovery
 from pagemq.core.routing import DROP, MEMORY, PAGE, Blocked, Router
 from pagemq.core.selector import compile_filter
-from pagemq.core.views import address_info, queue_info
+from pagemq.core.views import address_figures, address_info, queue_info
 from pagemq.storage.api import MemoryStore, MessageStore
 
 if TYPE_CHECKING:
@@ -63,6 +66,7 @@ class Broker:
         self.memory = memory or MemoryAccountant()
         self.ids = Ids()
         self.expiry = ExpiryTimers()
+        self.delivery_latency = DeliveryLatency()  # every consumer's first deliveries, for /metrics
         self.addresses: dict[str, Address] = {}
         self.ledger = Ledger(self.store, self.memory, self.addresses)
         self.bindings = Bindings(
@@ -70,12 +74,13 @@ class Broker:
             self.addresses,
         )
         self.queues: dict[str, Queue] = self.bindings.queues
-        self.router = Router(self.bindings, self.ledger, self.memory, self.store, self.ids)
+        self.duplicates = DuplicateIds(self.store, self.ids, lambda name: settings.match(name).id_cache_size)
+        self.router = Router(self.bindings, self.ledger, self.memory, self.store, self.ids, self.duplicates)
         self.transactions = Transactions(
             self.router, self.bindings, self.ledger, self.memory, self.store, self.ids
         )
         self.dead_letters = DeadLetters(self.router, self.ledger, self.expiry)
-        self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids)
+        self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids, self.duplicates)
         # What sessions, the server and the parts call, bound straight to the part that does
         # it (no extra call per SEND or ACK). Bound here, these cannot be overridden by a
         # subclass; the transaction calls below are methods (a test's broker overrides them).
@@ -129,6 +134,7 @@ class Broker:
         consumer = Consumer(
             sink, auto_settle=partial(self.ledger.settle, queue), key=key, ack_mode=ack_mode,
             selector=compile_filter(selector), prefetch=prefetch, window_bytes=window_bytes,
+            latency=self.delivery_latency,
         )
         queue.add_consumer(consumer)
         return consumer
@@ -166,6 +172,9 @@ class Broker:
 
     def queue_info(self, name: str) -> dict[str, object]:
         return queue_info(self.bindings, name)
+
+    def address_figures(self, name: str) -> dict[str, int | bool]:
+        return address_figures(self.bindings, name)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from pagemq.core.consumer import MessageRef
+from pagemq.core.duplicates import DUPLICATE_ID_HEADER
 from pagemq.core.errors import TransactionError
 from pagemq.core.futures import chain, failure
 from pagemq.core.routing import PAGE
@@ -90,7 +91,15 @@ class Transactions:
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         """Apply a transaction's sends and acks atomically; the future says when it is durable."""
         self._unstage(tx)
-        held, paged, ops = self._route_sends(tx)
+        held, paged, ops, dup_ids = self._route_sends(tx)
+        future = self._commit(tx, held, paged, ops)
+        for address, dup_id in dup_ids:
+            self.router.duplicates.written(address, dup_id, future)
+        return future
+
+    def _commit(
+        self, tx: Transaction, held: Held, paged: Paged, ops: list[StoreOp],
+    ) -> asyncio.Future[None] | None:
         if not paged:
             return self._apply(tx, held, ops, [], 0)
         pager = self.bindings.pager
@@ -180,16 +189,28 @@ class Transactions:
             pager.abandon_tx(txid, written=written)
         self._return_acks(tx)
 
-    def _route_sends(self, tx: Transaction) -> tuple[Held, Paged, list[StoreOp]]:
+    def _route_sends(self, tx: Transaction) -> tuple[Held, Paged, list[StoreOp], list[tuple[str, str]]]:
         """A transaction's sends: (held in memory, with their durable queue count), (to page,
-        per address), and the store ops of the held ones."""
+        per address), the store ops of the held ones, and the duplicate ids remembered (a
+        send whose id its address has seen, or an earlier send of the transaction had, is
+        left out, as Artemis drops a duplicate)."""
         held: Held = []
         paged: Paged = {}
         ops: list[StoreOp] = []
+        duplicates = self.router.duplicates
+        dup_ids: list[tuple[str, str]] = []
         try:
             for send in tx.sends:
+                dup_id = send.headers.get(DUPLICATE_ID_HEADER)
+                if dup_id is not None and duplicates.seen(send.address, dup_id)[0]:
+                    continue
                 routed = self.router.route(send.address, send.routing_type, send.headers, send.body,
                                            send.persistent, send.priority, send.expiration)
+                if dup_id is not None:  # remembered even when no queue takes it (see Router)
+                    record = duplicates.remember(send.address, dup_id, persistent=send.persistent)
+                    dup_ids.append((send.address, dup_id))
+                    if record is not None:
+                        ops.append(record)
                 if routed is None:
                     continue
                 address, message, queues, decision = routed
@@ -208,11 +229,13 @@ class Transactions:
         except BaseException:
             for message, queues, _durable in held:
                 self.ledger.unhold_all(self.bindings.address_of(queues[0]), message)
+            for address_name, dup_id in dup_ids:
+                duplicates.forget(address_name, dup_id)
             raise
         finally:
             for address in paged:
                 address.staged_records = address.staged_bytes = 0
-        return held, paged, ops
+        return held, paged, ops, dup_ids
 
     def rollback(self, tx: Transaction) -> None:
         """Discard the sends; acknowledged deliveries go back to their queues, in order."""

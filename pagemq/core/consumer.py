@@ -19,6 +19,7 @@ from pagemq.core.errors import UnknownDelivery
 from pagemq.core.selector.properties import message_view
 
 if TYPE_CHECKING:
+    from pagemq.core.delivery_latency import DeliveryLatency
     from pagemq.core.message import Message
     from pagemq.core.selector import Selector
 
@@ -65,6 +66,7 @@ class Consumer:
         "closed",
         "in_flight",
         "key",
+        "latency",
         "next_tag",
         "prefetch",
         "scanned",
@@ -84,8 +86,10 @@ class Consumer:
         selector: Selector | None = None,
         prefetch: int = 1000,
         window_bytes: int = UNLIMITED,
+        latency: DeliveryLatency | None = None,
     ) -> None:
         self.sink = sink
+        self.latency = latency  # observes each first delivery's wait (core/delivery_latency.py)
         self.auto_settle = auto_settle
         self.key = key
         self.ack_mode = ack_mode
@@ -118,6 +122,8 @@ class Consumer:
         tag = self.next_tag
         self.next_tag = tag + 1
         ref.delivery_count += 1
+        if ref.delivery_count == 1 and self.latency is not None:
+            self.latency.observe(ref.message.timestamp)
         if self.ack_mode is AckMode.AUTO:
             self.sink.deliver(self, ref, tag)
             # Auto ack: settled as it is handed to the transport (at-most-once, as STOMP says).

@@ -509,6 +509,7 @@ class AddressPager:
                     cursor.release_held()
                     cursor.queue.dispatch()
             self.address.paging = False
+            log.info("address %r left page mode", self.address.name)
 
     @property
     def messages_paged(self) -> int:

@@ -25,6 +25,7 @@ from pagemq.core.message_codec import stored_message
 if TYPE_CHECKING:
     from pagemq.core.address import Address
     from pagemq.core.bindings import Bindings
+    from pagemq.core.duplicates import DuplicateIds
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
     from pagemq.core.queue import Queue
@@ -34,8 +35,11 @@ log = logging.getLogger("pagemq.broker")
 
 
 class Recovery:
-    def __init__(self, bindings: Bindings, ledger: Ledger, store: MessageStore, ids: Ids) -> None:
+    def __init__(
+        self, bindings: Bindings, ledger: Ledger, store: MessageStore, ids: Ids, duplicates: DuplicateIds,
+    ) -> None:
         self.bindings = bindings
+        self.duplicates = duplicates
         self.ledger = ledger
         self.store = store
         self.ids = ids
@@ -60,6 +64,7 @@ class Recovery:
                 queue_id=queue_record.queue_id, filter_text=queue_record.filter,
                 durable=True, temporary=False,
             )
+        self.duplicates.recover(recovered.duplicate_ids)
         count = 0
         hold = self.ledger.hold
         # The queues (and their address) of each set of queue ids met: messages come by the

@@ -7,7 +7,9 @@ limits (`page-limit-*` with `page-full-policy`). A message the broker moves itse
 letter, expiry) is admitted past every policy: it pages instead, so nothing is destroyed.
 
 A send's future resolves when it is durable: the journal write of its message, or the fsync
-of its page batch plus the journal's address and queue records it depends on.
+of its page batch plus the journal's address and queue records it depends on. A send whose
+`_AMQ_DUPL_ID` the address has seen is not stored (core.duplicates); its future is the
+original's, while that is not yet durable.
 
 Loop-only: every method runs on the event loop thread.
 """
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from pagemq.core.address import ANYCAST
 from pagemq.core.consumer import MessageRef
 from pagemq.core.disk import FAIL, DiskGuard
+from pagemq.core.duplicates import DUPLICATE_ID_HEADER
 from pagemq.core.errors import AddressFull
 from pagemq.core.futures import all_of
 from pagemq.core.message import Message
@@ -30,6 +33,7 @@ from pagemq.core.message import Message
 if TYPE_CHECKING:
     from pagemq.core.address import Address
     from pagemq.core.bindings import Bindings
+    from pagemq.core.duplicates import DuplicateIds
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
     from pagemq.core.memory import MemoryAccountant
@@ -55,8 +59,10 @@ class Blocked(Exception):
 class Router:
     def __init__(
         self, bindings: Bindings, ledger: Ledger, memory: MemoryAccountant, store: MessageStore, ids: Ids,
+        duplicates: DuplicateIds,
     ) -> None:
         self.bindings = bindings
+        self.duplicates = duplicates
         self.ledger = ledger
         self.memory = memory
         self.store = store
@@ -86,13 +92,24 @@ class Router:
         `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
         `internal`: a message the broker moves (dead letter, expiry); see `admit`.
         """
+        dup_id = headers.get(DUPLICATE_ID_HEADER) if headers else None
+        if dup_id is not None:
+            seen, original = self.duplicates.seen(address_name, dup_id)
+            if seen:
+                return original
         routed = self.route(address_name, routing_type, headers, body, persistent, priority, expiration,
                             internal=internal)
+        if dup_id is not None:
+            return self._send_once(address_name, routed, dup_id, persistent)
         if routed is None:
             return None
         address, message, queues, decision = routed
         if decision is PAGE:
             return self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
+        return self._keep(message, address, queues)
+
+    def _keep(self, message: Message, address: Address, queues: list[Queue]) -> asyncio.Future[None] | None:
+        """Hold a routed message in memory, journaled when persistent to a durable queue."""
         durable = [q.queue_id for q in queues if q.durable] if message.persistent else []
         future = None
         if durable:
@@ -105,6 +122,28 @@ class Router:
             if future is not self._watched_write:
                 self._watched_write = future
                 future.add_done_callback(self._writes_done)
+        return future
+
+    def _send_once(
+        self, address_name: str, routed: Routed | None, dup_id: str, persistent: bool,
+    ) -> asyncio.Future[None] | None:
+        """Store a send that carries a duplicate id. The id is remembered even when no queue
+        took the message (or DROP did), as Artemis does: it was sent. A persistent send's id
+        is journaled ahead of its message, so the message's durability covers it too."""
+        record = self.duplicates.remember(address_name, dup_id, persistent=persistent)
+        if record is not None:
+            self.store.add_duplicate_id(record)
+        if routed is None:
+            future = self.store.flush() if record is not None else None
+        else:
+            address, message, queues, decision = routed
+            if decision is PAGE:
+                future = self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
+                if record is not None:  # the id record is in the journal, the message in a page
+                    future = all_of([f for f in (future, self.store.flush()) if f is not None])
+            else:
+                future = self._keep(message, address, queues)
+        self.duplicates.written(address_name, dup_id, future)
         return future
 
     def _writes_done(self, future: asyncio.Future[None]) -> None:

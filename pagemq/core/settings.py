@@ -89,6 +89,7 @@ class AddressSettings:
     dead_letter_address: str = "DLQ"
     expiry_address: str = "ExpiryQueue"
     auto_create_addresses: bool = True
+    id_cache_size: int = 20_000
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> AddressSettings:
@@ -156,6 +157,8 @@ _PARSERS: dict[str, _Parser] = {
     "dead-letter-address": _address_name,
     "expiry-address": _address_name,
     "auto-create-addresses": parse_bool,
+    # Duplicate detection (`_AMQ_DUPL_ID`): how many recent ids an address remembers; 0: off.
+    "id-cache-size": partial(parse_int, minimum=0),
 }
 
 SETTING_KEYS: tuple[str, ...] = tuple(_PARSERS)

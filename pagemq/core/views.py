@@ -19,22 +19,13 @@ def address_info(bindings: Bindings, name: str) -> dict[str, object]:
     address = bindings.addresses.get(name)
     if address is None:
         raise NotFound(f"no address named {name!r}")
-    pager = bindings.pagers.get(name)
-    paged = pager.messages_paged if pager is not None else 0
-    messages = sum(q.pending + q.delivering for q in address.queues.values()) + paged
     return {
         "name": address.name,
         "routing_type": address.routing_type,
         "queues": sorted(address.queues),
-        "paging": address.paging,
-        "messages": messages,
-        "messages_in_memory": address.messages_in_memory,
-        "messages_paged": paged,
-        "bytes_in_memory": address.bytes_in_memory,
-        "page_files": pager.page_files() if pager is not None else 0,
-        "dropped_messages": address.dropped_messages,
+        **address_figures(bindings, name),
         "settings": address.settings.to_config_dict(),
-        "limits": address_limits(address, pager),
+        "limits": address_limits(address, bindings.pagers.get(name)),
     }
 
 
@@ -77,6 +68,26 @@ def disk_info(disk: DiskGuard) -> dict[str, object]:
     """The disk limits, each filesystem's use at the last scan, and whether producers are
     held back now (`disk_full`) and why."""
     return disk.view()
+
+
+def address_figures(bindings: Bindings, name: str) -> dict[str, int | bool]:
+    """The counts of `address_info` alone (what /metrics shows, for every address at once:
+    no settings table or sorted queue list built per scrape)."""
+    address = bindings.addresses.get(name)
+    if address is None:
+        raise NotFound(f"no address named {name!r}")
+    pager = bindings.pagers.get(name)
+    paged = pager.messages_paged if pager is not None else 0
+    messages = sum(q.pending + q.delivering for q in address.queues.values()) + paged
+    return {
+        "paging": address.paging,
+        "messages": messages,
+        "messages_in_memory": address.messages_in_memory,
+        "messages_paged": paged,
+        "bytes_in_memory": address.bytes_in_memory,
+        "page_files": pager.page_files() if pager is not None else 0,
+        "dropped_messages": address.dropped_messages,
+    }
 
 
 def queue_info(bindings: Bindings, name: str) -> dict[str, object]:

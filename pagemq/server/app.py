@@ -22,7 +22,9 @@ from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
+from pagemq.server.cleanup_report import describe_cleanup
 from pagemq.server.config import Config
+from pagemq.server.connection_log import ConnectionLog
 from pagemq.server.disk_monitor import DiskMonitor
 from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
@@ -83,6 +85,7 @@ class BrokerServer:
         self._page_io: PageIOWorker | None = None
         self._stomp: asyncio.Server | None = None
         self._connections: set[StompServerProtocol] = set()
+        self.connection_log = ConnectionLog()  # open/close lines and counts (/metrics)
         self._http = None
         self._tasks: list[asyncio.Task[None]] = []
         self._trimmer = MemoryTrimmer()
@@ -123,7 +126,8 @@ class BrokerServer:
         listening: list[str] = []
         if acceptors.stomp is not None:
             self._stomp, self._connections = await start_stomp_server(
-                self.broker, self.config.stomp, acceptors.stomp.host, acceptors.stomp.port
+                self.broker, self.config.stomp, acceptors.stomp.host, acceptors.stomp.port,
+                connection_log=self.connection_log,
             )
             listening.append(f"stomp={acceptors.stomp.host}:{acceptors.stomp.port}")
         if acceptors.http is not None:
@@ -132,7 +136,7 @@ class BrokerServer:
             http_api = await asyncio.to_thread(importlib.import_module, "pagemq.integrations.http_api")
             self._http = await http_api.start_http(
                 self.broker, self.store.stats, acceptors.http.host, acceptors.http.port,
-                loop=self.loop_lag.figures,
+                loop=self.loop_lag.figures, connections=self.connection_log.figures,
             )
             listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
         self._tasks = [
@@ -230,7 +234,7 @@ class BrokerServer:
             return
         notable = after_start or any(report.get(k) for k in ("compacted_files", "set_aside", "errors"))
         log.log(logging.INFO if notable else logging.DEBUG, "journal cleanup%s: %s",
-                " after start-up" if after_start else "", report)
+                " after start-up" if after_start else "", describe_cleanup(report), extra=report)
 
     async def stop(self) -> None:
         self.loop_lag.stop()

@@ -31,6 +31,7 @@ import termios
 from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
+from pagemq.server.connection_log import ConnectionLog, format_peer
 from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
 
 if TYPE_CHECKING:
@@ -48,8 +49,11 @@ WRITE_LOW_WATER = 1 << 18
 
 class StompServerProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, limits: StompConfig, connections: set[StompServerProtocol],
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None, connection_log: ConnectionLog | None = None) -> None:
         self._broker = broker
+        self._connection_log = connection_log if connection_log is not None else ConnectionLog()
+        self._peer = "?"
+        self._started = 0.0
         self._limits = limits
         self._connections = connections
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
@@ -70,6 +74,8 @@ class StompServerProtocol(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport; they implement its methods.
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
+        self._peer = format_peer(transport.get_extra_info("peername"))
+        self._started = self._connection_log.accepted()
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
         protocol = StompConnection(
             server_heartbeat=SERVER_HEARTBEAT_MS,
@@ -87,13 +93,19 @@ class StompServerProtocol(asyncio.Protocol):
         assert session is not None
         session.receive(data)
         if self._heartbeat is None and session.protocol.version is not None:
-            self._start_heartbeat()
+            self._start_heartbeat()  # once, when CONNECT is accepted
+            self._connection_log.connected(self._peer, session.session_id, session.login,
+                                           session.protocol.version, session.client_id)
 
     def eof_received(self) -> bool | None:
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._connections.discard(self)
+        session = self.session
+        if session is not None:
+            self._connection_log.lost(self._peer, session.session_id, session.login,
+                                      self._heartbeat is not None, self._started, exc)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self._close_timer is not None:
@@ -236,11 +248,13 @@ def _unread_bytes(transport: asyncio.BaseTransport) -> int:
 
 
 async def start_stomp_server(
-    broker: Broker, limits: StompConfig, host: str, port: int
+    broker: Broker, limits: StompConfig, host: str, port: int,
+    connection_log: ConnectionLog | None = None,
 ) -> tuple[asyncio.Server, set[StompServerProtocol]]:
     connections: set[StompServerProtocol] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: StompServerProtocol(broker, limits, connections), host, port, reuse_address=True
+        lambda: StompServerProtocol(broker, limits, connections, connection_log=connection_log),
+        host, port, reuse_address=True,
     )
     return server, connections

@@ -157,6 +157,7 @@ class StompSession:
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
         self.session_id = f"pagemq-{next(_session_ids)}"
         self.client_id: str | None = None
+        self.login: str | None = None  # CONNECT's login header, for the connection log lines
         self.subscriptions: dict[str, Subscription] = {}
         self._by_index: dict[int, Subscription] = {}
         self._next_index = itertools.count(1)
@@ -412,6 +413,7 @@ class StompSession:
 
     def _on_connect(self, event: ev.Connect) -> None:
         self.client_id = event.client_id
+        self.login = event.login
         self.write(self.protocol.connected(session=self.session_id))
 
     def _on_disconnect(self, event: ev.Disconnect) -> None:

@@ -81,6 +81,16 @@ class PageTxCommit:
     page_no: int
 
 
+@dataclass(frozen=True, slots=True)
+class DuplicateIdRecord:
+    """An address saw this `_AMQ_DUPL_ID` (duplicate detection, `core.duplicates`): kept until
+    the id leaves the address's cache, when the core deletes the record."""
+
+    record_id: int
+    address: str
+    dup_id: str
+
+
 @dataclass(slots=True)
 class Recovered:
     addresses: list[AddressRecord] = field(default_factory=list)
@@ -90,6 +100,7 @@ class Recovered:
     cursor_acks: list[CursorAck] = field(default_factory=list)
     cursor_completes: list[CursorComplete] = field(default_factory=list)
     page_tx_commits: list[PageTxCommit] = field(default_factory=list)
+    duplicate_ids: list[DuplicateIdRecord] = field(default_factory=list)  # oldest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +116,7 @@ class StoreAck:
     last: bool  # no other queue still holds the message: its record can go
 
 
-StoreOp = StoreMessage | StoreAck | CursorAck | PageTxCommit
+StoreOp = StoreMessage | StoreAck | CursorAck | PageTxCommit | DuplicateIdRecord
 
 
 class MessageStore(Protocol):
@@ -132,6 +143,10 @@ class MessageStore(Protocol):
     ) -> asyncio.Future[None] | None: ...
 
     def cursor_ack(self, record: CursorAck) -> None: ...
+
+    def add_duplicate_id(self, record: DuplicateIdRecord) -> None:
+        """Written with the next flush: the message sent with the id waits for that anyway."""
+        ...
 
     def cursor_complete(self, record: CursorComplete) -> None: ...
 
@@ -186,6 +201,9 @@ class MemoryStore:
         return None
 
     def cursor_ack(self, record: CursorAck) -> None:
+        return None
+
+    def add_duplicate_id(self, record: DuplicateIdRecord) -> None:
         return None
 
     def cursor_complete(self, record: CursorComplete) -> None:

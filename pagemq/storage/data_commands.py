@@ -59,14 +59,18 @@ def _open(data_dir: Path, *, refuse_running: bool, err: TextIO) -> DataDirectory
 
 
 def print_data(data_dir: Path, address: str | None = None, *, records: bool = False,
-               out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Addresses and queues with their messages, then journal files and page folders."""
+               out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+               journal_dir: Path | None = None, paging_dir: Path | None = None) -> int:
+    """Addresses and queues with their messages, then journal files and page folders.
+
+    `journal_dir` / `paging_dir`: where the broker's config puts them, when not inside
+    `data_dir` (`journal-directory`, `paging-directory`)."""
     lock = _open(data_dir, refuse_running=False, err=err)
     if lock is None:
         return EXIT_CANNOT_RUN
     try:
         with _quiet():
-            state = read_state(data_dir)
+            state = read_state(data_dir, journal_dir=journal_dir, paging_dir=paging_dir)
             for line in _overview(state, address):
                 print(line, file=out)
             if address is None:
@@ -103,18 +107,20 @@ def _address_line(address: AddressState) -> str:
     pages = "no page folder"
     if address.folder is not None:
         pages = f"page folder {address.folder.name}, {len(address.pages)} page file(s)"
+    remembered = f"; {address.duplicate_ids} duplicate id(s) remembered" if address.duplicate_ids else ""
     return (f"  address {address.name!r} ({address.routing_type}): {address.messages} messages "
-            f"for {len(address.queues)} queue(s); {pages}")
+            f"for {len(address.queues)} queue(s); {pages}{remembered}")
 
 
-def check(data_dir: Path, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def check(data_dir: Path, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+          journal_dir: Path | None = None, paging_dir: Path | None = None) -> int:
     """Read every journal and page file; one line per problem and note; 0 sound, 1 problems."""
     lock = _open(data_dir, refuse_running=True, err=err)
     if lock is None:
         return EXIT_CANNOT_RUN
     try:
         with _quiet():
-            state = read_state(data_dir)
+            state = read_state(data_dir, journal_dir=journal_dir, paging_dir=paging_dir)
     finally:
         lock.release()
     for finding in state.findings:

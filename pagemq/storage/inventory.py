@@ -29,6 +29,7 @@ from pagemq.storage.message_store import (
     RecordType,
     acked_queue,
     cursor_record,
+    decode_duplicate_id,
     message_refs,
     page_tx_commit,
 )
@@ -111,6 +112,7 @@ class AddressState:
     queues: list[QueueState] = field(default_factory=list)
     folder: Path | None = None
     pages: list[PageState] = field(default_factory=list)
+    duplicate_ids: int = 0  # remembered `_AMQ_DUPL_ID`s (duplicate detection)
 
     @property
     def messages(self) -> int:
@@ -204,7 +206,8 @@ def _read_record(state: DataState, journal: Journal, record: LiveRecord, message
     try:
         if kind == RecordType.ADDRESS:
             data = json.loads(record.payload)
-            state.addresses.setdefault(data["name"], AddressState(data["name"], data["routing_type"]))
+            found = state.addresses.setdefault(data["name"], AddressState(data["name"], data["routing_type"]))
+            found.routing_type = data["routing_type"]  # a duplicate-id record may have come first
         elif kind == RecordType.QUEUE:
             data = json.loads(record.payload)
             state.queues[record.id] = QueueState(record.id, data["name"], data["address"],
@@ -222,6 +225,9 @@ def _read_record(state: DataState, journal: Journal, record: LiveRecord, message
         elif kind == RecordType.PAGE_TX_COMMIT:
             commit = page_tx_commit(record.id, record.payload)
             cursors.tx_commits.add((commit.address, commit.txid))
+        elif kind == RecordType.DUPLICATE_ID:
+            name = decode_duplicate_id(record.id, record.payload).address
+            state.addresses.setdefault(name, AddressState(name, "unknown")).duplicate_ids += 1
         else:
             _record_problem(state, journal, record, f"unknown record type {kind}")
     except (ValueError, KeyError, TypeError, struct.error, CodecError) as exc:

@@ -3,7 +3,7 @@
 Record types (the journal's `type` field, `RecordType`; never reuse a number): the one
 table of them, with byte layouts, is in docs/formats/journal.md ("Record types of the
 broker"): 1 address, 2 queue, 3 message, 4 ack (update), 5 cursor ack (read only),
-6 cursor page complete, 7 cursor acks, 8 page transaction commit.
+6 cursor page complete, 7 cursor acks, 8 page transaction commit, 9 duplicate id.
 
 The last queue's acknowledgement deletes the message record, so a spent data file holds
 no live record and the journal's cleanup can delete, archive or compact it.
@@ -23,6 +23,7 @@ from pagemq.storage.api import (
     AddressRecord,
     CursorAck,
     CursorComplete,
+    DuplicateIdRecord,
     PageTxCommit,
     QueueRecord,
     Recovered,
@@ -54,6 +55,7 @@ class RecordType(enum.IntEnum):
     CURSOR_COMPLETE = 6
     CURSOR_ACKS = 7
     PAGE_TX_COMMIT = 8
+    DUPLICATE_ID = 9
 
 
 @functools.lru_cache(maxsize=64)
@@ -129,6 +131,17 @@ def page_tx_commit(record_id: int, payload: bytes) -> PageTxCommit:
 
 def _page_tx_payload(record: PageTxCommit) -> bytes:
     return _PAGE_TX_COMMIT.pack(record.txid, record.page_no) + _address_field(record.address)
+
+
+def _duplicate_id_payload(record: DuplicateIdRecord) -> bytes:
+    address = record.address.encode()
+    return _U16.pack(len(address)) + address + record.dup_id.encode()
+
+
+def decode_duplicate_id(record_id: int, payload: bytes) -> DuplicateIdRecord:
+    (length,) = _U16.unpack_from(payload)
+    end = _U16.size + length
+    return DuplicateIdRecord(record_id, payload[_U16.size:end].decode(), payload[end:].decode())
 
 
 def _cursor_acks_payload(record: CursorAck) -> bytes:
@@ -208,6 +221,9 @@ class JournalMessageStore:
                 recovered.cursor_completes.append(CursorComplete(record.id, queue_id, page_no))
             elif kind == RecordType.PAGE_TX_COMMIT:
                 recovered.page_tx_commits.append(page_tx_commit(record.id, record.payload))
+            elif kind == RecordType.DUPLICATE_ID:
+                recovered.duplicate_ids.append(decode_duplicate_id(record.id, record.payload))
+        recovered.duplicate_ids.sort(key=lambda record: record.record_id)
         return recovered
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -262,6 +278,10 @@ class JournalMessageStore:
                 journal_ops.append(
                     (OpKind.ADD, op.record_id, RecordType.CURSOR_ACKS, _cursor_acks_payload(op))
                 )
+            elif isinstance(op, DuplicateIdRecord):
+                journal_ops.append(
+                    (OpKind.ADD, op.record_id, RecordType.DUPLICATE_ID, _duplicate_id_payload(op))
+                )
             else:
                 journal_ops.append(
                     (OpKind.ADD, op.record_id, RecordType.PAGE_TX_COMMIT, _page_tx_payload(op))
@@ -270,6 +290,9 @@ class JournalMessageStore:
 
     def cursor_ack(self, record: CursorAck) -> None:
         self.journal.add(record.record_id, RecordType.CURSOR_ACKS, _cursor_acks_payload(record))
+
+    def add_duplicate_id(self, record: DuplicateIdRecord) -> None:
+        self.journal.add(record.record_id, RecordType.DUPLICATE_ID, _duplicate_id_payload(record))
 
     def cursor_complete(self, record: CursorComplete) -> None:
         payload = _CURSOR_COMPLETE.pack(record.queue_id, record.page_no)

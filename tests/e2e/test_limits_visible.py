@@ -4,9 +4,8 @@ the memory budget and each filesystem's use against the disk limits, `GET
 
 from __future__ import annotations
 
-import re
-
 from brokerproc import unique
+from prometheus_client.parser import text_string_to_metric_families
 from test_paging_helpers import numbered, send_all
 
 BROKER_CONFIG = {
@@ -58,9 +57,17 @@ def test_metrics_carry_the_limits_beside_their_use(broker, stomp_client):
     send_all(producer, f"/queue/{address}", numbered("m", 1))
     status, _, text = broker.http_get_text("/metrics")
     assert status == 200
-    assert "pagemq_disk_full 0" in text.splitlines()
-    assert f"pagemq_memory_max_bytes {64 << 20}" in text.splitlines()
-    assert f"pagemq_disk_min_free_bytes {1 << 20}" in text.splitlines()
-    assert re.search(r'^pagemq_disk_free_bytes\{path="[^"]+"\} [1-9]\d*$', text, re.M)
-    assert f'pagemq_address_limit_memory_max_size_bytes{{address="{address}"}} {1 << 20}' in text
-    assert f'pagemq_address_limit_paging_page_limit_messages{{address="{address}"}} 500' in text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("pagemq_disk_full", ())] == 0
+    assert samples[("pagemq_memory_limit_bytes", ())] == 64 << 20
+    assert samples[("pagemq_disk_min_free_bytes", ())] == 1 << 20
+    assert samples[("pagemq_disk_max_usage_ratio", ())] == 0.9
+    assert samples[("pagemq_disk_refused_sends_total", ())] == 0
+    free = [v for (name, _labels), v in samples.items() if name == "pagemq_disk_free_bytes"]
+    assert free and all(v > 0 for v in free)
+    label = (("address", address),)
+    assert samples[("pagemq_address_limit_bytes", label)] == 1 << 20
+    assert samples[("pagemq_address_page_limit_messages", label)] == 500
+    assert ("pagemq_address_limit_messages", label) not in samples  # -1: the limit is off
+    assert samples[("pagemq_address_paged_bytes", label)] == 0

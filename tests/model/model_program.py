@@ -177,6 +177,8 @@ class _Generator:
         self.durables: dict[tuple[int, str, str], str | None] = {}
         self.ops: list[Op] = []
         self.next_tx = 0
+        # receipted persistent sends a producer may retry: (dest, mid, color)
+        self.sent: list[tuple[str, str, str]] = []
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -236,6 +238,8 @@ class _Generator:
                     options.append((0.7, "abort", index))
         if self.durables:
             options.append((0.6, "destroy_durable", None))
+        if self.sent:
+            options.append((1.5, "resend", None))
         return options
 
     def step(self) -> None:
@@ -250,7 +254,14 @@ class _Generator:
         return index
 
     def op_send(self, _slot: int | None) -> None:
-        self.emit("send", slot=self.any_slot(), dest=self.dest(), mid=self.mid(), color=self.color())
+        dest, mid, color = self.dest(), self.mid(), self.color()
+        self.sent.append((dest, mid, color))
+        self.emit("send", slot=self.any_slot(), dest=dest, mid=mid, color=color)
+
+    def op_resend(self, _slot: int | None) -> None:
+        """A producer retries a receipted SEND with the same duplicate id (`_AMQ_DUPL_ID`)."""
+        dest, mid, color = self.rnd.choice(self.sent)
+        self.emit("resend", slot=self.any_slot(), dest=dest, mid=mid, color=color)
 
     def op_send_loose(self, _slot: int | None) -> None:
         """A SEND without receipt, or a non-persistent one: the model may not insist on it."""
@@ -260,8 +271,10 @@ class _Generator:
 
     def op_burst(self, _slot: int | None) -> None:
         count = self.rnd.randint(3, 12)
-        self.emit("burst", slot=self.any_slot(), dest=self.dest(), mid=self.mid(),
-                  colors=[self.color() for _ in range(count)])
+        dest, mid = self.dest(), self.mid()
+        colors = [self.color() for _ in range(count)]
+        self.sent.extend((dest, f"{mid}-{n}", color) for n, color in enumerate(colors))
+        self.emit("burst", slot=self.any_slot(), dest=dest, mid=mid, colors=colors)
 
     def op_settle(self, _slot: int | None) -> None:
         self.emit("settle")

@@ -22,6 +22,7 @@ import os
 import socket
 import subprocess
 import time
+import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,9 @@ class Runner:
         self._receipts = (f"r{n}" for n in itertools.count(1))
         self._tx_names = (f"tx{n}" for n in itertools.count(1))
         self.op_index = -1
+        # Persistent SENDs whose RECEIPT came: their duplicate id (the mid) is durable, so a
+        # resend with the same id must be dropped, whatever happened since (op_resend).
+        self.resendable: set[str] = set()
 
     # -- entry point ----------------------------------------------------------------------
 
@@ -334,7 +338,10 @@ class Runner:
 
     def _send_frame(self, client: Client, message: Any, receipt: bool,
                     transaction: str | None = None) -> str | None:
-        headers = {"mid": message.mid, "color": message.color, "from": str(message.slot)}
+        # Every SEND carries Artemis' duplicate id (the mid is unique in a program), so every
+        # program also exercises the remembered ids: their records, recovery and cleanup.
+        headers = {"mid": message.mid, "color": message.color, "from": str(message.slot),
+                   "_AMQ_DUPL_ID": message.mid}
         if message.persistent:
             headers["persistent"] = "true"
         receipt_id = next(self._receipts) if receipt else None
@@ -354,8 +361,23 @@ class Runner:
         if receipt is None:
             self.model.route(message, receipted=False, slot=slot)
             return
-        self.receipt(client, receipt, f"SEND {mid}",
-                     lambda: self.model.route(message, receipted=True))
+        def receipted() -> None:
+            self.model.route(message, receipted=True)
+            if message.persistent:
+                self.resendable.add(mid)
+
+        self.receipt(client, receipt, f"SEND {mid}", receipted)
+
+    def op_resend(self, slot: int, dest: str, mid: str, color: str) -> None:
+        """A producer retries a SEND that was receipted (persistent): same duplicate id, so the
+        broker must drop it (and still receipt it); a stored copy shows as a message
+        delivered twice or a count too high. A no-op unless the original was receipted."""
+        if mid not in self.resendable:
+            return
+        client = self.client(slot)
+        retry = types.SimpleNamespace(mid=mid, color=color, slot=slot, dest=dest, persistent=True)
+        receipt = self._send_frame(client, retry, receipt=True)
+        self.receipt(client, receipt, f"resent SEND {mid}", lambda: None)
 
     def op_burst(self, slot: int, dest: str, mid: str, colors: list[str]) -> None:
         """Pipelined receipted SENDs: all written, then all receipts awaited."""
@@ -367,6 +389,7 @@ class Runner:
         def route_all() -> None:
             for message, _ in sends:
                 self.model.route(message, receipted=True)
+                self.resendable.add(message.mid)
 
         self.receipt(client, [r for _, r in sends if r is not None], f"SENDs {mid}-*", route_all)
 

@@ -1,0 +1,146 @@
+"""Duplicate detection: a send whose `_AMQ_DUPL_ID` an address has seen lately is dropped.
+
+Artemis' duplicate detection (`DuplicateIDCache`): each address remembers the last
+`id-cache-size` ids (default 20,000) sent to it in the header `_AMQ_DUPL_ID`; a send
+carrying one of them is not stored but still succeeds (its RECEIPT comes), so a producer
+that retries after a lost RECEIPT, or a Spark task that is re-run, stores nothing twice.
+
+The ids of persistent messages are persisted: one journal record per id, written with the
+message (so the message's RECEIPT also covers its id), deleted when the id falls out of the
+cache; start-up rebuilds every cache from those records in the order they were written. The
+id of a non-persistent message is remembered in memory only: the message itself does not
+survive a restart either.
+
+An id is remembered from the moment its send is accepted, before it is durable, so a quick
+retry is caught too; the retry's RECEIPT then waits for the original's write. If that write
+fails, the id is forgotten again, so the producer's retry of the failed send is stored.
+
+Loop-only: every method runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from pagemq.storage.api import DuplicateIdRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from pagemq.core.ids import Ids
+    from pagemq.storage.api import MessageStore
+
+DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"
+
+
+class _Entry:
+    """One remembered id: its journal record (0: not persisted) and the send's durability."""
+
+    __slots__ = ("pending", "record_id")
+
+    def __init__(self, record_id: int, pending: asyncio.Future[None] | None) -> None:
+        self.record_id = record_id
+        self.pending = pending
+
+
+class DuplicateIds:
+    """The duplicate-id caches of every address, by address name.
+
+    A cache exists only for an address that has seen an id, so addresses whose producers
+    never set the header cost nothing. `cache_size(address)` says how many ids an address
+    keeps (its `id-cache-size`; 0 turns detection off for it).
+    """
+
+    def __init__(self, store: MessageStore, ids: Ids, cache_size: Callable[[str], int]) -> None:
+        self.store = store
+        self.ids = ids
+        self.cache_size = cache_size
+        self.caches: dict[str, OrderedDict[str, _Entry]] = {}
+
+    def seen(self, address: str, dup_id: str) -> tuple[bool, asyncio.Future[None] | None]:
+        """(True, what a duplicate's RECEIPT must wait for) when `address` has `dup_id`."""
+        cache = self.caches.get(address)
+        entry = cache.get(dup_id) if cache is not None else None
+        if entry is None:
+            return False, None
+        pending = entry.pending
+        if pending is not None and pending.done():
+            entry.pending = pending = None
+        return True, pending
+
+    def remember(self, address: str, dup_id: str, *, persistent: bool) -> DuplicateIdRecord | None:
+        """Remember `dup_id` for `address`; the journal record to write with the message when
+        it is persistent (None: not persisted, or detection is off for the address)."""
+        size = self.cache_size(address)
+        if size <= 0:
+            return None
+        record = DuplicateIdRecord(self.ids.new_id(), address, dup_id) if persistent else None
+        self._insert(address, dup_id, _Entry(record.record_id if record else 0, None), size)
+        return record
+
+    def written(self, address: str, dup_id: str, future: asyncio.Future[None] | None) -> None:
+        """The send of `dup_id` is being made durable by `future`: a duplicate's RECEIPT waits
+        for it, and a failed write forgets the id again."""
+        if future is None:
+            return
+        cache = self.caches.get(address)
+        entry = cache.get(dup_id) if cache is not None else None
+        if entry is None:
+            return
+        entry.pending = future
+
+        def done(result: asyncio.Future[None]) -> None:
+            if entry.pending is result:
+                entry.pending = None
+            if result.cancelled() or result.exception() is not None:
+                self.forget(address, dup_id, entry)
+
+        future.add_done_callback(done)
+
+    def forget(self, address: str, dup_id: str, entry: _Entry | None = None) -> None:
+        """Drop `dup_id` (its send was not stored after all); `entry`: only if still that one."""
+        cache = self.caches.get(address)
+        if cache is None:
+            return
+        current = cache.get(dup_id)
+        if current is None or (entry is not None and current is not entry):
+            return
+        del cache[dup_id]
+        if current.record_id:
+            self.store.delete_record(current.record_id)
+
+    def recover(self, records: Iterable[DuplicateIdRecord]) -> None:
+        """Rebuild the caches from the journal's records, oldest first; ids beyond an address's
+        (possibly lowered) `id-cache-size` are deleted."""
+        for record in records:
+            size = self.cache_size(record.address)
+            if size <= 0:
+                self.store.delete_record(record.record_id)
+                continue
+            self._insert(record.address, record.dup_id, _Entry(record.record_id, None), size)
+
+    def drop_address(self, address: str) -> None:
+        """An address was deleted: so are its remembered ids."""
+        cache = self.caches.pop(address, None)
+        for entry in (cache or {}).values():
+            if entry.record_id:
+                self.store.delete_record(entry.record_id)
+
+    def count(self, address: str) -> int:
+        cache = self.caches.get(address)
+        return len(cache) if cache is not None else 0
+
+    def _insert(self, address: str, dup_id: str, entry: _Entry, size: int) -> None:
+        cache = self.caches.get(address)
+        if cache is None:
+            cache = self.caches[address] = OrderedDict()
+        old = cache.pop(dup_id, None)
+        if old is not None and old.record_id:
+            self.store.delete_record(old.record_id)
+        cache[dup_id] = entry
+        while len(cache) > size:
+            _dup_id, evicted = cache.popitem(last=False)
+            if evicted.record_id:
+                self.store.delete_record(evicted.record_id)

@@ -1,0 +1,158 @@
+"""Duplicate detection (`_AMQ_DUPL_ID`, Artemis' `id-cache-size`): a send whose id its address
+has seen lately is dropped and still receipted, across restarts, transactions and paging."""
+
+from __future__ import annotations
+
+from brokerproc import bodies, unique
+
+DUP = "_AMQ_DUPL_ID"
+PERSISTENT = {"persistent": "true"}
+
+
+def _send(client, queue, body, dup_id, **headers):
+    client.send(f"/queue/{queue}", body, headers={**PERSISTENT, DUP: dup_id, **headers}, receipt=True)
+
+
+def _drain(proc, stomp_client, queue, expected, ack="client-individual"):
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack=ack)
+    frames = consumer.wait_for(expected) if expected else []
+    consumer.listener.assert_no_more(expected)
+    if ack != "auto":
+        for frame in frames:
+            consumer.ack(frame, receipt=True)
+    return frames
+
+
+def test_a_resent_duplicate_id_is_receipted_but_stored_once(start_broker, stomp_client):
+    proc, queue = start_broker(), unique("dup")
+    producer = stomp_client(proc)
+    for n in range(5):
+        _send(producer, queue, f"m{n}", f"id-{n}")
+    for n in range(5):  # the producer retries every send: each gets its RECEIPT
+        _send(producer, queue, f"retry{n}", f"id-{n}")
+    assert proc.queue(queue)["messages"] == 5
+    frames = _drain(proc, stomp_client, queue, 5)
+    assert bodies(frames) == [f"m{n}" for n in range(5)]
+    assert frames[0].headers[DUP] == "id-0"  # the id stays a property of the message
+
+
+def test_duplicate_ids_survive_sigkill(start_broker, stomp_client):
+    proc, queue = start_broker(), unique("dup")
+    producer = stomp_client(proc)
+    for n in range(10):
+        _send(producer, queue, f"m{n}", f"id-{n}")
+    proc.restart(kill=True)
+    producer = stomp_client(proc)
+    for n in range(10):
+        _send(producer, queue, f"again{n}", f"id-{n}")
+    _send(producer, queue, "new", "id-new")
+    frames = _drain(proc, stomp_client, queue, 11)
+    assert bodies(frames) == [*(f"m{n}" for n in range(10)), "new"]
+
+
+def test_ids_are_remembered_after_their_messages_are_consumed_and_a_restart(start_broker, stomp_client):
+    proc, queue = start_broker(), unique("dup")
+    producer = stomp_client(proc)
+    for n in range(3):
+        _send(producer, queue, f"m{n}", f"id-{n}")
+    frames = _drain(proc, stomp_client, queue, 3)
+    assert bodies(frames) == ["m0", "m1", "m2"]
+    proc.restart()
+    producer = stomp_client(proc)
+    for n in range(3):
+        _send(producer, queue, f"late{n}", f"id-{n}")
+    assert proc.queue(queue)["messages"] == 0
+
+
+def test_duplicate_ids_are_per_address(start_broker, stomp_client):
+    proc = start_broker()
+    first, second = unique("dupa"), unique("dupb")
+    producer = stomp_client(proc)
+    _send(producer, first, "a", "same-id")
+    _send(producer, second, "b", "same-id")
+    assert proc.queue(first)["messages"] == 1
+    assert proc.queue(second)["messages"] == 1
+
+
+def test_id_cache_size_bounds_what_is_remembered(start_broker, stomp_client):
+    queue = unique("dupsmall")
+    proc = start_broker({"address-settings": {queue: {"id-cache-size": 3}}})
+    producer = stomp_client(proc)
+    for n in range(5):
+        _send(producer, queue, f"m{n}", f"id-{n}")
+    _send(producer, queue, "old-again", "id-0")  # fell out of the cache of 3: stored
+    _send(producer, queue, "recent-again", "id-4")  # still remembered: dropped
+    assert proc.queue(queue)["messages"] == 6
+    proc.restart(kill=True)
+    producer = stomp_client(proc)
+    _send(producer, queue, "after-restart", "id-1")  # evicted before the restart: stored
+    _send(producer, queue, "after-restart-dup", "id-0")  # remembered again since its resend
+    assert proc.queue(queue)["messages"] == 7
+
+
+def test_id_cache_size_zero_turns_detection_off(start_broker, stomp_client):
+    queue = unique("dupoff")
+    proc = start_broker({"address-settings": {queue: {"id-cache-size": 0}}})
+    producer = stomp_client(proc)
+    _send(producer, queue, "a", "x")
+    _send(producer, queue, "b", "x")
+    assert proc.queue(queue)["messages"] == 2
+
+
+def test_duplicates_are_dropped_on_a_paging_address_across_restart(start_broker, stomp_client):
+    queue = unique("duppaged")
+    proc = start_broker({"address-settings": {queue: {"max-size-bytes": 0, "page-size-bytes": "8KiB"}}})
+    producer = stomp_client(proc)
+    for n in range(30):
+        _send(producer, queue, f"m{n}" + "x" * 500, f"id-{n}")
+    assert proc.address(queue)["paging"]
+    proc.restart(kill=True)
+    producer = stomp_client(proc)
+    for n in range(30):
+        _send(producer, queue, f"dup{n}", f"id-{n}")
+    frames = _drain(proc, stomp_client, queue, 30, ack="auto")  # paged: read limits want acks
+    assert [b.rstrip("x") for b in bodies(frames)] == [f"m{n}" for n in range(30)]
+
+
+def test_a_committed_transaction_drops_duplicates_inside_and_across(start_broker, stomp_client):
+    proc, queue = start_broker(), unique("duptx")
+    producer = stomp_client(proc)
+    _send(producer, queue, "before", "id-a")
+    producer.begin("tx1")
+    for body, dup_id in [("t1", "id-a"), ("t2", "id-b"), ("t3", "id-b"), ("t4", "id-c")]:
+        producer.send(f"/queue/{queue}", body, headers={**PERSISTENT, DUP: dup_id, "transaction": "tx1"})
+    producer.commit("tx1")
+    proc.restart(kill=True)
+    producer = stomp_client(proc)
+    _send(producer, queue, "after", "id-c")
+    frames = _drain(proc, stomp_client, queue, 3)
+    assert bodies(frames) == ["before", "t2", "t4"]
+
+
+def test_an_aborted_transaction_remembers_nothing(start_broker, stomp_client):
+    proc, queue = start_broker(), unique("dupabort")
+    producer = stomp_client(proc)
+    producer.begin("tx1")
+    producer.send(f"/queue/{queue}", "t1", headers={**PERSISTENT, DUP: "id-a", "transaction": "tx1"})
+    producer.abort("tx1")
+    _send(producer, queue, "again", "id-a")
+    frames = _drain(proc, stomp_client, queue, 1)
+    assert bodies(frames) == ["again"]
+
+
+def test_a_topic_duplicate_reaches_no_subscriber_twice(start_broker, stomp_client):
+    destination = "topic"
+    proc, topic = start_broker(), unique("duptopic")
+    subscribers = []
+    for n in range(2):
+        client = stomp_client(proc, client_id=f"c{n}")
+        client.subscribe(f"/{destination}/{topic}", ack="client-individual",
+                         headers={"durable-subscription-name": "s"})
+        subscribers.append(client)
+    producer = stomp_client(proc)
+    for body in ("one", "one-again"):
+        producer.send(f"/{destination}/{topic}", body, headers={**PERSISTENT, DUP: "k"}, receipt=True)
+    for client in subscribers:
+        assert bodies(client.wait_for(1)) == ["one"]
+        client.listener.assert_no_more(1)
