@@ -278,15 +278,14 @@ class GroupCommitWriter:
         removed = False
         try:
             for path, size in before.values():
-                if size == 0:
-                    self._fileio.remove(path)
-                    removed = True
-                elif self._fileio.size(path) > size:
-                    self._fileio.truncate(path, size)
+                with contextlib.suppress(FileNotFoundError):
+                    if size == 0:
+                        self._fileio.remove(path)
+                        removed = True
+                    elif self._fileio.size(path) > size:
+                        self._fileio.truncate(path, size)
             if removed:
                 self._fileio.fsync_directory(self._directory)
-        except FileNotFoundError:
-            pass
         except OSError as exc:
             log.error("journal: cannot cut a failed batch back (%s); the torn tail is cut at "
                       "the next start", exc)
