@@ -19,6 +19,7 @@ Loop-only: every function runs on the event loop thread.
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -150,16 +151,26 @@ class _Resource:
     def invoke(self, operation: str, params: list[object]) -> object:
         found = self.operations.get(operation)
         if found is not None:
+            if not _takes(found, len(params)):
+                raise ManagementError(
+                    f"No operation {operation} with {len(params)} parameters on {self.name}")
             try:
                 return found(*params)
-            except TypeError:
-                raise ManagementError(
-                    f"No operation {operation} with {len(params)} parameters on {self.name}"
-                ) from None
+            except (TypeError, ValueError, AttributeError) as exc:  # parameters of the wrong type
+                raise ManagementError(f"{operation}: bad parameters {params!r}: {exc}") from None
         attribute = _attribute_name(operation)
         if attribute != operation and not params:
             return self.attribute(attribute)
         raise ManagementError(f"No operation {operation} with {len(params)} parameters on {self.name}")
+
+
+def _takes(operation: Callable[..., object], count: int) -> bool:
+    """Whether `operation` can be called with `count` positional parameters."""
+    try:
+        inspect.signature(operation).bind(*range(count))
+    except TypeError:
+        return False
+    return True
 
 
 def _lookup(table: Mapping[str, Callable[[Info], object]], info: Callable[[], Info],

@@ -98,6 +98,11 @@ def test_a_bad_request_is_answered_with_operation_succeeded_false(broker, stomp_
     assert not ok and "noSuchThing" in result[0]
     ok, result, _ = ask(client, replies, "broker", operation="noSuchOperation", params=[1, 2])
     assert not ok and "noSuchOperation" in result[0]
+    ok, result, _ = ask(client, replies, "broker", operation="getQueueNames", params=[5])
+    assert not ok and "bad parameters" in result[0]
+    replies_queue = f"queue.{replies.removeprefix('/queue/')}"
+    ok, result, _ = ask(client, replies, replies_queue, operation="countMessages", params=["a ==="])
+    assert not ok and "invalid selector" in result[0]
     # The connection stays usable: a failed request is an answer, not an ERROR.
     ok, _, _ = ask(client, replies, "broker", attribute="version")
     assert ok
