@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
+from pagemq.storage.disk_space import is_no_space
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.page_store import PageInfo, RecordsLost
@@ -37,6 +38,8 @@ from pagemq.storage.paging.queue_store import (
     QueueStoreListener,
     RecoveredQueue,
 )
+
+NO_SPACE_RETRY = 1.0  # seconds before a page deletion held by a journal out of space asks again
 
 log = logging.getLogger("pagemq.paging")
 
@@ -325,12 +328,25 @@ class PagedQueues:
         self._note_live_page()
         record_ids = ack_ids + self._complete_ids.pop(page_no, [])
         self._deleting.add(page_no)
-        self.journal.flush().add_done_callback(
-            lambda done: self._journal_synced(done, page_no, record_ids))
+        self._sync_then_delete(page_no, record_ids)
+
+    def _sync_then_delete(self, page_no: int, record_ids: list[int]) -> None:
+        """The page goes once the journal has synced the acks that finished it."""
+        try:
+            flushed = self.journal.flush()
+        except RuntimeError:  # the journal closed meanwhile: the next start-up deletes it
+            self._deleting.discard(page_no)
+            return
+        flushed.add_done_callback(lambda done: self._journal_synced(done, page_no, record_ids))
 
     def _journal_synced(self, done: asyncio.Future[None], page_no: int, record_ids: list[int]) -> None:
         self._deleting.discard(page_no)
         if done.cancelled() or done.exception() is not None:
+            if not done.cancelled() and is_no_space(done.exception()):
+                # The journal keeps a batch that found no space and writes it once there is
+                # room: ask again (a second later, so a journal that gave up is not spun on).
+                self._deleting.add(page_no)
+                done.get_loop().call_later(NO_SPACE_RETRY, self._sync_then_delete, page_no, record_ids)
             return  # kept: at the next start-up its acks (if they were written) complete it
         try:
             self.medium.delete_page(page_no)
