@@ -1,5 +1,5 @@
-"""`pagemq` command line: serve, perf, data print, data check, config import-artemis (also
-`python -m pagemq`)."""
+"""`pagemq` command line: serve, perf, data print, data check, config import-artemis, user
+(also `python -m pagemq`)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     artemis = config_commands.add_parser(
         "import-artemis", help="print the pagemq TOML equivalent of an Artemis broker.xml")
     artemis.add_argument("broker_xml", type=Path, metavar="broker.xml")
+    from pagemq.security import user_cli
+
+    user_cli.add_parser(commands)
     return parser
 
 
@@ -156,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "config":
         return _config(args)
+    if args.command == "user":
+        from pagemq.security import user_cli
+
+        return user_cli.run(args)
     return _data(args)
 
 

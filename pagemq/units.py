@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TypeGuard
 
 __all__ = [
@@ -190,6 +191,17 @@ def _format_seconds(seconds: float) -> str:
         if count >= 1 and abs(count - round(count)) < 1e-9:
             return f"{round(count)}{unit}"
     return f"{seconds}s"
+
+
+def read_utf8(path: Path, what: str, error: type[ConfigError] = ConfigError) -> str:
+    """The text of a configuration file (`what`: "config file", "users file"); `error` (one
+    line naming the file) when it cannot be read or is not UTF-8."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise error(str(path), f"cannot read the {what}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise error(str(path), f"not UTF-8 text ({exc.reason})") from None
 
 
 def parse_bool(value: object, key: str) -> bool:

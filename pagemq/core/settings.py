@@ -244,6 +244,11 @@ def _specificity(match: str) -> tuple[int, tuple[bool, ...], str]:
     return rank, literals, match
 
 
+def match_specificity(match: str) -> tuple[int, tuple[bool, ...], str]:
+    """The precedence of `match`: a greater key is more specific (security settings use it)."""
+    return _specificity(match)
+
+
 class AddressSettingsRepository:
     """Matches registered by `add`, merged per address by `match` and cached.
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client.registry import Collector
 
 from pagemq.core.errors import BrokerError
@@ -19,7 +20,10 @@ from pagemq.core.views import disk_info, memory_info
 from pagemq.integrations.metrics import BrokerCollector, ConnectionFigures, collect, process_collectors, write
 
 if TYPE_CHECKING:
+    import ssl
+
     from pagemq.core.broker import Broker
+    from pagemq.security.access import Access
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
 STATS_KEY: web.AppKey[Callable[[], dict[str, int]]] = web.AppKey("stats")
@@ -94,8 +98,14 @@ async def metrics(request: web.Request) -> web.Response:
 
 def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
              loop: LoopFigures | None = None, connections: ConnectionFigures | None = None,
-             ) -> web.Application:
-    app = web.Application()
+             access: Access | None = None) -> web.Application:
+    """`access`: security enabled (Basic auth, view/manage: integrations/http_security.py)."""
+    middlewares: list[Middleware] = []
+    if access is not None:
+        from pagemq.integrations.http_security import security_middleware
+
+        middlewares.append(security_middleware(access))
+    app = web.Application(middlewares=middlewares)
     app[BROKER_KEY] = broker
     app[STATS_KEY] = stats
     app[LOOP_KEY] = loop
@@ -111,12 +121,23 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
 
 
 async def start_http(
-    broker: Broker, stats: Callable[[], dict[str, int]], host: str, port: int,
-    loop: LoopFigures | None = None, connections: ConnectionFigures | None = None,
+    broker: Broker, stats: Callable[[], dict[str, int]], host: str | None, port: int,
+    loop: LoopFigures | None = None, connections: ConnectionFigures | None = None, *,
+    access: Access | None = None, tls: tuple[str, int, ssl.SSLContext] | None = None,
+    max_connections: int = -1,
 ) -> web.AppRunner:
-    runner = web.AppRunner(make_app(broker, stats, loop, connections), access_log=None,
+    """`host` None: no plaintext listener; `tls`: (host, port, context) of `http-tls`;
+    `max_connections`: -1 no limit, else past it a 503 (integrations/http_limits.py)."""
+    from pagemq.integrations.http_limits import LimitedSite
+    from pagemq.security.listener import ListenerPolicy
+
+    runner = web.AppRunner(make_app(broker, stats, loop, connections, access), access_log=None,
                            handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
+    if host is not None:
+        await LimitedSite(runner, host, port, reuse_address=True,
+                          policy=ListenerPolicy("http", max_connections)).start()
+    if tls is not None:
+        await LimitedSite(runner, tls[0], tls[1], reuse_address=True, ssl_context=tls[2],
+                          policy=ListenerPolicy("http-tls", max_connections)).start()
     return runner

@@ -22,6 +22,10 @@ from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings
+from pagemq.security.access import Access
+from pagemq.security.listener import ListenerPolicy
+from pagemq.security.tls import ReloadableTls
+from pagemq.security.users_watch import UsersWatcher
 from pagemq.server.cleanup_report import describe_cleanup
 from pagemq.server.config import Config
 from pagemq.server.connection_log import ConnectionLog
@@ -92,6 +96,14 @@ class BrokerServer:
         self.loop_lag = LoopLag()
         self._lock = DataDirectoryLock(broker_config.data_directory)
         self.stopped = asyncio.Event()
+        # Security (docs/security.md): None when disabled; TLS contexts for *-tls listeners.
+        security = config.security
+        self.access = Access(security.settings, security.users) if security.enabled else None
+        self.tls = ReloadableTls(config.tls) if config.tls is not None else None
+        self._stomp_tls: asyncio.Server | None = None
+        self._tls_connections: set[StompServerProtocol] = set()
+        self._users: UsersWatcher | None = None
+        self._users_check: asyncio.Future[bool] | None = None
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -127,18 +139,31 @@ class BrokerServer:
         if acceptors.stomp is not None:
             self._stomp, self._connections = await start_stomp_server(
                 self.broker, self.config.stomp, acceptors.stomp.host, acceptors.stomp.port,
-                connection_log=self.connection_log,
+                self._policy("stomp"), connection_log=self.connection_log,
             )
             listening.append(f"stomp={acceptors.stomp.host}:{acceptors.stomp.port}")
-        if acceptors.http is not None:
+        if acceptors.stomp_tls is not None and self.tls is not None:
+            self._stomp_tls, self._tls_connections = await start_stomp_server(
+                self.broker, self.config.stomp, acceptors.stomp_tls.host, acceptors.stomp_tls.port,
+                self._policy("stomp-tls"), self.tls.context, connection_log=self.connection_log,
+            )
+            listening.append(f"stomp-tls={acceptors.stomp_tls}")
+        http_tls = acceptors.http_tls if self.tls is not None else None
+        if acceptors.http is not None or http_tls is not None:
             # aiohttp takes a good part of start-up to import: in a thread, so that STOMP
             # clients are served meanwhile (`ready` still waits for the HTTP listener).
             http_api = await asyncio.to_thread(importlib.import_module, "pagemq.integrations.http_api")
+            plain = acceptors.http
             self._http = await http_api.start_http(
-                self.broker, self.store.stats, acceptors.http.host, acceptors.http.port,
-                loop=self.loop_lag.figures, connections=self.connection_log.figures,
+                self.broker, self.store.stats, plain.host if plain else None, plain.port if plain else 0,
+                loop=self.loop_lag.figures, connections=self.connection_log.figures, access=self.access,
+                max_connections=acceptors.max_connections,
+                tls=(http_tls.host, http_tls.port, self.tls.context) if http_tls and self.tls else None,
             )
-            listening.append(f"http={acceptors.http.host}:{acceptors.http.port}")
+            if plain is not None:
+                listening.append(f"http={plain.host}:{plain.port}")
+            if http_tls is not None:
+                listening.append(f"http-tls={http_tls}")
         self._tasks = [
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
@@ -147,6 +172,12 @@ class BrokerServer:
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),
         ]
+        if self.access is not None and self.config.security.users_file is not None:
+            self._users = UsersWatcher(self.config.security.users_file, self.access.replace_users)
+            self._tasks.append(asyncio.create_task(self._users.run()))
+        # `kill -HUP`: TLS certificates re-read (a renewed one needs no restart), the users
+        # file looked at now; never the default action (which would end the broker).
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
         # Messages are acyclic: collect young objects rarely, and keep start-up objects out
         # of every full collection (their cost grows with what the broker holds).
         gc.freeze()
@@ -157,6 +188,18 @@ class BrokerServer:
             "ready: %s; recovered %d messages in %.2fs",
             " ".join(listening), recovered, time.monotonic() - started,
         )
+
+    def reload(self) -> None:
+        """SIGHUP: re-read what can change without a restart (docs/security.md)."""
+        log.info("SIGHUP: reloading TLS certificates and the users file")
+        if self.tls is not None:
+            self.tls.reload()
+        if self._users is not None:
+            self._users_check = asyncio.ensure_future(self._users.check())  # kept while it runs
+
+    def _policy(self, name: str) -> ListenerPolicy:
+        acceptors = self.config.acceptors
+        return ListenerPolicy(name, acceptors.max_connections, acceptors.connect_timeout, self.access)
 
     def _open_page_store(self, address: str, settings: AddressSettings) -> PageStore:
         broker_config = self.config.broker
@@ -242,10 +285,14 @@ class BrokerServer:
             task.cancel()
         if self._stomp is not None:
             self._stomp.close()
-        for connection in list(self._connections):
+        if self._stomp_tls is not None:
+            self._stomp_tls.close()
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        connections = [*self._connections, *self._tls_connections]
+        for connection in connections:
             if connection.session is not None:
                 connection.session.stop_deliveries()  # all first: see stop_deliveries
-        for connection in list(self._connections):
+        for connection in connections:
             connection.close()
         if self._http is not None:
             await self._http.cleanup()
@@ -256,6 +303,8 @@ class BrokerServer:
         if self._page_io is not None:
             self._page_io.shutdown()  # a read still in flight ends at once (its file handle)
         await self.store.close()
+        if self.access is not None:
+            self.access.close()
         self._lock.release()
         log.info("stopped")
         self.stopped.set()

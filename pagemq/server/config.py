@@ -12,12 +12,24 @@ from __future__ import annotations
 import importlib
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from pagemq.core.settings import SECTION as SETTINGS_SECTION
 from pagemq.core.settings import AddressSettingsRepository, unknown_key_problem
+from pagemq.security.config import (
+    BROKER_KEYS as SECURITY_BROKER_KEYS,
+)
+from pagemq.security.config import (
+    TLS_SECTION,
+    SecurityConfig,
+    TlsConfig,
+    check_listeners,
+    parse_security,
+    parse_tls,
+)
+from pagemq.security.permissions import SECTION as SECURITY_SECTION
 from pagemq.units import (
     MILLISECONDS,
     NANOSECONDS,
@@ -29,6 +41,7 @@ from pagemq.units import (
     parse_int,
     parse_size,
     parse_str,
+    read_utf8,
     show_value,
 )
 
@@ -75,13 +88,21 @@ _BROKER_DEFAULTS: dict[str, object] = {
     "cleanup-period": "30s",
     "disk-full-policy": "BLOCK",
 }
-_ACCEPTOR_DEFAULTS: dict[str, object] = {"stomp": "127.0.0.1:61613", "http": "127.0.0.1:8161"}
+_ACCEPTOR_DEFAULTS: dict[str, object] = {
+    "stomp": "127.0.0.1:61613",
+    "http": "127.0.0.1:8161",
+    "stomp-tls": "off",  # listeners named *-tls use [tls] (docs/security.md)
+    "http-tls": "off",
+    "max-connections": 10_000,  # per listener; -1: no limit
+    "connect-timeout": "10s",  # a socket that sends no CONNECT is closed; 0: never
+}
 _STOMP_DEFAULTS: dict[str, object] = {
     "max-frame-size": "16MiB",
     "max-headers": 1000,
     "max-header-length": "64KiB",
 }
-_SECTIONS = ("broker", "acceptors", "stomp", SETTINGS_SECTION, "addresses")
+_SECTIONS = ("broker", "acceptors", "stomp", SETTINGS_SECTION, "addresses", TLS_SECTION,
+             SECURITY_SECTION)
 _ADDRESS_KEYS = ("name", "routing-type", "queues")
 _QUEUE_KEYS = ("name", "filter", "durable")
 
@@ -126,6 +147,10 @@ class AcceptorsConfig:
 
     stomp: Endpoint | None
     http: Endpoint | None
+    stomp_tls: Endpoint | None = None
+    http_tls: Endpoint | None = None
+    max_connections: int = -1
+    connect_timeout: float = 0.0  # seconds; 0: no timeout
 
 
 @dataclass(frozen=True)
@@ -149,6 +174,8 @@ class Config:
     stomp: StompConfig
     address_settings: AddressSettingsRepository
     addresses: tuple[AddressConfig, ...]
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    tls: TlsConfig | None = None
 
 
 class _Table:
@@ -195,22 +222,40 @@ def load_config(
     repository = AddressSettingsRepository()
     for match, values in _settings_tables(document.get(SETTINGS_SECTION, {})):
         repository.add(match, values)
+    broker = _broker(document.get("broker", {}), data_dir)
+    acceptors = _acceptors(document.get("acceptors", {}), stomp=stomp, http=http)
+    base = Path(path).parent if path is not None else Path(".")
+    raw_broker = document.get("broker", {})
+    security = parse_security(raw_broker if isinstance(raw_broker, Mapping) else {},
+                              document.get(SECURITY_SECTION, {}), base)
+    check_listeners(security, [
+        ("--stomp" if stomp is not None else "acceptors.stomp", _host(acceptors.stomp)),
+        ("--http" if http is not None else "acceptors.http", _host(acceptors.http)),
+        ("acceptors.stomp-tls", _host(acceptors.stomp_tls)),
+        ("acceptors.http-tls", _host(acceptors.http_tls)),
+    ])
+    tls = parse_tls(document.get(TLS_SECTION), base)
+    for key, endpoint in (("stomp-tls", acceptors.stomp_tls), ("http-tls", acceptors.http_tls)):
+        if endpoint is not None and tls is None:
+            raise ConfigError(key_path("acceptors", key), "a TLS listener needs a [tls] section "
+                              "with cert-file and key-file")
     return Config(
-        broker=_broker(document.get("broker", {}), data_dir),
-        acceptors=_acceptors(document.get("acceptors", {}), stomp=stomp, http=http),
+        broker=broker,
+        acceptors=acceptors,
         stomp=_stomp(document.get("stomp", {})),
         address_settings=repository,
         addresses=_addresses(top.get("addresses", _array_of_tables, [])),
+        security=security,
+        tls=tls,
     )
 
 
+def _host(endpoint: Endpoint | None) -> str | None:
+    return endpoint.host if endpoint is not None else None
+
+
 def _read_toml(path: Path) -> dict[str, object]:
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot read the config file: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), f"not UTF-8 text ({exc.reason})") from exc
+    text = read_utf8(path, "config file")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -226,7 +271,7 @@ def _optional_path(value: object, key: str) -> Path | None:
 
 
 def _broker(raw: object, data_dir_flag: str | None) -> BrokerConfig:
-    table = _Table(raw, ("broker",), _BROKER_DEFAULTS)
+    table = _Table(raw, ("broker",), (*_BROKER_DEFAULTS, *SECURITY_BROKER_KEYS))
     d = _BROKER_DEFAULTS
     if data_dir_flag is not None:
         data_directory = _path_value(data_dir_flag, "--data-dir")
@@ -339,7 +384,20 @@ def _acceptors(raw: object, *, stomp: str | None, http: str | None) -> Acceptors
             if http is not None
             else table.get("http", parse_endpoint, d["http"])
         ),
+        stomp_tls=table.get("stomp-tls", parse_endpoint, d["stomp-tls"]),
+        http_tls=table.get("http-tls", parse_endpoint, d["http-tls"]),
+        max_connections=table.get("max-connections", _positive_or_unlimited, d["max-connections"]),
+        connect_timeout=table.get("connect-timeout", _timeout, d["connect-timeout"]),
     )
+
+
+def _positive_or_unlimited(value: object, key: str) -> int:
+    return parse_int(value, key, minimum=1)
+
+
+def _timeout(value: object, key: str) -> float:
+    """`connect-timeout`: a bare integer is milliseconds (as Artemis' TTLs); 0 switches it off."""
+    return parse_duration(value, key, bare_unit=MILLISECONDS)
 
 
 def _settings_tables(raw: object) -> list[tuple[str, object]]:

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, TypeGuard
 from pagemq.core.errors import InvalidDestination
 from pagemq.core.management import MANAGEMENT_ADDRESS, OPERATION_SUCCEEDED, answer
 from pagemq.protocol.stomp import events as ev
-from pagemq.server.destinations import parse_destination
+from pagemq.server.destinations import Destination, parse_destination
+from pagemq.server.stomp_access import send_permissions
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
 
-__all__ = ["answer_request", "is_management_send"]
+__all__ = ["answer_request", "is_management_send", "management_permissions"]
 
 REPLY_TO = "reply-to"
 CORRELATION_ID = "correlation-id"
@@ -40,11 +41,28 @@ def is_management_send(event: object) -> TypeGuard[ev.Send]:
         return False
 
 
+def _reply_to(headers: dict[str, str]) -> Destination | None:
+    reply_to = headers.get(REPLY_TO)
+    return parse_destination(reply_to) if reply_to else None
+
+
+def management_permissions(broker: Broker, headers: dict[str, str]) -> list[tuple[str, str]]:
+    """(permission, address) pairs a management request needs when security is on: `manage`
+    on the management address (as Artemis), and what a SEND to its reply-to would need, so
+    the answer lands only where the user could send (an address it may not create is not
+    created for it)."""
+    needed = [("manage", MANAGEMENT_ADDRESS)]
+    destination = _reply_to(headers)
+    if destination is not None:
+        needed += [(permission, destination.address)
+                   for permission in send_permissions(broker, destination)]
+    return needed
+
+
 def answer_request(broker: Broker, headers: dict[str, str], body: bytes) -> None:
     """Answer one management request on its reply-to (InvalidDestination for a bad one,
     checked before anything is done)."""
-    reply_to = headers.get(REPLY_TO)
-    destination = parse_destination(reply_to) if reply_to else None
+    destination = _reply_to(headers)
     succeeded, result = answer(broker, headers, body)
     if destination is None:
         return

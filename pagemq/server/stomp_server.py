@@ -31,10 +31,13 @@ import termios
 from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
+from pagemq.security.listener import ListenerPolicy
 from pagemq.server.connection_log import ConnectionLog, format_peer
 from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
 
 if TYPE_CHECKING:
+    import ssl
+
     from pagemq.core.broker import Broker
     from pagemq.server.config import StompConfig
 
@@ -49,8 +52,11 @@ WRITE_LOW_WATER = 1 << 18
 
 class StompServerProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, limits: StompConfig, connections: set[StompServerProtocol],
-                 scheduler: Scheduler | None = None, connection_log: ConnectionLog | None = None) -> None:
+                 scheduler: Scheduler | None = None, policy: ListenerPolicy | None = None,
+                 connection_log: ConnectionLog | None = None) -> None:
         self._broker = broker
+        self._policy = policy if policy is not None else ListenerPolicy("stomp")
+        self._connect_timer: Cancellable | None = None
         self._connection_log = connection_log if connection_log is not None else ConnectionLog()
         self._peer = "?"
         self._started = 0.0
@@ -74,6 +80,10 @@ class StompServerProtocol(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport; they implement its methods.
         self._transport = cast(asyncio.Transport, transport)
         transport = self._transport
+        policy = self._policy
+        if not policy.admit(len(self._connections)):
+            self._refuse(transport, policy.refusal())
+            return
         self._peer = format_peer(transport.get_extra_info("peername"))
         self._started = self._connection_log.accepted()
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
@@ -83,16 +93,38 @@ class StompServerProtocol(asyncio.Protocol):
             max_headers=self._limits.max_headers,
             max_header_length=self._limits.max_header_length,
         )
-        self.session = StompSession(self._broker, protocol, self, self._loop)
+        access = None if policy.access is None else policy.access.for_peer(_peer(transport))
+        self.session = StompSession(self._broker, protocol, self, self._loop, access)
         self._connections.add(self)
         self._last_read = self._last_write = self._loop.time()
+        if policy.connect_timeout > 0:
+            self._connect_timer = self._loop.call_later(policy.connect_timeout, self._no_connect)
+
+    def _refuse(self, transport: asyncio.Transport, why: str) -> None:
+        """Over max-connections: an ERROR saying so, then close (no session is made)."""
+        transport.write(f"ERROR\nmessage:{why}\ncontent-length:0\n\n\0".encode())
+        transport.close()
+
+    def _no_connect(self) -> None:
+        """connect-timeout: the socket sent no CONNECT frame in time (an idle socket holds a
+        file descriptor and counts against max-connections: a flood of them is an attack)."""
+        self._connect_timer = None
+        session = self.session
+        if session is not None and session.protocol.version is None and not session.closing:
+            log.info("%s: no CONNECT within %.1fs from %s, closing", session.session_id,
+                     self._policy.connect_timeout, _peer(self._transport))
+            self._abort()
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
         session = self.session
-        assert session is not None
+        if session is None:
+            return  # a refused connection
         session.receive(data)
         if self._heartbeat is None and session.protocol.version is not None:
+            if self._connect_timer is not None:
+                self._connect_timer.cancel()
+                self._connect_timer = None
             self._start_heartbeat()  # once, when CONNECT is accepted
             self._connection_log.connected(self._peer, session.session_id, session.login,
                                            session.protocol.version, session.client_id)
@@ -110,6 +142,8 @@ class StompServerProtocol(asyncio.Protocol):
             self._heartbeat.cancel()
         if self._close_timer is not None:
             self._close_timer.cancel()
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()
         if self.session is not None:
             self.session.connection_lost()
 
@@ -210,6 +244,11 @@ class StompServerProtocol(asyncio.Protocol):
             return
         protocol = session.protocol
         now = self._loop.time()
+        intervals = [ms for ms in (protocol.send_heartbeat_ms, protocol.expect_heartbeat_ms) if ms]
+        if session.authenticating:  # heart-beats begin with CONNECTED (a failed login may wait)
+            self._last_read = self._last_write = now
+            self._heartbeat = self._loop.call_later(min(intervals) / 2000, self._beat)
+            return
         expect = protocol.expect_heartbeat_ms / 1000
         if expect and now - self._last_read > expect * HEARTBEAT_GRACE:
             if self._reading_paused and (session.blocked or self._peer_stirred(transport)):
@@ -222,7 +261,6 @@ class StompServerProtocol(asyncio.Protocol):
         send = protocol.send_heartbeat_ms / 1000
         if send and now - self._last_write >= send * 0.9:
             self.write(b"\n")
-        intervals = [ms for ms in (protocol.send_heartbeat_ms, protocol.expect_heartbeat_ms) if ms]
         self._heartbeat = self._loop.call_later(min(intervals) / 2000, self._beat)
 
     def _peer_stirred(self, transport: asyncio.Transport) -> bool:
@@ -237,6 +275,15 @@ class StompServerProtocol(asyncio.Protocol):
         return _unread_bytes(transport), transport.get_write_buffer_size()
 
 
+def _peer(transport: asyncio.BaseTransport | None) -> str:
+    """`host:port` of the peer, for logs and per-address failure counts."""
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return str(peer) if peer else "unknown"
+
+
 def _unread_bytes(transport: asyncio.BaseTransport) -> int:
     """Bytes waiting in the kernel's receive buffer of the transport's socket (-1: unknown)."""
     sock = transport.get_extra_info("socket")
@@ -249,12 +296,19 @@ def _unread_bytes(transport: asyncio.BaseTransport) -> int:
 
 async def start_stomp_server(
     broker: Broker, limits: StompConfig, host: str, port: int,
+    policy: ListenerPolicy | None = None, ssl_context: ssl.SSLContext | None = None,
     connection_log: ConnectionLog | None = None,
 ) -> tuple[asyncio.Server, set[StompServerProtocol]]:
+    """`ssl_context`: a TLS listener (a client that does not complete the handshake within
+    the connect-timeout, or speaks plaintext, is dropped before any session is made)."""
     connections: set[StompServerProtocol] = set()
     loop = asyncio.get_running_loop()
+    handshake: float | None = None
+    if ssl_context is not None:
+        handshake = policy.connect_timeout if policy is not None and policy.connect_timeout > 0 else 10.0
     server = await loop.create_server(
-        lambda: StompServerProtocol(broker, limits, connections, connection_log=connection_log),
-        host, port, reuse_address=True,
+        lambda: StompServerProtocol(broker, limits, connections, policy=policy,
+                                    connection_log=connection_log),
+        host, port, reuse_address=True, ssl=ssl_context, ssl_handshake_timeout=handshake,
     )
     return server, connections

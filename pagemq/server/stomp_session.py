@@ -62,8 +62,11 @@ from pagemq.protocol.stomp.subscription_state import (
     ack_mode_error,
 )
 from pagemq.protocol.stomp.transaction_state import TRANSACTIONS, CommitApplied, TxState
+from pagemq.security.access import AUTHENTICATION_FAILED, SessionAccess
+from pagemq.security.users import User
 from pagemq.server.destinations import Destination, parse_destination
-from pagemq.server.management_requests import answer_request, is_management_send
+from pagemq.server.management_requests import answer_request, is_management_send, management_permissions
+from pagemq.server.stomp_access import send_permissions, subscribe_permissions
 
 log = logging.getLogger("pagemq.stomp")
 
@@ -150,8 +153,13 @@ class StompSession:
     """Server side of one STOMP connection, bound to a broker."""
 
     def __init__(self, broker: Broker, protocol: StompConnection, transport: Transport,
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None, access: SessionAccess | None = None) -> None:
+        """`access`: None when security is disabled; else CONNECT authenticates through it
+        and each frame's permissions are checked with it (docs/security.md)."""
         self.broker = broker
+        self.access = access
+        # CONNECT's password being verified (in a thread): later frames wait behind it.
+        self._authenticating: asyncio.Future[User | None] | None = None
         self.protocol = protocol
         self.transport = transport
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
@@ -234,7 +242,17 @@ class StompSession:
     @property
     def _held(self) -> bool:
         """Frames wait: a SEND for memory, or everything for a COMMIT taking effect."""
-        return self._blocked_retry is not None or self._committing is not None
+        return self._blocked_retry is not None or self._waiting
+
+    @property
+    def authenticating(self) -> bool:
+        """CONNECT's password is being checked: no CONNECTED yet, so no heart-beats either."""
+        return self._authenticating is not None
+
+    @property
+    def _waiting(self) -> bool:
+        """Every later frame waits: a COMMIT taking effect, or CONNECT's authentication."""
+        return self._committing is not None or self._authenticating is not None
 
     def _accept(self, events: Sequence[ev.Event | _Failure]) -> None:
         if self._backlog or self._held or not self._writable:
@@ -252,7 +270,7 @@ class StompSession:
             if isinstance(event, _Failure):
                 self.fail(event.message, event.receipt_id)
                 return
-            if self._backlog or self._committing is not None:
+            if self._backlog or self._waiting:
                 self._hold_one(event)
             elif not self._run(event):
                 size = _size(event)
@@ -414,7 +432,33 @@ class StompSession:
     def _on_connect(self, event: ev.Connect) -> None:
         self.client_id = event.client_id
         self.login = event.login
+        if self.access is None:
+            self.write(self.protocol.connected(session=self.session_id))
+            return
+        verified = self.access.authenticate(event.login, event.passcode)
+        if verified.done():  # a password verified before (cached): no wait
+            self._authenticated(verified)
+        else:
+            self._authenticating = verified
+            verified.add_done_callback(self._authenticated)
+
+    def _authenticated(self, verified: asyncio.Future[User | None]) -> None:
+        """CONNECTED, and the frames held behind CONNECT go on; or the one ERROR that
+        tells an unknown user and a wrong password apart in no way."""
+        self._authenticating = None
+        if self.closing:
+            return
+        if verified.cancelled() or verified.exception() is not None or verified.result() is None:
+            self.fail(AUTHENTICATION_FAILED, None)
+            return
         self.write(self.protocol.connected(session=self.session_id))
+        self._schedule_drain()
+
+    def _require(self, permissions: list[str], address: str) -> None:
+        """Raises PermissionDenied (a BrokerError: ERROR, then close) before anything changes."""
+        if self.access is not None:
+            for permission in permissions:
+                self.access.require(permission, address)
 
     def _on_disconnect(self, event: ev.Disconnect) -> None:
         if event.receipt is not None:
@@ -427,10 +471,15 @@ class StompSession:
         destination = parse_destination(event.destination)
         headers = event.headers
         if destination.address == MANAGEMENT_ADDRESS:  # answered, never stored
+            if self.access is not None:
+                for permission, address in management_permissions(self.broker, headers):
+                    self._require([permission], address)
             answer_request(self.broker, headers, event.body)
             if event.receipt is not None:
                 self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
             return
+        if self.access is not None:
+            self._require(send_permissions(self.broker, destination), destination.address)
         persistent = headers.get("persistent", "").lower() == "true"
         priority = _priority(headers.get("priority"))
         expiration = _expires(headers.get("expires"))
@@ -461,7 +510,15 @@ class StompSession:
         sub = Subscription(event.id, next(self._next_index), event.destination, mode, state)
         headers = event.headers
         changed = False
-        if headers.get("browser", "").lower() == "true":
+        browse = headers.get("browser", "").lower() == "true"
+        if self.access is not None:
+            durable_name = _durable_name(headers)
+            durable_queue = f"{self.client_id}.{durable_name}" if durable_name and self.client_id else None
+            self._require(subscribe_permissions(
+                self.broker, destination, browse=browse, durable_queue=durable_queue,
+                selector=event.selector,
+            ), destination.address)
+        if browse:
             self._start_browse(sub, destination, event.selector)
         else:
             queue, selector, changed = self._queue_for(destination, headers, event.selector, sub.index)
@@ -525,6 +582,7 @@ class StompSession:
         if durable_name is not None and self.client_id:
             queue = self.broker.queues.get(f"{self.client_id}.{durable_name}")
             if queue is not None:
+                self._require(["delete-durable-queue"], queue.address_name)
                 self.broker.delete_queue(queue)
                 removed = True
         if event.receipt is not None:

@@ -384,8 +384,30 @@ def import_broker_xml(path: Path) -> ImportResult:
                 importer.result.warn(f"{name}/{child_name}", "not mapped")
         if not found:
             importer.result.warn(name, "no <core> element: nothing to import")
+    _local_unless_secured(importer.result)
     _validate(importer.result)
     return importer.result
+
+
+def _local_unless_secured(result: ImportResult) -> None:
+    """Artemis secures its acceptors by default; pagemq refuses a non-loopback listener
+    without security (docs/security.md). A listener the XML puts on every interface while
+    security stays off is put on 127.0.0.1 instead, with a warning saying how to open it."""
+    broker = result.document.get("broker")
+    if isinstance(broker, dict) and broker.get("security-enabled") is True:
+        return
+    acceptors = result.document.get("acceptors")
+    if not isinstance(acceptors, dict):
+        return
+    for key, endpoint in list(acceptors.items()):
+        host, _, port = str(endpoint).rpartition(":")
+        if host.strip("[]") in ("127.0.0.1", "localhost", "::1"):
+            continue
+        acceptors[key] = f"127.0.0.1:{port}"
+        result.warn(result.origins.get(("acceptors", key), "acceptors"),
+                    f"listens on 127.0.0.1:{port}, not {endpoint}: security is off in pagemq unless "
+                    "enabled (set [broker] security-enabled = true with a users-file, or "
+                    "allow-anonymous-remote = true, then put the host back)")
 
 
 def _validate(result: ImportResult) -> None:

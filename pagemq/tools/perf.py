@@ -29,6 +29,7 @@ from pagemq.units import ConfigError, parse_duration, parse_size
 __all__ = ["build_parser", "client_options", "main", "phase_plans", "worker_count"]
 
 PHASES = ("produce", "consume", "both", "sequential")
+TLS_SCHEMES = ("stomp+ssl", "stomps", "ssl")  # stomp+ssl://HOST:PORT: STOMP over TLS
 DEFAULT_DURATION = 10.0
 
 
@@ -75,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     target = parser.add_argument_group("broker")
     target.add_argument("--url", default="stomp://127.0.0.1:61613",
-                        help="stomp://HOST:PORT (default %(default)s)")
+                        help="stomp://HOST:PORT, or stomp+ssl://HOST:PORT for TLS (default %(default)s)")
+    target.add_argument("--tls-ca", metavar="FILE",
+                        help="with a stomp+ssl:// URL: the CA file that signs the broker's certificate "
+                        "(default: the system's CAs)")
     target.add_argument("--login", help="CONNECT login (RabbitMQ: guest)")
     target.add_argument("--passcode", help="CONNECT passcode (RabbitMQ: guest)")
     target.add_argument("--vhost",
@@ -130,8 +134,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.processes is not None and args.processes < 1:
         parser.error("--processes must be at least 1")
     url = urlsplit(args.url)
-    if url.scheme not in ("stomp", "tcp") or not url.hostname:
-        parser.error(f"--url must look like stomp://HOST:PORT, got {args.url!r}")
+    if url.scheme not in ("stomp", "tcp", *TLS_SCHEMES) or not url.hostname:
+        parser.error(f"--url must look like stomp://HOST:PORT (or stomp+ssl://), got {args.url!r}")
     try:
         url.port  # noqa: B018 (raises on a bad port)
     except ValueError:
@@ -143,6 +147,8 @@ def client_options(args: argparse.Namespace) -> ClientOptions:
     return ClientOptions(
         host=url.hostname or "127.0.0.1",
         port=url.port or 61613,
+        tls=url.scheme in TLS_SCHEMES,
+        tls_ca=args.tls_ca,
         login=args.login if args.login is not None else url.username,
         passcode=args.passcode if args.passcode is not None else url.password,
         vhost=args.vhost,

@@ -11,6 +11,7 @@ read are written together.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ class ClientOptions:
     headers: tuple[tuple[str, str], ...] = ()
     connect_timeout: float = 10.0
     close_timeout: float = 5.0
+    tls: bool = False  # STOMP over TLS (a stomp+ssl:// URL)
+    tls_ca: str | None = None  # the CA file to verify the broker with; None: the system's
 
 
 class StompLink(asyncio.Protocol):
@@ -203,13 +206,22 @@ class StompLink(asyncio.Protocol):
         await self._closed
 
 
+def _tls_context(options: ClientOptions) -> ssl.SSLContext | None:
+    """Made in each worker process (a context cannot be pickled); the broker's certificate is
+    verified against `tls_ca` (its name must match the URL's host)."""
+    if not options.tls:
+        return None
+    return ssl.create_default_context(cafile=options.tls_ca)
+
+
 async def open_link(options: ClientOptions) -> StompLink:
     """Connect and finish the STOMP handshake, or raise PerfError saying why not."""
     loop = asyncio.get_running_loop()
     where = f"{options.host}:{options.port}"
     try:
         _, link = await asyncio.wait_for(
-            loop.create_connection(StompLink, options.host, options.port), options.connect_timeout
+            loop.create_connection(StompLink, options.host, options.port, ssl=_tls_context(options)),
+            options.connect_timeout,
         )
     except (OSError, TimeoutError) as exc:
         raise PerfError(f"cannot connect to {where}: {exc or 'timed out'}") from None

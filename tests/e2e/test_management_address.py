@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from brokerproc import StompClient, unique
+from security_helpers import login, start_secured
 from test_paging_helpers import numbered, send_all
 
 BROKER_CONFIG = {"address-settings": {"paged.#": {"max-size-bytes": 0, "page-size-bytes": "16KiB"}}}
@@ -106,3 +107,25 @@ def test_a_bad_request_is_answered_with_operation_succeeded_false(broker, stomp_
     # The connection stays usable: a failed request is an answer, not an ERROR.
     ok, _, _ = ask(client, replies, "broker", attribute="version")
     assert ok
+
+
+def test_with_security_a_request_needs_manage_and_may_answer_only_where_the_user_may_send(
+    tmp_path,
+):
+    """As Artemis: `manage` on the management address. The answer goes only where the user
+    could send itself (no address made for someone who may not create one)."""
+    proc = start_secured(tmp_path / "secured", extra={"addresses": [{"name": "replies"}]})
+    try:
+        admin = StompClient(proc.stomp_port, connect_headers=login("alice")).connect()
+        admin.subscribe("/queue/replies")
+        assert ask(admin, "/queue/replies", "broker", attribute="version")[0]
+        producer = StompClient(proc.stomp_port, connect_headers=login("producer")).connect()
+        producer.send("activemq.management", "", headers={
+            "_AMQ_ResourceName": "broker", "_AMQ_Attribute": "version", "reply-to": "/queue/replies"})
+        error = producer.listener.wait_for_error()
+        assert "lacks permission manage" in error.headers["message"]
+        assert "activemq.management" in error.headers["message"]
+        admin.disconnect()
+    finally:
+        proc.stop()
+    assert not proc.tracebacks()

@@ -36,6 +36,7 @@ journal-sync = false
 archive-data-logs = true
 cleanup-period = "1m"
 disk-full-policy = "FAIL"
+allow-anonymous-remote = true   # 0.0.0.0 below: no security, on purpose (a test)
 
 [acceptors]
 stomp = "0.0.0.0:61614"

@@ -47,6 +47,12 @@ def test_url_gives_host_port_and_default_credentials_flags_override() -> None:
     assert (options.login, options.passcode) == ("guest", "pw")
 
 
+def test_stomp_ssl_url_means_tls_verified_with_the_given_ca() -> None:
+    options = client_options(_args("--url", "stomp+ssl://localhost:61614", "--tls-ca", "ca.pem"))
+    assert (options.host, options.port, options.tls, options.tls_ca) == ("localhost", 61614, True, "ca.pem")
+    assert client_options(_args("--url", "stomp://127.0.0.1:61613")).tls is False
+
+
 def test_headers_and_vhost_reach_the_client_options() -> None:
     options = client_options(_args("--header", "x-queue-type:quorum", "--header", "a:b:c", "--vhost", "/"))
     assert options.headers == (("x-queue-type", "quorum"), ("a", "b:c"))

@@ -1,0 +1,72 @@
+"""HTTP Basic authentication and the `view` / `manage` permissions, as an aiohttp middleware.
+
+Registered by `make_app` only when security is enabled. Every request needs credentials
+(none or wrong: 401 with `WWW-Authenticate`, the same answer for an unknown user and a
+wrong password, after the same growing delay per peer address as STOMP). A GET or HEAD
+needs `view` or `manage`, anything else `manage` (403 otherwise); `/metrics` is a GET like
+the rest. Both are checked on the management address (`pagemq.management`, which a `"#"`
+match covers), as Artemis checks management operations on its management address.
+Passwords are verified in the security thread pool and cached (`security/access.py`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from pagemq.security.access import AUTHENTICATION_FAILED, Access
+from pagemq.security.permissions import MANAGEMENT_ADDRESS
+
+__all__ = ["security_middleware"]
+
+REALM = 'Basic realm="pagemq", charset="UTF-8"'
+_READS = frozenset({"GET", "HEAD"})
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _unauthorized(message: str) -> web.Response:
+    return web.json_response({"error": message}, status=401, headers={"WWW-Authenticate": REALM})
+
+
+def _credentials(header: str | None) -> tuple[str, str] | None:
+    if not header:
+        return None
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    login, sep, password = decoded.partition(":")
+    return (login, password) if sep else None
+
+
+def _peer(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return request.remote or "unknown"
+
+
+def security_middleware(access: Access) -> Middleware:
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        credentials = _credentials(request.headers.get("Authorization"))
+        if credentials is None:
+            return _unauthorized("authentication required (HTTP Basic)")
+        user = await access.authenticate(credentials[0], credentials[1], _peer(request))
+        if user is None:
+            return _unauthorized(AUTHENTICATION_FAILED)
+        needed = "view" if request.method in _READS else "manage"
+        if not (access.allowed(user.name, needed, MANAGEMENT_ADDRESS)
+                or access.allowed(user.name, "manage", MANAGEMENT_ADDRESS)):
+            message = f"User {user.name} lacks permission {needed} on address {MANAGEMENT_ADDRESS}"
+            return web.json_response({"error": message, "code": "forbidden"}, status=403)
+        return await handler(request)
+
+    return check
