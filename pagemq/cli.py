@@ -46,9 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     artemis = config_commands.add_parser(
         "import-artemis", help="print the pagemq TOML equivalent of an Artemis broker.xml")
     artemis.add_argument("broker_xml", type=Path, metavar="broker.xml")
+    from pagemq.integrations import queue_cli
     from pagemq.security import user_cli
 
     user_cli.add_parser(commands)
+    queue_cli.add_parser(commands)
     return parser
 
 
@@ -163,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         from pagemq.security import user_cli
 
         return user_cli.run(args)
+    if args.command == "queue":
+        from pagemq.integrations import queue_cli
+
+        return queue_cli.run(args)
     return _data(args)
 
 

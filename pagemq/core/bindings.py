@@ -90,6 +90,8 @@ class Bindings:
     def pager(self, address: Address) -> AddressPager:
         """The address's pager, its page store opened on first use."""
         pager = self.pagers.get(address.name)
+        if pager is not None and pager.address is not address:
+            pager.address = address  # the address was deleted and made again: same page folder
         if pager is None:
             if self.queue_stores is None:
                 raise StorageFailure("paging is not configured on this broker")
@@ -184,3 +186,13 @@ class Bindings:
         self.queues_by_id.pop(queue.queue_id, None)
         if queue.durable:
             self.store.delete_queue(queue.queue_id)
+
+    def delete_address(self, address: Address) -> None:
+        """Remove an address whose queues are deleted, with its durable record. Its pager,
+        if it paged, stays open (its page folder is the same if the address comes back)."""
+        assert not address.queues, "delete the address's queues first"
+        if self.addresses.get(address.name) is address:
+            del self.addresses[address.name]
+        if address.address_id:
+            self.store.delete_address(address.address_id)
+            self.dirty = True

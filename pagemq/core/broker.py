@@ -25,6 +25,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST, MULTICAST
+from pagemq.core.admin import Admin
+from pagemq.core.auto_delete import AutoDelete
 from pagemq.core.bindings import Bindings, PageStoreFactory, QueueStoreFactory
 from pagemq.core.commit import Transactions
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
@@ -81,6 +83,8 @@ class Broker:
         )
         self.dead_letters = DeadLetters(self.router, self.ledger, self.expiry)
         self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids, self.duplicates)
+        self.admin = Admin(self.bindings, self.ledger, self.router)  # management actions
+        self.auto_delete = AutoDelete(self.bindings, self.admin)
         # What sessions, the server and the parts call, bound straight to the part that does
         # it (no extra call per SEND or ACK). Bound here, these cannot be overridden by a
         # subclass; the transaction calls below are methods (a test's broker overrides them).

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pagemq.broker")
 
 ORIGINAL_DESTINATION = "original-destination"
+ORIGINAL_QUEUE = "original-queue"  # the queue it left (Artemis' _AMQ_ORIG_QUEUE): a retry goes back there
 
 
 class DeadLetters:
@@ -84,6 +85,7 @@ class DeadLetters:
             return True
         headers = dict(message.headers)
         headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
+        headers.setdefault(ORIGINAL_QUEUE, queue.name)
         headers["destination"] = target
         try:
             future = self.router.send(target, ANYCAST, headers, message.body, persistent=message.persistent,

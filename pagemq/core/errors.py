@@ -23,6 +23,13 @@ class NotFound(BrokerError):
     http_status = 404
 
 
+class Conflict(BrokerError):
+    """A management action that the broker's state changed under (HTTP 409)."""
+
+    code = "conflict"
+    http_status = 409
+
+
 class InvalidDestination(BrokerError):
     code = "invalid-destination"
     http_status = 400

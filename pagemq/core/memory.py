@@ -1,25 +1,40 @@
 """One memory accountant for the whole broker (seed 003: caches sharing one RAM budget).
 
 Every cache that holds message objects charges it here: addresses for the messages they hold
-in memory, page cursors for what they read ahead from page files. `global-max-size` and
+in memory, page cursors for what they read back from page files (queued, or in flight to a
+consumer until acknowledged), pending transactional sends. `global-max-size` and
 `global-max-messages` are checked against the sum, so the broker's RSS is bounded by one
 figure whatever mix of caches fills it. Producers blocked by a BLOCK policy wait here and
 are woken when memory is released.
+
+Reading back from page files shares the budget fairly: a queue whose cursor holds messages
+read back is a *reader*, and while readers hold any, each may hold at most an equal share
+of the budget (`read_share`), and none reads more while the budget is full; a reader
+holding nothing may always read one message, so every consumer makes progress. A cursor
+stopped by a full budget waits in `read_waiters` and is woken, oldest first, once usage
+falls below `RESUME_READING` of the limit (hysteresis: one acknowledgement does not wake
+hundreds of readers to read one message each).
 
 Loop-only: every method runs on the event loop thread.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 from pagemq.core.waiters import Waiters
+
+RESUME_READING = 0.9  # readers stopped by a full budget read again below this share of it
 
 
 class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
-    __slots__ = ("_waiters", "max_bytes", "max_messages", "staged_bytes", "used_bytes", "used_messages")
+    __slots__ = (
+        "_read_waiters", "_resume_bytes", "_waiters", "depaged_bytes", "max_bytes", "max_messages",
+        "readers", "staged_bytes", "used_bytes", "used_messages",
+    )
 
     def __init__(self, max_bytes: int = -1, max_messages: int = -1) -> None:
         self.max_bytes = max_bytes
@@ -27,7 +42,11 @@ class MemoryAccountant:
         self.used_bytes = 0
         self.used_messages = 0
         self.staged_bytes = 0  # pending transactional sends (also in used_bytes)
+        self.depaged_bytes = 0  # read back from page files (also in used_bytes)
+        self.readers = 0  # page cursors holding messages read back
         self._waiters = Waiters()
+        self._read_waiters: deque[Callable[[], bool]] = deque()
+        self._resume_bytes = int(max_bytes * RESUME_READING) if max_bytes >= 0 else -1
 
     def would_exceed(self, size: int) -> bool:
         """True if holding one more message of `size` bytes would pass a global limit."""
@@ -50,6 +69,36 @@ class MemoryAccountant:
         self.used_messages -= messages
         if self._waiters:
             self._waiters.wake()
+        if self._read_waiters and self.used_bytes < self._resume_bytes:
+            self._wake_readers()
+
+    # -- reading back from page files -------------------------------------------------------
+
+    def read_share(self) -> int:
+        """Bytes one reader may hold read back from page files; -1: no global limit."""
+        if self.max_bytes < 0:
+            return -1
+        return self.max_bytes // max(1, self.readers)
+
+    def charge_depaged(self, size: int) -> None:
+        self.depaged_bytes += size
+        self.charge(size)
+
+    def release_depaged(self, size: int) -> None:
+        self.depaged_bytes -= size
+        self.release(size)
+
+    def wait_to_read(self, retry: Callable[[], bool]) -> None:
+        """A reader stopped by the full budget: `retry` is called once usage has fallen (see
+        the module); it returns False when it found the budget full again."""
+        self._read_waiters.append(retry)
+
+    def _wake_readers(self) -> None:
+        waiters = self._read_waiters
+        while waiters and self.used_bytes < self._resume_bytes:
+            retry = waiters.popleft()
+            if not retry():
+                return
 
     def stage(self, size: int) -> None:
         """A transactional send held until commit: counted like a held message."""

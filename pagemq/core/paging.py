@@ -28,7 +28,8 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import MessageRef
@@ -36,6 +37,7 @@ from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_io import CHUNK_BYTES
 from pagemq.storage.paging.page_store import RecordsLost
 from pagemq.storage.paging.queue_store import Entry, PagedQueue, PagedQueueStore
 
@@ -50,13 +52,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pagemq.paging")
 
+MIN_READ_CHUNK = 16 * 1024
+"""The smallest page read a queue makes when many share a tight budget (see _read_in)."""
+
 
 class Budget(Protocol):
-    """The broker-wide memory budget paged messages read back are charged to."""
+    """The broker-wide memory budget paged messages read back are charged to, shared fairly
+    among the queues reading back (`core.memory.MemoryAccountant`)."""
 
-    def charge(self, size: int) -> None: ...
+    readers: int
 
-    def release(self, size: int) -> None: ...
+    def charge_depaged(self, size: int) -> None: ...
+
+    def release_depaged(self, size: int) -> None: ...
+
+    def read_share(self) -> int: ...
+
+    def is_full(self) -> bool: ...
+
+    def wait_to_read(self, retry: Callable[[], bool]) -> None: ...
 
 
 class _Scan:
@@ -86,6 +100,7 @@ class PageCursor:
         self._scans: dict[object, _Scan] = {}
         # Delivery counts of claimed refs that went back to disk unacknowledged.
         self._returned: dict[tuple[int, int], int] = {}
+        self._waiting_for_budget = False
 
     @property
     def unread(self) -> int:
@@ -115,9 +130,18 @@ class PageCursor:
         prefetch_messages = settings.prefetch_page_messages
         held = queue.held
         book = self.book
+        budget = self.pager.budget
+        share = budget.read_share()
+        if share >= 0:  # the page reads and read-ahead of many readers fit the budget too
+            book.read_chunk_bytes = min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))
         while book.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
+                    return
+                if share >= 0 and self.bytes_in_memory >= share:
+                    return  # its fair share of the budget: more once its consumers ack
+                if budget.is_full():
+                    self._wait_for_budget()
                     return
                 if max_messages >= 0 and self.in_memory >= max_messages:
                     return
@@ -137,7 +161,18 @@ class PageCursor:
 
     def _decoded(self, entry: Entry) -> MessageRef:
         page_no, ordinal, record = entry
-        return self._ref(decode_message(record.message, self.pager.address.name), page_no, ordinal)
+        return self._ref(self.pager.decoded(page_no, ordinal, record), page_no, ordinal)
+
+    def _wait_for_budget(self) -> None:
+        if not self._waiting_for_budget:
+            self._waiting_for_budget = True
+            self.pager.budget.wait_to_read(self._budget_freed)
+
+    def _budget_freed(self) -> bool:
+        self._waiting_for_budget = False
+        if self.queue.consumers:
+            self.queue.dispatch()
+        return not self.pager.budget.is_full()
 
     # -- refs held back at start-up ---------------------------------------------------------
 
@@ -272,6 +307,10 @@ class PageCursor:
             if record.txid and book.waits_for_commit(record.txid):
                 scan.ordinal = ordinal  # looked at again once its transaction is decided
                 return False
+            if self.in_memory and self.pager.budget.is_full():
+                scan.ordinal = ordinal  # the budget is spent: this one once memory is freed
+                self._wait_for_budget()
+                return False
             message = decode_message(record.message, address)
             if not consumer.accepts(message):
                 continue
@@ -287,6 +326,8 @@ class PageCursor:
 
     def _into_memory(self, size: int) -> None:
         """One record read from disk is now held in memory (charged to the budgets)."""
+        if not self.in_memory:
+            self.pager.budget.readers += 1
         self.in_memory += 1
         self.bytes_in_memory += size
         self.pager.charge(size)
@@ -351,6 +392,8 @@ class PageCursor:
         size = ref.message.memory_size
         self.in_memory -= 1
         self.bytes_in_memory -= size
+        if not self.in_memory:
+            self.pager.budget.readers -= 1
         self.pager.release(size)
         position = ref.page_pos
         if not acked:
@@ -373,6 +416,9 @@ class PageCursor:
         """The queue is deleted: it holds no page any more."""
         self.pager.drop(self)
         self._holding = False
+        if self.in_memory:  # (its refs were released; this is only the reader count)
+            self.pager.budget.readers -= 1
+            self.in_memory = 0
 
 
 def _message_id(ref: MessageRef) -> int:
@@ -401,8 +447,12 @@ class AddressPager:
     def __init__(self, address: Address, store: PagedQueueStore, budget: Budget) -> None:
         self.address = address
         self.store = store
-        self._budget = budget
+        self.budget = budget
         self.cursors: dict[int, PageCursor] = {}
+        # Messages read back and still held by some queue, by (page, ordinal): the queues of a
+        # multicast address reading the same record share one message object, as they share
+        # it when it never paged (seed 000: one copy per address).
+        self._shared: weakref.WeakValueDictionary[tuple[int, int], Message] = weakref.WeakValueDictionary()
         store.listener = self
 
     def cursor(self, queue: Queue) -> PageCursor:
@@ -492,11 +542,23 @@ class AddressPager:
 
     def charge(self, size: int) -> None:
         self.address.charge(size)
-        self._budget.charge(size)
+        self.budget.charge_depaged(size)
 
     def release(self, size: int) -> None:
         self.address.release(size)
-        self._budget.release(size)
+        self.budget.release_depaged(size)
+
+    def decoded(self, page_no: int, ordinal: int, record: PagedRecord) -> Message:
+        """The message of a record read back; one object for every queue of the address that
+        holds it. Each queue still charges it to the budget: the sum overstates what a shared
+        message costs, never understates it."""
+        if len(self.cursors) < 2:
+            return decode_message(record.message, self.address.name)
+        key = (page_no, ordinal)
+        message = self._shared.get(key)
+        if message is None:
+            message = self._shared[key] = decode_message(record.message, self.address.name)
+        return message
 
     def maybe_leave_paging(self) -> None:
         """The backlog is read into memory: new messages can stay in memory again (FIFO holds).

@@ -102,10 +102,14 @@ class Recovery:
         bindings = self.bindings
         paged = 0
         read: set[str] = set()
-        for name in sorted(PageStore.discover(directory)):
+        for name, folder in sorted(PageStore.discover(directory).items()):
             address = bindings.addresses.get(name)
             if address is None:
-                log.warning("page folder for unknown address %r: kept, not read", name)
+                # An address an operator deleted leaves its folder without pages: not alarming.
+                pages = any(folder.glob("*.page"))
+                log.log(logging.WARNING if pages else logging.INFO,
+                        "page folder for unknown address %r: kept, not read%s", name,
+                        "" if pages else " (it holds no page: the address was deleted)")
                 continue
             pager = bindings.pager(address)
             # Ids stay above every paged message too (the journal may no longer hold the

@@ -84,6 +84,7 @@ class Router:
         priority: int = 4,
         expiration: int = 0,
         internal: bool = False,
+        only_queue: str | None = None,
     ) -> asyncio.Future[None] | None:
         """Route and store one message (page file or journal) and hand it to its queues;
         the future resolves when it is durable.
@@ -91,14 +92,19 @@ class Router:
         Raises `AddressFull` (FAIL policy), `Blocked` (BLOCK policy: retry later) or another
         `BrokerError`. A DROP policy returns None, as does a send nobody subscribes to.
         `internal`: a message the broker moves (dead letter, expiry); see `admit`.
+        `only_queue`: of the queues the address routes it to, only this one (a dead letter
+        retried to the subscription it came from; all of them when that queue is gone).
         """
-        dup_id = headers.get(DUPLICATE_ID_HEADER) if headers else None
+        # What the broker moves (dead letters, expiry, an operator's move or retry) is never
+        # a duplicate: the id was seen when the message first came, and dropping the copy now
+        # would lose the message.
+        dup_id = headers.get(DUPLICATE_ID_HEADER) if headers and not internal else None
         if dup_id is not None:
             seen, original = self.duplicates.seen(address_name, dup_id)
             if seen:
                 return original
         routed = self.route(address_name, routing_type, headers, body, persistent, priority, expiration,
-                            internal=internal)
+                            internal=internal, only_queue=only_queue)
         if dup_id is not None:
             return self._send_once(address_name, routed, dup_id, persistent)
         if routed is None:
@@ -181,6 +187,7 @@ class Router:
     def route(
         self, address_name: str, routing_type: str, headers: dict[str, str], body: bytes,
         persistent: bool, priority: int, expiration: int, *, internal: bool = False,
+        only_queue: str | None = None,
     ) -> Routed | None:
         """A new message, its queues and where it goes (MEMORY or PAGE); None when it is not
         stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise.
@@ -197,6 +204,8 @@ class Router:
             timestamp=int(time.time() * 1000),
         )
         queues = address.route(message, routing_type)
+        if only_queue is not None and only_queue in address.queues:
+            queues = [q for q in queues if q.name == only_queue]
         if not queues:
             return None
         decision = self.admit(address, message, internal=internal)

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from functools import partial
 
 from pagemq.units import (
+    MILLISECONDS,
     ConfigError,
     key_path,
     parse_bool,
     parse_choice,
+    parse_duration,
     parse_int,
     parse_size,
     parse_str,
@@ -90,6 +92,13 @@ class AddressSettings:
     expiry_address: str = "ExpiryQueue"
     auto_create_addresses: bool = True
     id_cache_size: int = 20_000
+    # Artemis' auto-delete settings (core/auto_delete.py); off by default here, see
+    # docs/configuration.md. Delays are milliseconds, as Artemis.
+    auto_delete_queues: bool = False
+    auto_delete_queues_delay: int = 0
+    auto_delete_queues_message_count: int = 0
+    auto_delete_addresses: bool = False
+    auto_delete_addresses_delay: int = 0
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> AddressSettings:
@@ -104,9 +113,12 @@ class AddressSettings:
 
     def to_config_dict(self) -> dict[str, object]:
         """Kebab-case keys as in the config file (the HTTP API's `settings` field)."""
-        return {
-            _kebab(field.name): getattr(self, field.name) for field in dataclasses.fields(self)
-        }
+        return {key: getattr(self, name) for name, key in _CONFIG_KEYS}
+
+
+_CONFIG_KEYS: tuple[tuple[str, str], ...] = tuple(
+    (field.name, field.name.replace("_", "-")) for field in dataclasses.fields(AddressSettings)
+)  # (field, config key): `to_config_dict` runs per address for the HTTP API's lists
 
 
 def _snake(key: str) -> str:
@@ -134,6 +146,16 @@ def _delivery_attempts(value: object, key: str) -> int:
     return parse_int(value, key, minimum=1)
 
 
+def _delay_ms(value: object, key: str) -> int:
+    """A delay in milliseconds: a bare integer counts milliseconds, as Artemis' delays."""
+    return round(parse_duration(value, key, bare_unit=MILLISECONDS) * 1000)
+
+
+def _message_count(value: object, key: str) -> int:
+    # -1: any count (the messages are deleted with the queue), as Artemis.
+    return parse_int(value, key)
+
+
 def _address_name(value: object, key: str) -> str:
     # An empty dead-letter/expiry address means "none": the message is dropped instead.
     return parse_str(value, key, empty_ok=True)
@@ -159,6 +181,11 @@ _PARSERS: dict[str, _Parser] = {
     "auto-create-addresses": parse_bool,
     # Duplicate detection (`_AMQ_DUPL_ID`): how many recent ids an address remembers; 0: off.
     "id-cache-size": partial(parse_int, minimum=0),
+    "auto-delete-queues": parse_bool,
+    "auto-delete-queues-delay": _delay_ms,
+    "auto-delete-queues-message-count": _message_count,
+    "auto-delete-addresses": parse_bool,
+    "auto-delete-addresses-delay": _delay_ms,
 }
 
 SETTING_KEYS: tuple[str, ...] = tuple(_PARSERS)

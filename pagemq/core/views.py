@@ -61,6 +61,8 @@ def memory_info(memory: MemoryAccountant) -> dict[str, object]:
         "used_messages": memory.used_messages,
         "used_percent": round(100.0 * memory.used_bytes / limit, 2) if limit > 0 else None,
         "pending_transactional_bytes": memory.staged_bytes,
+        "read_back_bytes": memory.depaged_bytes,  # read back from page files (in used_bytes)
+        "page_readers": memory.readers,  # page cursors sharing the budget for that
     }
 
 

@@ -17,6 +17,8 @@ from prometheus_client.registry import Collector
 
 from pagemq.core.errors import BrokerError
 from pagemq.core.views import disk_info, memory_info
+from pagemq.integrations import admin_api
+from pagemq.integrations.admin_api import ConnectionsView, HealthView
 from pagemq.integrations.metrics import BrokerCollector, ConnectionFigures, collect, process_collectors, write
 
 if TYPE_CHECKING:
@@ -40,9 +42,7 @@ def _error(exc: BrokerError) -> web.Response:
 
 async def list_addresses(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
-    return web.json_response(
-        {"addresses": [broker.address_info(name) for name in sorted(broker.addresses)]}
-    )
+    return admin_api.listing(request, "addresses", broker.addresses, broker.address_info)
 
 
 async def get_address(request: web.Request) -> web.Response:
@@ -54,7 +54,7 @@ async def get_address(request: web.Request) -> web.Response:
 
 async def list_queues(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
-    return web.json_response({"queues": [broker.queue_info(name) for name in sorted(broker.queues)]})
+    return admin_api.listing(request, "queues", broker.queues, broker.queue_info)
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -98,7 +98,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
              loop: LoopFigures | None = None, connections: ConnectionFigures | None = None,
-             access: Access | None = None) -> web.Application:
+             access: Access | None = None, *, connection_list: ConnectionsView | None = None,
+             health: HealthView | None = None) -> web.Application:
     """`access`: security enabled (Basic auth, view/manage: integrations/http_security.py)."""
     middlewares: list[Middleware] = []
     if access is not None:
@@ -116,6 +117,7 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     app.router.add_get("/api/queues", list_queues)
     app.router.add_get("/api/queues/{name}", get_queue)
     app.router.add_get("/metrics", metrics)
+    admin_api.register(app, broker, connections=connection_list, health_view=health)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
 
@@ -124,15 +126,16 @@ async def start_http(
     broker: Broker, stats: Callable[[], dict[str, int]], host: str | None, port: int,
     loop: LoopFigures | None = None, connections: ConnectionFigures | None = None, *,
     access: Access | None = None, tls: tuple[str, int, ssl.SSLContext] | None = None,
-    max_connections: int = -1,
+    max_connections: int = -1, connection_list: ConnectionsView | None = None,
+    health: HealthView | None = None,
 ) -> web.AppRunner:
     """`host` None: no plaintext listener; `tls`: (host, port, context) of `http-tls`;
     `max_connections`: -1 no limit, else past it a 503 (integrations/http_limits.py)."""
     from pagemq.integrations.http_limits import LimitedSite
     from pagemq.security.listener import ListenerPolicy
 
-    runner = web.AppRunner(make_app(broker, stats, loop, connections, access), access_log=None,
-                           handle_signals=False)
+    app = make_app(broker, stats, loop, connections, access, connection_list=connection_list, health=health)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     if host is not None:
         await LimitedSite(runner, host, port, reuse_address=True,

@@ -15,7 +15,7 @@ import importlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 from pagemq.core.broker import Broker
@@ -29,6 +29,7 @@ from pagemq.security.users_watch import UsersWatcher
 from pagemq.server.cleanup_report import describe_cleanup
 from pagemq.server.config import Config
 from pagemq.server.connection_log import ConnectionLog
+from pagemq.server.connections import connections_view, queue_deleted_listener
 from pagemq.server.disk_monitor import DiskMonitor
 from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
@@ -43,10 +44,23 @@ from pagemq.storage.paging.page_store import PageStore
 log = logging.getLogger("pagemq")
 
 EXPIRY_TICK_PERIOD = 1.0
+AUTO_DELETE_PERIOD = 1.0  # auto-delete-queues / -addresses: how often idle ones are looked for
 CLEANUP_CHECK_PERIOD = 0.25  # how often the journal is asked whether a cleanup is due
 TRIM_CHECK_PERIOD = 1.0
 GC_THRESHOLD = 20_000
 
+
+
+class _AllConnections:
+    """The STOMP connections of every listener (plain and TLS), read when iterated: the
+    listeners' sets are made at start-up, after the views that read them."""
+
+    def __init__(self, app: BrokerServer) -> None:
+        self._app = app
+
+    def __iter__(self) -> Iterator[StompServerProtocol]:
+        yield from self._app._connections
+        yield from self._app._tls_connections
 
 class BrokerServer:
     def __init__(self, config: Config, *, fileio: FileIO = REAL_FILE_IO) -> None:
@@ -104,6 +118,7 @@ class BrokerServer:
         self._tls_connections: set[StompServerProtocol] = set()
         self._users: UsersWatcher | None = None
         self._users_check: asyncio.Future[bool] | None = None
+        self.state = "starting"  # -> "ready" -> "stopping" -> "stopped" (GET /health)
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -148,6 +163,8 @@ class BrokerServer:
                 self._policy("stomp-tls"), self.tls.context, connection_log=self.connection_log,
             )
             listening.append(f"stomp-tls={acceptors.stomp_tls}")
+        every_connection = _AllConnections(self)
+        self.broker.admin.on_queue_deleted.append(queue_deleted_listener(every_connection))
         http_tls = acceptors.http_tls if self.tls is not None else None
         if acceptors.http is not None or http_tls is not None:
             # aiohttp takes a good part of start-up to import: in a thread, so that STOMP
@@ -159,6 +176,7 @@ class BrokerServer:
                 loop=self.loop_lag.figures, connections=self.connection_log.figures, access=self.access,
                 max_connections=acceptors.max_connections,
                 tls=(http_tls.host, http_tls.port, self.tls.context) if http_tls and self.tls else None,
+                connection_list=connections_view(every_connection), health=lambda: self.state,
             )
             if plain is not None:
                 listening.append(f"http={plain.host}:{plain.port}")
@@ -168,6 +186,9 @@ class BrokerServer:
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
             asyncio.create_task(self._every(broker_config.disk_scan_period, self.disk_monitor.scan)),
+            asyncio.create_task(self._every(
+                AUTO_DELETE_PERIOD, lambda: self.broker.auto_delete.tick(time.monotonic())
+            )),
             asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),
@@ -184,6 +205,7 @@ class BrokerServer:
         gc.set_threshold(GC_THRESHOLD, 20, 100)
         self._trimmer.baseline(self.broker.memory.used_bytes)
         self.loop_lag.start(asyncio.get_running_loop())  # from here on the loop serves clients
+        self.state = "ready"
         log.info(
             "ready: %s; recovered %d messages in %.2fs",
             " ".join(listening), recovered, time.monotonic() - started,
@@ -227,6 +249,10 @@ class BrokerServer:
 
     def _configure_addresses(self) -> None:
         broker = self.broker
+        broker.auto_delete.configured(
+            (a.name for a in self.config.addresses),
+            (q.name for a in self.config.addresses for q in a.queues),
+        )
         for address_config in self.config.addresses:
             address = broker.ensure_address(address_config.name, address_config.routing_type, auto=False)
             for queue_config in address_config.queues:  # an anycast one has at least its own
@@ -280,6 +306,7 @@ class BrokerServer:
                 " after start-up" if after_start else "", describe_cleanup(report), extra=report)
 
     async def stop(self) -> None:
+        self.state = "stopping"
         self.loop_lag.stop()
         for task in self._tasks:
             task.cancel()

@@ -30,6 +30,7 @@ from pagemq.security.config import (
     parse_tls,
 )
 from pagemq.security.permissions import SECTION as SECURITY_SECTION
+from pagemq.server.memory_limit import default_global_max_size
 from pagemq.units import (
     MILLISECONDS,
     NANOSECONDS,
@@ -76,7 +77,7 @@ _BROKER_DEFAULTS: dict[str, object] = {
     "data-directory": "data",
     "paging-directory": None,  # <data-directory>/paging
     "journal-directory": None,  # <data-directory>/journal
-    "global-max-size": "512MiB",
+    "global-max-size": None,  # a quarter of the memory available, at most 512 MiB (memory_limit)
     "global-max-messages": -1,
     "max-disk-usage": 90,
     "min-disk-free": -1,
@@ -283,7 +284,7 @@ def _broker(raw: object, data_dir_flag: str | None) -> BrokerConfig:
         data_directory=data_directory,
         paging_directory=paging if paging is not None else data_directory / "paging",
         journal_directory=journal if journal is not None else data_directory / "journal",
-        global_max_size=table.get("global-max-size", parse_size, d["global-max-size"]),
+        global_max_size=table.get("global-max-size", parse_size, default_global_max_size()),
         global_max_messages=table.get("global-max-messages", parse_int, d["global-max-messages"]),
         max_disk_usage=table.get("max-disk-usage", _percent, d["max-disk-usage"]),
         min_disk_free=table.get("min-disk-free", parse_size, d["min-disk-free"]),

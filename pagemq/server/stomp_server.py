@@ -28,6 +28,7 @@ import socket
 import struct
 import sys
 import termios
+import time
 from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
@@ -73,6 +74,8 @@ class StompServerProtocol(asyncio.Protocol):
         self._last_read = 0.0
         self._last_write = 0.0
         self.session: StompSession | None = None
+        self.peer: object = None  # the peer's address, and when it connected (GET /api/connections)
+        self.connected_at = 0.0
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
@@ -96,6 +99,8 @@ class StompServerProtocol(asyncio.Protocol):
         access = None if policy.access is None else policy.access.for_peer(_peer(transport))
         self.session = StompSession(self._broker, protocol, self, self._loop, access)
         self._connections.add(self)
+        self.peer = transport.get_extra_info("peername")
+        self.connected_at = time.time()
         self._last_read = self._last_write = self._loop.time()
         if policy.connect_timeout > 0:
             self._connect_timer = self._loop.call_later(policy.connect_timeout, self._no_connect)

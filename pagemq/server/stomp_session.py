@@ -165,7 +165,7 @@ class StompSession:
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
         self.session_id = f"pagemq-{next(_session_ids)}"
         self.client_id: str | None = None
-        self.login: str | None = None  # CONNECT's login header, for the connection log lines
+        self.login: str | None = None  # CONNECT's login header: connection log lines, GET /api/connections
         self.subscriptions: dict[str, Subscription] = {}
         self._by_index: dict[int, Subscription] = {}
         self._next_index = itertools.count(1)

@@ -346,6 +346,74 @@ async def test_a_page_finished_before_a_restart_stays_gone(h: Harness) -> None:
     assert recovery.queues[A].paged == h.store.queue(A).unread > 0
 
 
+# -- management: purge and claims of unread records ------------------------------------------
+
+
+@each_store
+async def test_purge_completes_whole_pages_and_leaves_other_queues_their_share(h: Harness) -> None:
+    await fill(h, 12, A, B)
+    a, b = h.store.queue(A), h.store.queue(B)
+    pages = h.page_numbers()
+    assert len(pages) > 2
+
+    purged, later = a.purge()
+
+    assert (purged, later, a.unread) == (12, None, 0)
+    assert a.take() is None
+    assert b.unread == 12
+    b_entries = take_all(b)
+    assert ids(b_entries) == list(range(1, 13))  # b's share untouched
+    await h.settle()
+    assert {c.page_no for c in h.journal.completes if c.queue_id == A} == set(pages)
+    ack(b, b_entries)
+    await h.settle()
+    assert h.page_numbers() == [] and h.store.page_files() == 0
+
+
+@each_store
+async def test_purge_keeps_records_in_memory_and_takes_the_rest_of_their_page(h: Harness) -> None:
+    await fill(h, 9, A)
+    a = h.store.queue(A)
+    held = [a.take(), a.take()]  # read into memory, not acknowledged (being delivered)
+    assert all(e is not None for e in held)
+
+    purged, _later = a.purge()
+
+    assert purged == 7 and a.unread == 0 and a.take() is None
+    ack(a, [e for e in held if e is not None])
+    await h.settle()
+    assert h.page_numbers() == []
+    recovery = await h.reopen([A])
+    assert A not in recovery.queues  # nothing comes back after a restart
+
+
+@each_store
+async def test_a_purge_survives_a_restart(h: Harness) -> None:
+    await fill(h, 9, A, B)
+    h.store.queue(A).purge()
+    await h.settle()
+    recovery = await h.reopen([A, B])
+    assert A not in recovery.queues and recovery.queues[B].paged == 9
+    append(h.store, 10, A, B)  # a purged queue receives again
+    await h.settle()
+    assert ids(take_all(h.store.queue(A))) == [10]
+
+
+@each_store
+async def test_claim_unread_takes_only_what_is_on_disk_only(h: Harness) -> None:
+    await fill(h, 3, A)
+    a = h.store.queue(A)
+    first = a.take()
+    assert first is not None
+    page_no, ordinal, _record = first
+    assert not a.claim_unread(page_no, ordinal)  # read into memory already
+    assert a.claim_unread(page_no, ordinal + 1)
+    assert not a.claim_unread(page_no, ordinal + 1)  # claimed already
+    assert a.unread == 1
+    a.acknowledge(page_no, ordinal + 1, journal=True)
+    assert ids(take_all(a)) == [3]
+
+
 # -- reads in the page-I/O worker ------------------------------------------------------------
 
 
@@ -399,3 +467,12 @@ async def test_a_read_landing_for_a_dropped_queue_wakes_nobody(h: Harness) -> No
     h.store.drop_queue(A)
     await io.step()
     assert h.listener.woken == []
+
+
+@each_store
+async def test_last_id_names_the_highest_message_id_of_a_page(h: Harness) -> None:
+    await fill(h, 9, A)
+    pages = h.page_numbers()
+    assert [h.store.last_id(p) for p in pages] == sorted(h.store.last_id(p) for p in pages)
+    assert h.store.last_id(pages[-1]) == 9 and 0 < h.store.last_id(pages[0]) < 9
+    assert h.store.last_id(max(pages) + 5) == 0

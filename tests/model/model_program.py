@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 ACK_MODES = ("auto", "client", "client-individual")
+ADMIN_SHARE = 0.04  # of the steps followed by an operator's purge of a queue
 COLORS = ("red", "blue", "green")
 # Selectors (on the `color` property) and the Python predicates the model checks them with.
 SELECTORS: dict[str, tuple[str, ...]] = {
@@ -177,13 +178,22 @@ class _Generator:
         self.durables: dict[tuple[int, str, str], str | None] = {}
         self.ops: list[Op] = []
         self.next_tx = 0
+        # Management actions (issue 18: purge over HTTP) are drawn from their own stream and
+        # not counted in the program's length, message ids or the other streams' keys, so
+        # every earlier seed keeps its operations, with purges in between.
+        self.admin_ops = 0
         # receipted persistent sends a producer may retry: (dest, mid, color)
         self.sent: list[tuple[str, str, str]] = []
 
     # -- helpers --------------------------------------------------------------------------
 
     def mid(self, suffix: str = "") -> str:
-        return f"m{len(self.ops)}{suffix}"
+        return f"m{self.steps}{suffix}"
+
+    @property
+    def steps(self) -> int:
+        """Operations so far, management actions not counted."""
+        return len(self.ops) - self.admin_ops
 
     def dest(self) -> str:
         return self.rnd.choice(self.queues + self.topics)
@@ -207,7 +217,7 @@ class _Generator:
     # -- the program ----------------------------------------------------------------------
 
     def run(self) -> list[Op]:
-        while len(self.ops) < self.length:
+        while self.steps < self.length:
             self.step()
         return self.ops
 
@@ -247,6 +257,10 @@ class _Generator:
         weights = [weight for weight, _, _ in options]
         _, kind, slot = self.rnd.choices(options, weights)[0]
         getattr(self, f"op_{kind}")(slot)
+        admin = random.Random(f"{self.seed}-{self.steps}-admin")
+        if admin.random() < ADMIN_SHARE:
+            self.emit("purge", dest=admin.choice(self.queues))
+            self.admin_ops += 1
 
     def any_slot(self) -> int:
         index = self.rnd.randrange(len(self.slots))
@@ -303,7 +317,7 @@ class _Generator:
                 "colors": [self.color() for _ in range(count)], "acks": self.rnd.random() < 0.6}
         # How long the broker gets before it dies, and whether it is SIGTERM instead: drawn
         # from their own stream (added later; earlier seeds keep their programs otherwise).
-        extra = random.Random(f"{self.seed}-{len(self.ops)}-midway")
+        extra = random.Random(f"{self.seed}-{self.steps}-midway")
         args["delay_ms"] = extra.choice([0, 0, 2, 5, 10, 20])
         args["graceful"] = extra.random() < 0.3
         self.emit("kill_midway", **args)
@@ -364,7 +378,7 @@ class _Generator:
     def op_tx_ack(self, index: int | None) -> None:
         # NACK inside a transaction came later: drawn from its own stream, so the programs of
         # seeds reported before it are unchanged but for some tx_ack becoming a NACK.
-        if random.Random(f"{self.seed}-{len(self.ops)}").random() < 0.3:
+        if random.Random(f"{self.seed}-{self.steps}").random() < 0.3:
             self.emit("tx_ack", slot=index, pick=self.pick(), nack=True)
         else:
             self.emit("tx_ack", slot=index, pick=self.pick())

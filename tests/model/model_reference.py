@@ -164,8 +164,11 @@ class _Unsynced:
 
 
 class Model:
-    def __init__(self, max_read_page_messages: int) -> None:
+    def __init__(self, max_read_page_messages: int, budget: bool = False) -> None:
         self.max_read = max_read_page_messages
+        # A global-max-size is set: reading back stops while the budget is full, as long as
+        # the queue holds a message read back (each queue may always hold one).
+        self.budget = budget
         self.messages: dict[str, Message] = {}
         self.queues: dict[str, QueueModel] = {}  # live instances by key
         self.dead_queues: list[QueueModel] = []
@@ -204,6 +207,20 @@ class Model:
         if queue.name is not None and self.durables.get(queue.name) is queue:
             del self.durables[queue.name]
         self.dead_queues.append(queue)
+
+    def purged(self, queue: QueueModel, why: str) -> None:
+        """An operator purged the queue (every frame sent before was carried out): what was
+        in it and not held is gone for good (the purge is durable when it answers), unless
+        a consumer may have had it in flight unseen (then it may come, or not)."""
+        consumed = any(sub.open for sub in queue.subs)
+        for copy in queue.copies.values():
+            if copy.holder is not None or copy.ack_in_flight or copy.status not in DELIVERABLE:
+                continue
+            if consumed or copy.unsynced or copy.status is Status.MAY:
+                copy.status = Status.MAY
+            else:
+                copy.status = Status.GONE
+            copy.note(why)
 
     def destroy_durable(self, name: str) -> None:
         queue = self.durables.get(name)
@@ -515,8 +532,11 @@ class Model:
 
     def read_blocked(self, queue: QueueModel) -> bool:
         """max-read-page-messages counts every paged message read into memory and not yet
-        acknowledged: while that many are held, a paging queue may legitimately wait."""
-        return self.max_read >= 0 and queue.held() >= self.max_read
+        acknowledged: while that many are held, a paging queue may legitimately wait. With a
+        global-max-size, one held is enough: the budget may be full (the model does not
+        track it), and then a queue holding a message read back reads no more."""
+        held = queue.held()
+        return (self.max_read >= 0 and held >= self.max_read) or (self.budget and held >= 1)
 
     def stalls(self, queues: Iterable[QueueModel] | None = None,
                only: Sub | None = None) -> list[tuple[Copy, Sub]]:
@@ -533,7 +553,7 @@ class Model:
                     continue
                 for sub in subs:
                     if sub.open and sub.credit > 0 and sub.accepts(copy) and (
-                            sub.selector is not None or not blocked):
+                            (sub.selector is not None and not self.budget) or not blocked):
                         found.append((copy, sub))
                         break
         return found

@@ -18,11 +18,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import json
 import os
 import socket
 import subprocess
 import time
 import types
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -122,7 +125,8 @@ class Runner:
         server = fork_server()
         self.broker = BrokerProcess(workdir, program.config.toml(), ports=broker_ports(),
                                     launcher=server.popen if server is not None else None)
-        self.model = Model(program.config.max_read_page_messages)
+        self.model = Model(program.config.max_read_page_messages,
+                           budget=program.config.global_max_size not in (-1, "-1"))
         self.clients: dict[int, Client] = {}
         self.log: list[str] = []
         self._receipts = (f"r{n}" for n in itertools.count(1))
@@ -448,6 +452,25 @@ class Runner:
             self.model.close_sub(sub, "unsubscribed", lost_possible=False)
         self.model.destroy_durable(name)
         self.wait_consumers()
+
+    def op_purge(self, dest: str) -> None:
+        """An operator purges an anycast queue over HTTP (docs/http-api.md), once every frame
+        sent so far is carried out."""
+        name = dest.removeprefix("/queue/")
+        self.sync_all()
+        request = urllib.request.Request(
+            f"http://{HOST}:{self.broker.http_port}/api/queues/{name}/purge", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=RECEIPT_WAIT) as response:
+                purged = json.loads(response.read())["purged"]
+        except urllib.error.HTTPError as exc:
+            with exc:
+                if exc.code == 404:
+                    return  # no such queue yet: nothing to purge
+                raise Violation("purge", f"POST purge of {name}: {exc.code} {exc.read()!r}") from None
+        queue = self.model.queues.get(name)
+        if queue is not None:
+            self.model.purged(queue, f"purged by an operator (with {purged} others)")
 
     def op_disconnect(self, slot: int) -> None:
         client = self.clients.get(slot)

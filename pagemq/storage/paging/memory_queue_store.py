@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord, PageScan
-from pagemq.storage.paging.page_io import PageIO
+from pagemq.storage.paging.page_io import PageIO, ReadSize
 from pagemq.storage.paging.page_store import PageInfo, PageState, RecordsLost, SummaryBuilder
 from pagemq.storage.paging.paged_queues import PagedQueues
 from pagemq.storage.paging.queue_store import CursorRecords
@@ -108,7 +108,8 @@ class MemoryPages:
 
     # -- reading --------------------------------------------------------------------------
 
-    def read_page(self, page_no: int, start_ordinal: int = 0) -> Iterator[tuple[int, PagedRecord]]:
+    def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
+                  ) -> Iterator[tuple[int, PagedRecord]]:
         page = self._pages.get(page_no)
         if page is None:
             return iter(())

@@ -252,11 +252,23 @@ def encode_v1_frame(records: Sequence[PagedRecord]) -> bytes:
     return V1_FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
 
 
+_QUEUE_ID_TUPLES: dict[bytes, tuple[int, ...]] = {}
+_QUEUE_ID_TUPLES_MAX = 4096
+
+
 def _decode_entry(body: memoryview, pos: int, txid: int = 0) -> tuple[PagedRecord, int]:
     flags, message_id, qcount, mlen = ENTRY_HEAD.unpack_from(body, pos)
     pos += ENTRY_HEAD.size
     layout = _queue_ids(qcount)
-    qids = layout.unpack_from(body, pos)
+    # Records of one address mostly list the same queues: one shared tuple for each list seen
+    # (a multicast record read back by 200 queues is 200 ids; one tuple each was most of
+    # what reading back held in memory). Safe across threads: dict get/set are atomic.
+    raw = body[pos:pos + layout.size].tobytes()
+    qids = _QUEUE_ID_TUPLES.get(raw)
+    if qids is None:
+        qids = layout.unpack_from(body, pos)
+        if len(_QUEUE_ID_TUPLES) < _QUEUE_ID_TUPLES_MAX:
+            _QUEUE_ID_TUPLES[raw] = qids
     pos += layout.size
     end = pos + mlen
     if end > len(body):

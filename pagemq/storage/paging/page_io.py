@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from pagemq.storage.paging.page_format import PagedRecord
 
-__all__ = ["CHUNK_BYTES", "InlinePageIO", "PageIO", "PageIOWorker", "QueuedPageIO", "ReadAhead"]
+__all__ = ["CHUNK_BYTES", "InlinePageIO", "PageIO", "PageIOWorker", "QueuedPageIO", "ReadAhead", "ReadSize"]
 
 CHUNK_BYTES = 256 * 1024
 """Messages read per chunk: with one chunk read ahead, a reading queue holds at most about
@@ -38,6 +38,16 @@ RECORD_OVERHEAD = 32
 """Bytes a record counts for besides its message, so chunks of tiny messages stay bounded."""
 
 T = TypeVar("T")
+
+
+class ReadSize:
+    """How many bytes a queue's reading reads at a time (page file reads, read-ahead chunks):
+    shared by its reader and read-ahead, so a change applies to the next read of either."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self, size: int = CHUNK_BYTES) -> None:
+        self.bytes = size
 
 Record = tuple[int, PagedRecord]
 Chunk = tuple[list[Record], bool]
@@ -128,10 +138,12 @@ class ReadAhead:
     `arrived` is called on the loop once it is in). Loop-only but for the chunk reads.
     """
 
-    __slots__ = ("_arrived", "_buffer", "_io", "_next", "_records", "_waiting")
+    __slots__ = ("_arrived", "_buffer", "_io", "_next", "_records", "_size", "_waiting")
 
-    def __init__(self, records: Iterator[Record], io: PageIO, arrived: Callable[[], None]) -> None:
+    def __init__(self, records: Iterator[Record], io: PageIO, arrived: Callable[[], None],
+                 size: ReadSize | None = None) -> None:
         self._records = records
+        self._size = size if size is not None else ReadSize()
         self._io = io
         self._arrived = arrived
         self._buffer: deque[Record] = deque()
@@ -145,8 +157,8 @@ class ReadAhead:
         return self._waiting
 
     def _read_next(self) -> None:
-        records = self._records
-        future = self._io.submit(lambda: read_chunk(records))
+        records, chunk_bytes = self._records, self._size.bytes
+        future = self._io.submit(lambda: read_chunk(records, chunk_bytes))
         self._next = future
         if not future.done():
             loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from pagemq.storage.paging.page_format import PagedRecord
-from pagemq.storage.paging.page_io import PageIO
+from pagemq.storage.paging.page_io import PageIO, ReadSize
 from pagemq.storage.paging.page_store import PageInfo, RecordsLost
 
 
@@ -29,7 +29,8 @@ class PageMedium(Protocol):
     def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
                ) -> tuple[int, int, asyncio.Future[None] | None]: ...
 
-    def read_page(self, page_no: int, start_ordinal: int = 0) -> Iterator[tuple[int, PagedRecord]]: ...
+    def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
+                  ) -> Iterator[tuple[int, PagedRecord]]: ...
 
     def fully_readable(self, page_no: int) -> bool: ...
 

@@ -65,7 +65,7 @@ from pagemq.storage.paging.page_format import (
     page_format_version,
     read_frames,
 )
-from pagemq.storage.paging.page_io import PageIO
+from pagemq.storage.paging.page_io import PageIO, ReadSize
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
@@ -450,7 +450,8 @@ class PageStore:
         visible = self._writer.visible_size(page_no) if self._writer is not None else None
         return visible is not None and visible >= page.stats.good_size
 
-    def read_page(self, page_no: int, start_ordinal: int = 0) -> Iterator[tuple[int, PagedRecord]]:
+    def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
+                  ) -> Iterator[tuple[int, PagedRecord]]:
         """(ordinal, record) from `start_ordinal` on, of records readable now (see module doc).
 
         What is readable is fixed when this is called; a page deleted meanwhile ends the
@@ -474,7 +475,8 @@ class PageStore:
             except (OSError, struct.error):
                 return iter(())
         ordinal, offset = _seek(list(page.stats.index), start_ordinal, limit)
-        reader = _PageReader(self.fileio, path, version, self.address, page, self._found_damage)
+        reader = _PageReader(self.fileio, path, version, self.address, page, self._found_damage,
+                             size if size is not None else ReadSize(READ_CHUNK))
         return reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=page.previous_run)
 
     def stats(self) -> dict[str, int]:
@@ -512,14 +514,15 @@ class _PageReader:
     on damage reads the rest of the readable part whole and resynchronises past it."""
 
     def __init__(self, fileio: FileIO, path: Path, version: int, address: str, page: PageState,
-                 on_damage: Callable[[PageState], None]) -> None:
+                 on_damage: Callable[[PageState], None], size: ReadSize) -> None:
         self.fileio, self.path, self.version = fileio, path, version
         self.address, self.page, self.on_damage = address, page, on_damage
+        self.size = size
 
     def records(self, offset: int, limit: int, ordinal: int, start_ordinal: int, *,
                 skip_non_persistent: bool) -> Iterator[tuple[int, PagedRecord]]:
         header = FRAME_HEADER if self.version >= 2 else V1_FRAME_HEADER
-        want = READ_CHUNK
+        want = self.size.bytes
         while offset < limit:
             try:
                 data = self.fileio.read_range(self.path, offset, min(want, limit - offset))
@@ -541,7 +544,7 @@ class _PageReader:
                 return
             if consumed:
                 offset += consumed
-                want = READ_CHUNK
+                want = self.size.bytes
                 continue
             # A frame longer than the chunk: read it whole, unless it cannot be one.
             length = 0

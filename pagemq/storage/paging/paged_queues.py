@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.disk_space import is_no_space
+from pagemq.storage.paging.ordinal_set import OrdinalSet
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.page_store import PageInfo, RecordsLost
@@ -239,6 +240,10 @@ class PagedQueues:
     def fully_readable(self, page_no: int) -> bool:
         return self.medium.fully_readable(page_no)
 
+    def last_id(self, page_no: int) -> int:
+        info = self.medium.page_info(page_no)
+        return info.last_id if info is not None else 0
+
     def messages_paged(self) -> int:
         return sum(c.unread for c in self.cursors.values())
 
@@ -290,6 +295,11 @@ class PagedQueues:
         self.medium.roll()
         self._note_live_page()
 
+    def roll_live(self) -> None:
+        """Close the live page now (a purge completes it rather than wait for it to fill)."""
+        self.medium.roll()
+        self._note_live_page()
+
     def _note_live_page(self) -> None:
         """After the medium may have rolled: pages that closed can now be completed."""
         live = self.medium.live_page_no()
@@ -302,16 +312,24 @@ class PagedQueues:
         for cursor in list(self.cursors.values()):
             cursor.complete_closed(self._live_seen)
 
-    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int]) -> None:
+    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int], *,
+                        recorded: bool = False) -> None:
+        """`recorded`: write the complete record even when the page then goes (a purge:
+        no ack in the journal stands for the records, so the record must until the page
+        file is gone; it is deleted with the page's other records)."""
         holders = self._open.get(page_no)
+        if holders is not None and holders <= {queue_id} and not recorded:
+            holders.discard(queue_id)
+            self._delete_page(page_no, ack_ids)
+            return
+        record_id = self.new_id()
+        self.journal.cursor_complete(CursorComplete(record_id, queue_id, page_no))
+        self._complete_ids.setdefault(page_no, []).append(record_id)
         if holders is not None:
             holders.discard(queue_id)
             if not holders:
                 self._delete_page(page_no, ack_ids)
                 return
-        record_id = self.new_id()
-        self.journal.cursor_complete(CursorComplete(record_id, queue_id, page_no))
-        self._complete_ids.setdefault(page_no, []).append(record_id)
         for ack_id in ack_ids:
             self.journal.delete_record(ack_id)
 
@@ -399,7 +417,7 @@ class PagedQueues:
                     continue
                 page_acks = acked.get((queue_id, info.page_no), [])
                 page = CursorPage(count)
-                page.acked = {ordinal for a in page_acks for ordinal in a.ordinals}
+                page.acked = OrdinalSet(ordinal for a in page_acks for ordinal in a.ordinals)
                 page.acked |= voided.get((queue_id, info.page_no), set())
                 page.ack_ids = [a.record_id for a in page_acks]
                 remaining = count - len(page.acked)

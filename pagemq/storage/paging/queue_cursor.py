@@ -25,8 +25,9 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from pagemq.storage.api import CursorAck
+from pagemq.storage.paging.ordinal_set import OrdinalSet
 from pagemq.storage.paging.page_format import PagedRecord
-from pagemq.storage.paging.page_io import ReadAhead
+from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadAhead, ReadSize
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.queue_store import CursorJournal, Entry, Position
 
@@ -49,7 +50,10 @@ class CursorOwner(Protocol):
 
     def live_page_caught_up(self, page_no: int) -> None: ...
 
-    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int]) -> None: ...
+    def queue_done_with(self, queue_id: int, page_no: int, ack_ids: list[int], *,
+                        recorded: bool = False) -> None: ...
+
+    def roll_live(self) -> None: ...
 
 
 class CursorPage:
@@ -59,7 +63,7 @@ class CursorPage:
 
     def __init__(self, count: int = 0) -> None:
         self.count = count
-        self.acked: set[int] = set()
+        self.acked = OrdinalSet()  # a bitmap: it grows with the page (ordinal_set)
         self.ack_ids: list[int] = []
         # Acked this loop turn, not yet in a cursor-acks record (see QueueCursor.write_acks).
         self.unwritten: list[int] = []
@@ -67,7 +71,7 @@ class CursorPage:
         self.claimed: set[int] = set()
         # Read into memory by the queue's own reading (acknowledged or not) in this run: a
         # record damaged after it was read is not one this queue has lost.
-        self.read: set[int] = set()
+        self.read = OrdinalSet()
         # Ordinals damage took (any queue's; see QueueCursor.records_lost).
         self.lost: frozenset[int] | set[int] = _NONE
 
@@ -81,6 +85,7 @@ class QueueCursor:
         self.queue_id = queue_id
         self.pages: dict[int, CursorPage] = {}
         self.unread = 0            # records for this queue on disk, not read into memory
+        self._read_size = ReadSize(CHUNK_BYTES)  # see PagedQueue.read_chunk_bytes
         self.waiting_for_write = False
         self._read_page = -1       # page being read; -1 = before the first
         self._read_ordinal = 0     # next ordinal to read in it
@@ -95,6 +100,14 @@ class QueueCursor:
         # Every record appended was readable when the reader was made, and none for this
         # queue was appended since: once the reader is read out, so is the page for now.
         self._reader_saw_all = False
+
+    @property
+    def read_chunk_bytes(self) -> int:
+        return self._read_size.bytes
+
+    @read_chunk_bytes.setter
+    def read_chunk_bytes(self, size: int) -> None:
+        self._read_size.bytes = size  # the next read of the reader and read-ahead use it
 
     def on_paged(self, page_no: int) -> None:
         page = self.pages.get(page_no)
@@ -138,14 +151,21 @@ class QueueCursor:
                 if reader is None:
                     return None
             page = self.pages.get(self._read_page)
+            # Records share their queue-id tuples (page_format): asked once per tuple, not
+            # once per record (a record of 200 queues is a scan of 200 ids).
+            seen_ids: tuple[int, ...] | None = None
+            mine = False
             for ordinal, record in reader:
                 self._read_ordinal = ordinal + 1
-                if page is None or queue_id not in record.queue_ids or ordinal in page.acked:
+                if record.queue_ids is not seen_ids:
+                    seen_ids = record.queue_ids
+                    mine = queue_id in seen_ids
+                if page is None or not mine or ordinal in page.acked:
                     continue
-                if ordinal in page.claimed:
-                    continue  # a selective consumer took it ahead of us; already counted
-                if ordinal in page.lost:
-                    continue  # a reader made before the damage; it no longer counts (records_lost)
+                # Claimed: a selective consumer took it ahead of us (already counted). Lost: a
+                # reader made before the damage; it no longer counts (records_lost).
+                if ordinal in page.claimed or ordinal in page.lost:
+                    continue
                 self._read_ordinal = ordinal
                 if record.txid and self._owner.waits_for_commit(record.txid, queue_id):
                     # Its transaction is not committed yet: nothing behind it goes first.
@@ -181,9 +201,10 @@ class QueueCursor:
         # meanwhile, and a later answer would not be about what this reader sees.
         saw_all = self._reader_saw_all = medium.fully_readable(self._read_page)
         self._reader_final = saw_all and self._read_page != medium.live_page_no()
-        reader = medium.read_page(self._read_page, self._read_ordinal)
+        size = self._read_size
+        reader = medium.read_page(self._read_page, self._read_ordinal, size=size)
         if medium.page_io is not None:
-            reader = self._ahead = ReadAhead(reader, medium.page_io, self._chunk_in)
+            reader = self._ahead = ReadAhead(reader, medium.page_io, self._chunk_in, size)
         self._reader = reader
         return reader
 
@@ -240,6 +261,16 @@ class QueueCursor:
                     or (not claimed and index in page.claimed)):
                 continue
             yield index, record
+
+    def claim_unread(self, page_no: int, ordinal: int) -> bool:
+        """Claim the record if it is still on disk only (not read, claimed, acknowledged or
+        lost): a management move takes it without reading it into the queue."""
+        page = self.pages.get(page_no)
+        if page is None or (ordinal in page.acked or ordinal in page.claimed or ordinal in page.read
+                            or ordinal in page.lost):
+            return False
+        self.claim(page_no, ordinal)
+        return True
 
     def claim(self, page_no: int, ordinal: int) -> None:
         page = self.pages.get(page_no)
@@ -353,7 +384,7 @@ class QueueCursor:
                         if p < live_page_no and len(page.acked) >= page.count]:
             self._complete(page_no)
 
-    def _complete(self, page_no: int) -> None:
+    def _complete(self, page_no: int, *, recorded: bool = False) -> None:
         page = self.pages[page_no]
         if page.unwritten:
             # If every queue is now done, the page file's deletion (not in the journal)
@@ -363,7 +394,46 @@ class QueueCursor:
         if self._read_page == page_no:
             self._drop_reader()  # nothing left for us in it
             self._peeked = None
-        self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
+        self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids, recorded=recorded)
+
+    def purge(self) -> tuple[int, asyncio.Future[None] | None]:
+        """Acknowledge every record of the queue that is on disk only (see the contract).
+
+        A page holding none of the queue's records in memory is completed as a whole, without
+        reading it: one "page complete" record (or the page's deletion), whatever its size.
+        A page with records in memory (delivering, or read and not yet settled) is read to
+        find the others' ordinals, which are acknowledged one by one. The live page is rolled
+        first, so it can be completed too."""
+        if self._medium.live_page_no() in self.pages:
+            self._owner.roll_live()
+        purged = 0
+        unreadable = False
+        for page_no in sorted(self.pages):
+            page = self.pages.get(page_no)
+            if page is None:
+                continue  # completed meanwhile (the roll above)
+            in_memory = any(o not in page.acked for o in (*page.read, *page.claimed))
+            if page_no != self._medium.live_page_no() and not in_memory:
+                left = page.count - len(page.acked)
+                purged += left
+                self.unread -= left
+                # No ack stands for these records: the complete record must, even if the page
+                # goes (a crash before its file is deleted would bring it back unacked).
+                self._complete(page_no, recorded=True)
+                continue
+            if not self._medium.fully_readable(page_no):
+                unreadable = True
+            queue_id = self.queue_id
+            for ordinal, record in self._medium.read_page(page_no, 0):
+                if (queue_id in record.queue_ids and ordinal not in page.acked
+                        and ordinal not in page.claimed and ordinal not in page.read
+                        and ordinal not in page.lost):
+                    self.claim(page_no, ordinal)
+                    self.acknowledge(page_no, ordinal, journal=record.persistent)
+                    purged += 1
+        self._peeked = None
+        self._drop_reader()
+        return purged, (self._medium.flush() if unreadable else None)
 
     def drop(self) -> None:
         """The queue is deleted: it holds no page any more."""

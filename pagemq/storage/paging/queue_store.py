@@ -129,6 +129,9 @@ class PagedQueue(Protocol):
     queue_id: int
     unread: int  # records on disk for the queue, not read into memory (nor claimed)
     waiting_for_write: bool  # reading stopped until the page's appended records are written
+    # Bytes of records the queue's in-order reading reads at a time (page file reads and
+    # read-ahead chunks): the core lowers it when many queues share a tight memory budget.
+    read_chunk_bytes: int
 
     @property
     def reading(self) -> bool:
@@ -164,6 +167,16 @@ class PagedQueue(Protocol):
     def unclaim(self, page_no: int, ordinal: int) -> bool:
         """A claimed record went back unacknowledged: unread again, for whoever reads its
         position next. False when damage took it meanwhile: it is gone for good."""
+
+    def claim_unread(self, page_no: int, ordinal: int) -> bool:
+        """`claim` the record if it is on disk only (not read, claimed, acknowledged or
+        lost), for a management move; False, with nothing changed, otherwise."""
+
+    def purge(self) -> tuple[int, asyncio.Future[None] | None]:
+        """Acknowledge every record of the queue that is on disk only (not read into memory
+        nor claimed), journaled as cursor records: pages it then holds nothing of complete
+        (and go once every queue is done). Returns how many, and a future when records
+        appended before the call were not yet readable (purge again once it resolves)."""
 
     def acknowledge(self, page_no: int, ordinal: int, *, journal: bool) -> None:
         """The record is done with; `journal`: gather it for the next cursor-acks record
@@ -226,6 +239,10 @@ class PagedQueueStore(Protocol):
         """Rebuild the bookkeeping of the queues `queue_ids` from page summaries and cursor
         records (every address's: only these queues' are matched with these pages); no page
         body is read but a transaction's batch whose commit record never came."""
+
+    def last_id(self, page_no: int) -> int:
+        """The highest message id on the page (0 when not known): a browse resuming after
+        an id skips the pages before it unread."""
 
     def last_message_id(self) -> int:
         """The highest message id in the pages (0 for none): new ids must stay above it."""

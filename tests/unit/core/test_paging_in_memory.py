@@ -11,6 +11,7 @@ from test_paging_acks import Collector
 
 from pagemq.core.broker import Broker
 from pagemq.core.consumer import AckMode
+from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings, AddressSettingsRepository
 from pagemq.core.transactions import PendingSend, Transaction
@@ -20,7 +21,9 @@ from pagemq.storage.paging.memory_queue_store import MemoryPagedQueueStore, Memo
 from pagemq.storage.paging.queue_store import CursorRecords, PagedQueueStore
 
 
-def memory_broker(address_settings: dict[str, object] | None = None) -> tuple[Broker, dict[str, MemoryPages]]:
+def memory_broker(
+    address_settings: dict[str, object] | None = None, memory: MemoryAccountant | None = None,
+) -> tuple[Broker, dict[str, MemoryPages]]:
     """Every message pages (max-size-bytes 0) unless told otherwise; pages stay in memory."""
     settings = AddressSettingsRepository()
     settings.add("#", {"max-size-bytes": 0, "page-size-bytes": 4096, **(address_settings or {})})
@@ -33,7 +36,7 @@ def memory_broker(address_settings: dict[str, object] | None = None) -> tuple[Br
 
     store = MemoryStore()
     store.start(asyncio.get_running_loop())
-    return Broker(settings, store=store, queue_stores=queue_store), opened
+    return Broker(settings, store=store, queue_stores=queue_store, memory=memory), opened
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:

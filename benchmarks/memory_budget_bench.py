@@ -1,0 +1,229 @@
+"""The one memory budget under many readers (issue 16): RSS of the broker while many durable
+subscribers of a paged topic, or many consumers of a paged queue, all read back at once.
+
+    python benchmarks/memory_budget_bench.py --subscribers 200 --messages 1000000
+    python benchmarks/memory_budget_bench.py --mode queue --consumers 1000 --prefetch 1000
+
+1. Starts the broker (`pagemq serve`) with `global-max-size` (default 64MiB) and every
+   message of the address paging (`max-size-bytes = 0`).
+2. topic mode: creates `--subscribers` durable subscriptions of one topic, disconnects them;
+   queue mode: nothing. Then `--messages` persistent messages of `--size` bytes are sent
+   (pipelined receipts) and the broker's idle RSS is read.
+3. Every subscriber (or consumer) connects at once, with `--prefetch`, and consumes,
+   acknowledging with cumulative `client` acks every `--ack-every` messages, in one asyncio
+   process (the project's own STOMP codec: cheap enough for 1,000 connections).
+4. The broker's RSS is sampled every 0.2 s throughout; at the end the bound
+   `global-max-size + idle RSS + 40 MiB` is checked against the peak, and every subscriber
+   must have received every message (topic) / the consumers all of them once (queue).
+
+Prints one JSON line with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rss import RssSampler, format_mib, process_rss
+
+from pagemq.protocol.stomp.frames import encode_frame
+from pagemq.protocol.stomp.parser import FrameParser
+from pagemq.units import parse_size
+
+MIB = 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Connection:
+    """One STOMP 1.2 connection over asyncio streams."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.parser = FrameParser()
+        self.frames: list = []
+
+    @classmethod
+    async def open(cls, port: int, client_id: str | None = None) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+        conn = cls(reader, writer)
+        headers = [("accept-version", "1.2"), ("host", "127.0.0.1"), ("heart-beat", "0,0")]
+        if client_id:
+            headers.append(("client-id", client_id))
+        writer.write(encode_frame("CONNECT", headers))
+        frame = await conn.next_frame()
+        assert frame.command == "CONNECTED", frame
+        return conn
+
+    async def next_frame(self):
+        while not self.frames:
+            data = await self.reader.read(256 * 1024)
+            if not data:
+                raise ConnectionError("broker closed the connection")
+            self.frames.extend(self.parser.feed(data))
+        return self.frames.pop(0)
+
+    async def receipt(self, headers: list[tuple[str, str]], command: str) -> None:
+        self.writer.write(encode_frame(command, [*headers, ("receipt", "r")]))
+        while (await self.next_frame()).command != "RECEIPT":
+            pass
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def produce(port: int, destination: str, count: int, size: int) -> float:
+    conn = await Connection.open(port)
+    body = b"x" * size
+    started = time.monotonic()
+    window, sent, confirmed = 2000, 0, 0
+    while sent < count:
+        batch = []
+        while sent < count and sent - confirmed < window:
+            sent += 1
+            batch.append(encode_frame("SEND", [("destination", destination), ("persistent", "true"),
+                                               ("receipt", str(sent))], body))
+        conn.writer.write(b"".join(batch))
+        while sent - confirmed >= window or (sent == count and confirmed < count):
+            frame = await conn.next_frame()
+            assert frame.command == "RECEIPT", (frame.command, frame.headers)
+            confirmed = int(frame.headers["receipt-id"])
+    conn.close()
+    return count / (time.monotonic() - started)
+
+
+async def consume(port: int, destination: str, client_id: str | None, durable: str | None,
+                  prefetch: int, ack_every: int, stop: asyncio.Event, counts: list[int], index: int) -> None:
+    conn = await Connection.open(port, client_id)
+    headers = [("destination", destination), ("id", "1"), ("ack", "client"),
+               ("activemq.prefetchSize", str(prefetch))]
+    if durable:
+        headers.append(("durable-subscription-name", durable))
+    conn.writer.write(encode_frame("SUBSCRIBE", headers))
+    since_ack = 0
+    try:
+        while not stop.is_set():
+            try:
+                frame = await asyncio.wait_for(conn.next_frame(), 0.5)
+            except TimeoutError:
+                continue
+            if frame.command != "MESSAGE":
+                raise RuntimeError(f"{frame.command} {frame.headers}")
+            counts[index] += 1
+            since_ack += 1
+            # Cumulative ACK every `ack_every`, and whenever nothing more is buffered: a
+            # client that waited for a full batch would wait forever on a broker that keeps
+            # its window below the batch (a tight budget gives each reader one message).
+            if since_ack >= ack_every or not conn.frames:
+                conn.writer.write(encode_frame("ACK", [("id", frame.headers["ack"])]))
+                since_ack = 0
+    finally:
+        conn.close()
+
+
+async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object]:
+    topic = args.mode == "topic"
+    destination = "/topic/budget" if topic else "/queue/budget"
+    readers = args.subscribers if topic else args.consumers
+    if topic:  # the durable subscriptions exist before the messages are sent
+        for n in range(readers):
+            conn = await Connection.open(port, f"c{n}")
+            await conn.receipt([("destination", destination), ("id", "1"), ("ack", "client"),
+                                ("durable-subscription-name", "s")], "SUBSCRIBE")
+            conn.close()
+    fill_rate = await produce(port, destination, args.messages, args.size)
+    await asyncio.sleep(1.0)
+    idle = process_rss(pid)
+    expected = args.messages * (readers if topic else 1)
+    counts = [0] * readers
+    stop = asyncio.Event()
+    started = time.monotonic()
+    with RssSampler(pid, interval=0.2) as sampler:
+        tasks = [asyncio.create_task(consume(port, destination, f"c{n}" if topic else None,
+                                             "s" if topic else None, args.prefetch, args.ack_every,
+                                             stop, counts, n)) for n in range(readers)]
+        deadline = started + args.timeout
+        while sum(counts) < expected and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        elapsed = time.monotonic() - started
+        await asyncio.sleep(0.5)  # anything extra (a duplicate) would arrive now
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    budget = parse_size(args.global_max_size, "global-max-size")
+    bound = budget + idle + 40 * MIB
+    complete = (all(c == args.messages for c in counts) if topic else sum(counts) == args.messages)
+    return {
+        "mode": args.mode, "readers": readers, "messages": args.messages, "size": args.size,
+        "prefetch": args.prefetch, "global_max_size": args.global_max_size,
+        "fill_msgs_per_s": round(fill_rate), "deliveries": sum(counts), "expected": expected,
+        "every_reader_got_every_message": complete,
+        "min_per_reader": min(counts), "max_per_reader": max(counts),
+        "deliveries_per_s": round(sum(counts) / elapsed), "seconds": round(elapsed, 1),
+        "idle_rss": format_mib(idle), "peak_rss": format_mib(sampler.peak), "bound": format_mib(bound),
+        "within_bound": sampler.peak <= bound,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("topic", "queue"), default="topic")
+    parser.add_argument("--subscribers", type=int, default=200)
+    parser.add_argument("--consumers", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--prefetch", type=int, default=1000)
+    parser.add_argument("--ack-every", type=int, default=100)
+    parser.add_argument("--global-max-size", default="64MiB")
+    parser.add_argument("--page-size", default="10MiB")
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="pagemq-budget-"))
+    stomp, http = free_port(), free_port()
+    config = workdir / "pagemq.toml"
+    config.write_text(
+        f'[broker]\ndata-directory = "{workdir / "data"}"\nglobal-max-size = "{args.global_max_size}"\n'
+        f'[acceptors]\nstomp = "127.0.0.1:{stomp}"\nhttp = "127.0.0.1:{http}"\n'
+        f'[address-settings."#"]\nmax-size-bytes = 0\npage-size-bytes = "{args.page_size}"\n'
+    )
+    log = (workdir / "broker.log").open("w")
+    # PAGEMQ_BENCH_SERVE: a script to run instead of `-m pagemq` (a profiling wrapper).
+    wrapper = os.environ.get("PAGEMQ_BENCH_SERVE")
+    launcher = [wrapper] if wrapper else ["-m", "pagemq"]
+    broker = subprocess.Popen([sys.executable, *launcher, "serve", "--config", str(config)],
+                              stderr=log, cwd=workdir)
+    try:
+        deadline = time.monotonic() + 60
+        while "ready" not in (workdir / "broker.log").read_text():
+            if broker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("broker did not start: " + (workdir / "broker.log").read_text())
+            time.sleep(0.1)
+        figures = asyncio.run(run(args, stomp, broker.pid))
+        print(json.dumps(figures))
+        return 0 if figures["within_bound"] and figures["every_reader_got_every_message"] else 1
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

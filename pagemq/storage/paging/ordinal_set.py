@@ -1,0 +1,87 @@
+"""A set of record ordinals of one page, as a bitmap: one bit per record, not ~40 bytes.
+
+A queue keeps, per page it still has records in, which ordinals it acknowledged and read.
+As Python sets those cost ~40 bytes per ordinal (hash slot plus int object): a selective
+consumer that acknowledged every other message of a 10M-message backlog held 5M of them, some
+200 MB; 200 subscribers of a topic, each two pages of 10,000 records into its backlog, as
+much. As bits the same is 1.25 KB per 10,000-record page, whatever is marked.
+
+Loop-only, like the bookkeeping that holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+__all__ = ["OrdinalSet"]
+
+
+class OrdinalSet:
+    """Set-like (add, discard, in, len, iteration, |=) over non-negative ints."""
+
+    __slots__ = ("_bits", "_count")
+
+    def __init__(self, ordinals: Iterable[int] = ()) -> None:
+        self._bits = bytearray()
+        self._count = 0
+        for ordinal in ordinals:
+            self.add(ordinal)
+
+    def __contains__(self, ordinal: object) -> bool:
+        if not isinstance(ordinal, int):
+            return False
+        byte = ordinal >> 3
+        bits = self._bits
+        return 0 <= byte < len(bits) and bool(bits[byte] >> (ordinal & 7) & 1)
+
+    def add(self, ordinal: int) -> None:
+        byte = ordinal >> 3
+        bits = self._bits
+        if byte >= len(bits):
+            # Grow by half again at least: pages fill in order, one ordinal at a time.
+            bits.extend(bytes(max(byte + 1 - len(bits), len(bits) // 2, 16)))
+        mask = 1 << (ordinal & 7)
+        if not bits[byte] & mask:
+            bits[byte] |= mask
+            self._count += 1
+
+    def discard(self, ordinal: int) -> None:
+        byte = ordinal >> 3
+        bits = self._bits
+        if byte < len(bits):
+            mask = 1 << (ordinal & 7)
+            if bits[byte] & mask:
+                bits[byte] &= ~mask & 0xFF
+                self._count -= 1
+
+    def update(self, ordinals: Iterable[int]) -> None:
+        for ordinal in ordinals:
+            self.add(ordinal)
+
+    def __ior__(self, ordinals: Iterable[int]) -> OrdinalSet:
+        self.update(ordinals)
+        return self
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __iter__(self) -> Iterator[int]:
+        for index, value in enumerate(self._bits):
+            if value:
+                base = index << 3
+                for bit in range(8):
+                    if value >> bit & 1:
+                        yield base + bit
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OrdinalSet | set | frozenset):
+            return set(self) == set(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"OrdinalSet({sorted(self)!r})"

@@ -1,0 +1,111 @@
+"""Reading back from page files within the one memory budget (`global-max-size`): the queues
+reading back share it fairly, each always gets at least one message, a queue stopped by a
+full budget reads again once memory is freed, and the queues of a multicast address share
+one message object per record read back."""
+
+from __future__ import annotations
+
+import asyncio
+
+from test_paging_acks import Collector
+from test_paging_in_memory import memory_broker, run
+
+from pagemq.core.broker import Broker
+from pagemq.core.consumer import AckMode, Consumer
+from pagemq.core.memory import MemoryAccountant
+from pagemq.core.queue import Queue
+
+BODY = b"x" * 200
+
+
+Subscribed = list[tuple[Queue, Collector, Consumer]]
+
+
+def topic_with_subscribers(broker: Broker, count: int, messages: int) -> Subscribed:
+    address = broker.ensure_address("t", "multicast")
+    queues = [broker.ensure_queue(address, f"s{n}", "multicast") for n in range(count)]
+    for n in range(messages):
+        broker.send("t", "multicast", {"n": str(n)}, BODY, persistent=True)
+    subscribed = []
+    for queue in queues:
+        sink = Collector()
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL, prefetch=1000)
+        subscribed.append((queue, sink, consumer))
+    return subscribed
+
+
+def test_readers_share_the_budget_and_each_gets_at_least_one_message() -> None:
+    async def body() -> None:
+        budget = 16 * 1024
+        memory = MemoryAccountant(max_bytes=budget)
+        broker, _pages = memory_broker(memory=memory)
+        subscribed = topic_with_subscribers(broker, 20, 300)
+        one = max(ref.message.memory_size for _q, sink, _c in subscribed for _t, ref in sink.delivered)
+        assert all(sink.delivered for _q, sink, _c in subscribed), "a subscriber got nothing"
+        assert memory.depaged_bytes <= budget + 20 * one
+        assert memory.readers == 20
+
+    run(body)
+
+
+def test_every_subscriber_gets_every_message_as_acks_free_the_budget() -> None:
+    async def body() -> None:
+        memory = MemoryAccountant(max_bytes=8 * 1024)
+        broker, pages = memory_broker(memory=memory)
+        subscribed = topic_with_subscribers(broker, 12, 200)
+        peak = 0
+        for _round in range(10_000):
+            moved = False
+            for queue, _sink, consumer in subscribed:
+                if consumer.in_flight:
+                    broker.acknowledge(queue, [consumer.take(tag) for tag in list(consumer.in_flight)])
+                    moved = True
+                peak = max(peak, memory.depaged_bytes)
+            if not moved:
+                break
+        for _queue, sink, _consumer in subscribed:
+            assert [int(ref.message.headers["n"]) for _t, ref in sink.delivered] == list(range(200))
+        one = next(iter(subscribed))[1].delivered[0][1].message.memory_size
+        assert peak <= 8 * 1024 + 12 * one
+        await asyncio.sleep(0.01)
+        assert memory.readers == 0 and memory.depaged_bytes == 0 and memory.used_bytes == 0
+        assert pages["t"].page_count() == 0
+
+    run(body)
+
+
+def test_a_reader_stopped_by_a_full_budget_reads_again_when_memory_is_freed() -> None:
+    async def body() -> None:
+        memory = MemoryAccountant(max_bytes=4 * 1024)
+        broker, _pages = memory_broker(memory=memory)
+        first, second = topic_with_subscribers(broker, 2, 100)
+        (first_queue, first_sink, first_consumer), (_queue, second_sink, _consumer) = first, second
+        # The first queue filled the budget; the second holds its one message and waits.
+        assert len(second_sink.delivered) == 1
+        before = len(second_sink.delivered)
+        broker.acknowledge(first_queue, [first_consumer.take(tag) for tag in list(first_consumer.in_flight)])
+        assert len(second_sink.delivered) > before, "the waiting reader was not woken"
+        assert len(first_sink.delivered) > 1
+
+    run(body)
+
+
+def test_multicast_queues_share_one_message_object_per_record_read_back() -> None:
+    async def body() -> None:
+        broker, _pages = memory_broker()
+        subscribed = topic_with_subscribers(broker, 3, 10)
+        firsts = [sink.delivered[0][1].message for _q, sink, _c in subscribed]
+        assert firsts[0] is firsts[1] is firsts[2]
+
+    run(body)
+
+
+def test_without_a_global_limit_reading_back_follows_the_read_limits_only() -> None:
+    async def body() -> None:
+        memory = MemoryAccountant()
+        broker, _pages = memory_broker({"max-read-page-messages": 7}, memory=memory)
+        subscribed = topic_with_subscribers(broker, 3, 50)
+        assert [len(sink.delivered) for _q, sink, _c in subscribed] == [7, 7, 7]
+        assert memory.read_share() == -1
+
+    run(body)

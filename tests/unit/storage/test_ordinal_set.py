@@ -1,0 +1,34 @@
+"""OrdinalSet: a page's acked/read ordinals as a bitmap, behaving as the set it replaced."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+from pagemq.storage.paging.ordinal_set import OrdinalSet
+
+
+def test_ordinal_set_behaves_like_a_set_of_ints() -> None:
+    rnd = random.Random(7)
+    bits, plain = OrdinalSet(), set()
+    for _ in range(5000):
+        ordinal = rnd.randrange(3000)
+        if rnd.random() < 0.7:
+            bits.add(ordinal)
+            plain.add(ordinal)
+        else:
+            bits.discard(ordinal)
+            plain.discard(ordinal)
+        assert len(bits) == len(plain)
+    assert sorted(bits) == sorted(plain)
+    assert all((n in bits) == (n in plain) for n in range(-5, 3100))
+    assert bits == plain
+    bits |= {4000, 1}
+    assert 4000 in bits and len(bits) == len(plain | {4000, 1})
+    assert "x" not in bits and not OrdinalSet()
+
+
+def test_half_of_a_large_page_marked_costs_bits_not_set_entries() -> None:
+    bits = OrdinalSet(range(0, 100_000, 2))
+    assert len(bits) == 50_000
+    assert sys.getsizeof(bits._bits) < 20_000  # a set of the same: ~2 MB with its int objects
