@@ -316,16 +316,15 @@ def _resource(broker: Broker, resource: str) -> _Resource:
 
 
 def _parameters(body: bytes) -> list[object]:
+    """The body: a JSON array of parameters (Artemis writes `null` or nothing for none)."""
     text = body.decode("utf-8", "replace").strip().strip("\x00")
-    if not text or text == "null":
-        return []
     try:
-        params = json.loads(text)
+        params = json.loads(text) if text else None
     except ValueError as exc:
         raise ManagementError(f"operation parameters are not a JSON array: {exc}") from None
-    if not isinstance(params, list):
-        raise ManagementError("operation parameters must be a JSON array")
-    return params
+    if params is None or isinstance(params, list):
+        return params or []
+    raise ManagementError("operation parameters must be a JSON array")
 
 
 def answer(broker: Broker, headers: Mapping[str, str], body: bytes) -> tuple[bool, str]:
