@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pagemq.core.address import Address
     from pagemq.core.consumer import Consumer
     from pagemq.core.message import Message
-    from pagemq.core.queue import Queue
+    from pagemq.core.queue import Queue, StreamPlan
     from pagemq.core.selector import Selector
 
 log = logging.getLogger("pagemq.paging")
@@ -381,6 +381,64 @@ class PageCursor:
                 message = decode_message(record.message, address)
                 if selector is None or selector.matches_headers(message_view(message)):
                     yield MessageRef(message, (number, index))
+
+    # -- streaming readers (core/stream.py) --------------------------------------------------
+
+    def stream_plan(self) -> StreamPlan:
+        """What a range read of the page files needs, taken now on the loop: the queue's
+        pages from its read position (with the first ordinal to read of each), the reading
+        of one page, and whether a transaction is still undecided (`core.stream.PagedRange`)."""
+        book = self.book
+        page_no, ordinal = book.position()
+        pages = tuple((number, ordinal if number == page_no else 0) for number in book.pages_from(page_no))
+        return pages, book.read, self.pager.store.is_pending
+
+
+    def acknowledge_through(self, offset: int, served: Callable[[int], bool], selector: Selector | None,
+                            budget: int) -> tuple[int, int, str]:
+        """Take the queue's next paged records while their id is <= `offset`, up to `budget`:
+        acknowledge each one `served` (by id) and matching `selector` where it lies (no
+        memory charged; decoded only when there is a selector to apply), read the others into
+        the queue as a fill would (they stay the queue's, pending). Returns (acknowledged,
+        kept, state): state "done" (no record <= `offset` is left), "budget", or "waiting"
+        (the next record is being read in the page-I/O worker, written, or behind an
+        undecided transaction: ask again soon)."""
+        book = self.book
+        queue = self.queue
+        acked = kept = 0
+        address = self.pager.address.name
+        while book.unread > 0:
+            if acked + kept >= budget:
+                return acked, kept, "budget"
+            found = book.peek()
+            if found is None:
+                if book.reading or book.waiting_for_write:
+                    return acked, kept, "waiting"
+                return acked, kept, "waiting" if book.unread > 0 else "done"
+            page_no, ordinal, record = found
+            if record.message_id > offset:
+                break
+            book.take()
+            message = None
+            if selector is not None or not served(record.message_id):
+                message = decode_message(record.message, address)
+            if message is None or (served(record.message_id) and (
+                    selector is None or selector.matches_headers(message_view(message)))):
+                queue.counters.acknowledged += 1
+                book.acknowledge(page_no, ordinal, journal=record.persistent)
+                acked += 1
+                continue
+            ref = self._ref(message, page_no, ordinal)
+            self._into_memory(message.memory_size)
+            if queue.held:
+                self._release_below(message.message_id)
+            queue.add_depaged(ref)
+            kept += 1
+        if queue.held:
+            self._release_due()
+        if book.unread <= 0:
+            self.pager.maybe_leave_paging()
+        return acked, kept, "done"
 
     # -- acknowledgements -----------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import Consumer, MessageRef
@@ -42,6 +42,13 @@ if TYPE_CHECKING:
     from pagemq.core.message import Message
     from pagemq.core.selector import Selector
     from pagemq.core.settings import AddressSettings
+    from pagemq.core.stream_reader import StreamReader
+    from pagemq.storage.paging.page_format import PagedRecord
+
+    # A range read's view of the page files (core.stream.PagedRange): pages from the read
+    # position with their first ordinal, the reading of one page, "is this transaction undecided".
+    StreamPlan = tuple[tuple[tuple[int, int], ...], Callable[[int, int], Iterator[tuple[int, PagedRecord]]],
+                       Callable[[int], bool]]
 
 PRIORITIES = 10
 _FEW = 64  # take_pending: up to this many refs are removed one by one
@@ -82,6 +89,9 @@ class PagedSource(Protocol):
     def forget(self, consumer: Consumer) -> None: ...
     def settle(self, ref: MessageRef, *, acked: bool, journaled: bool = False) -> None: ...
     def browse(self, selector: Selector | None) -> Iterator[MessageRef]: ...
+    def stream_plan(self) -> StreamPlan: ...
+    def acknowledge_through(self, offset: int, served: Callable[[int], bool], selector: Selector | None,
+                            budget: int) -> tuple[int, int, str]: ...
 
 
 class QueueCounters:
@@ -128,6 +138,8 @@ class Queue:
         # Recovered refs newer than paged messages not yet read back, by message id; the
         # cursor lets them in as it reads past those (see PageCursor.hold_back).
         self.held: deque[MessageRef] = deque()
+        # Streaming readers by name (core.stream): their committed offsets, what they were served.
+        self.stream_readers: dict[str, StreamReader] = {}
         self._top = -1
         self._first = 0  # lowest position given (to a returned ref, at a level's head)
         self._last = 0  # highest position given (to an arrival, at a level's tail)

@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING
 from pagemq.core.errors import NotFound
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from pagemq.core.address import Address
     from pagemq.core.bindings import Bindings
     from pagemq.core.disk import DiskGuard
     from pagemq.core.memory import MemoryAccountant
     from pagemq.core.paging import AddressPager
+    from pagemq.core.stream_reader import StreamReader
 
 
 def address_info(bindings: Bindings, name: str) -> dict[str, object]:
@@ -114,4 +117,13 @@ def queue_info(bindings: Bindings, name: str) -> dict[str, object]:
         "messages_acknowledged": counters.acknowledged,
         "messages_expired": counters.expired,
         "messages_killed": counters.killed,
+        "stream_readers": stream_readers(queue.stream_readers.values(), queue.pending + paged),
     }
+
+
+def stream_readers(readers: Iterable[StreamReader], waiting: int) -> list[dict[str, object]]:
+    """Each streaming reader's lag (core.stream): its committed offset and, as Kafka's
+    offsets-behind-latest, the messages waiting in the queue (pending and paged: everything
+    above the committed offset, as a commit acknowledges everything below it)."""
+    return [{"name": reader.name, "committed_offset": reader.committed, "last_read_offset": reader.last_read,
+             "offsets_behind_latest": waiting} for reader in sorted(readers, key=lambda r: r.name)]

@@ -20,6 +20,7 @@ from pagemq.core.views import disk_info, memory_info
 from pagemq.integrations import admin_api
 from pagemq.integrations.admin_api import ConnectionsView, HealthView
 from pagemq.integrations.metrics import BrokerCollector, ConnectionFigures, collect, process_collectors, write
+from pagemq.integrations.stream_api import StreamCollector, add_stream_routes
 
 if TYPE_CHECKING:
     import ssl
@@ -110,7 +111,8 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     app[BROKER_KEY] = broker
     app[STATS_KEY] = stats
     app[LOOP_KEY] = loop
-    app[METRICS_KEY] = [BrokerCollector(broker, stats, loop, connections), *process_collectors()]
+    app[METRICS_KEY] = [BrokerCollector(broker, stats, loop, connections), StreamCollector(broker),
+                        *process_collectors()]
     app.router.add_get("/api/broker", get_broker)
     app.router.add_get("/api/addresses", list_addresses)
     app.router.add_get("/api/addresses/{name}", get_address)
@@ -118,6 +120,7 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     app.router.add_get("/api/queues/{name}", get_queue)
     app.router.add_get("/metrics", metrics)
     admin_api.register(app, broker, connections=connection_list, health_view=health)
+    add_stream_routes(app, broker)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
 

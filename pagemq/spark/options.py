@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PagemqOptionError", "flag", "number", "required", "text"]
+from pagemq.selector import SelectorError
+from pagemq.selector import compile as compile_selector
+
+__all__ = ["PagemqOptionError", "flag", "number", "required", "selector", "text"]
 
 
 class PagemqOptionError(ValueError):
@@ -59,3 +62,14 @@ def number(options: Mapping[str, str], name: str, default: float, *, minimum: fl
     if not parsed >= minimum:
         raise PagemqOptionError(name, f"must be at least {minimum:g}, not {value!r}")
     return parsed
+
+
+def selector(options: Mapping[str, str]) -> str | None:
+    """The `selector` option's text, checked: it must compile (as STOMP's selectors)."""
+    value = text(options, "selector")
+    if value is not None:
+        try:
+            compile_selector(value)
+        except SelectorError as exc:
+            raise PagemqOptionError("selector", f"invalid selector {value!r}: {exc}") from None
+    return value

@@ -43,17 +43,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pagemq.core.message_codec import CodecError, decode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
-from pagemq.selector import Selector, SelectorError
+from pagemq.selector import Selector
 from pagemq.selector import compile as compile_selector
+from pagemq.spark.arrow_rows import ArrowRows
 from pagemq.spark.bounds import ORDINAL_BITS, Bounds
 from pagemq.spark.journal_facts import read_journal_facts
 from pagemq.spark.options import PagemqOptionError, flag, required, text
-from pagemq.spark.schema import ARROW_SCHEMA
+from pagemq.spark.options import selector as option_selector
 from pagemq.storage.paging.page_files import PageFileInfo, address_folder, list_page_files, read_page_file
 from pagemq.storage.paging.page_format import FrameDamage, PagedRecord, folder_name
 
@@ -95,12 +95,7 @@ class ScanOptions:
         journal = Path(text(options, "journalDirectory") or data / "journal")
         archive = data / "archive"
         include_archived = flag(options, "includeArchived", True)
-        selector = text(options, "selector")
-        if selector is not None:
-            try:
-                compile_selector(selector)
-            except SelectorError as exc:
-                raise PagemqOptionError("selector", f"invalid selector {selector!r}: {exc}") from None
+        selector = option_selector(options)
         scan = cls(address, paging, archive / "paging", (journal, archive / "journal"), selector,
                    flag(options, "failOnDataLoss", True), include_archived)
         if scan.folder() is None and scan.archive_folder() is None:
@@ -215,7 +210,7 @@ def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
             continue
         if selector is not None and not selector.matches_headers(message_view(message)):
             continue
-        rows.add(ordinal, record, message)
+        rows.add_record(ordinal, record, message)
         if rows.count >= BATCH_ROWS:
             yield rows.batch()
     _report(task, path, damage, reported)
@@ -252,41 +247,18 @@ def _data_loss(task: FileTask, problem: str) -> None:
 _UNKNOWN = object()
 
 
-class _Rows:
-    """Column lists of the rows read so far, turned into one record batch at a time."""
+class _Rows(ArrowRows):
+    """A page file's rows: `seq` from the record's position, `queue` from its queue ids."""
 
     def __init__(self, task: FileTask) -> None:
+        super().__init__(task.address)
         self.task = task
         self.base = task.page_no << ORDINAL_BITS
         self._queue_of: dict[tuple[int, ...], object] = {}  # most records go to the same queues
-        self._clear()
 
-    def _clear(self) -> None:
-        self.count = 0
-        self.ids: list[str] = []
-        self.queues: list[str | None] = []
-        self.seqs: list[int] = []
-        self.timestamps: list[int] = []
-        self.priorities: list[int] = []
-        self.persistent: list[bool] = []
-        self.offsets: list[int] = [0]
-        self.keys: list[str] = []
-        self.values: list[str] = []
-        self.bodies: list[bytes] = []
-
-    def add(self, ordinal: int, record: PagedRecord, message: Message) -> None:
-        headers = message.headers
-        self.count += 1
-        self.ids.append(str(record.message_id))
-        self.queues.append(self._queue(record.queue_ids))
-        self.seqs.append(self.base | ordinal)
-        self.timestamps.append(message.timestamp)
-        self.priorities.append(message.priority)
-        self.persistent.append(record.persistent)
-        self.keys.extend(headers)
-        self.values.extend(headers.values())
-        self.offsets.append(len(self.keys))
-        self.bodies.append(message.body)
+    def add_record(self, ordinal: int, record: PagedRecord, message: Message) -> None:
+        self.add(record.message_id, self._queue(record.queue_ids), self.base | ordinal, message,
+                 record.persistent)
 
     def _queue(self, queue_ids: tuple[int, ...]) -> str | None:
         queue = self._queue_of.get(queue_ids, _UNKNOWN)
@@ -295,21 +267,3 @@ class _Rows:
             known = [names[qid] for qid in queue_ids if qid in names]
             queue = self._queue_of[queue_ids] = ",".join(known) if known else None
         return queue  # type: ignore[return-value]
-
-    def batch(self) -> pa.RecordBatch:
-        millis = pa.array(self.timestamps, pa.int64())
-        keys, values = pa.array(self.keys, pa.string()), pa.array(self.values, pa.string())
-        headers = pa.MapArray.from_arrays(pa.array(self.offsets, pa.int32()), keys, values)
-        columns = [
-            pa.array(self.ids, pa.string()),
-            pa.array([self.task.address] * self.count, pa.string()),
-            pa.array(self.queues, pa.string()),
-            pa.array(self.seqs, pa.int64()),
-            pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(self.priorities, pa.int32()),
-            pa.array(self.persistent, pa.bool_()),
-            headers.cast(ARROW_SCHEMA.field("headers").type),
-            pa.array(self.bodies, pa.binary()),
-        ]
-        self._clear()
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

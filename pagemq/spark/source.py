@@ -1,4 +1,5 @@
-"""The "pagemq" data source: `spark.read` over page files, `write`/`writeStream` to a broker.
+"""The "pagemq" data source: `spark.read` over page files, `readStream` from live brokers
+(`stream`), `write`/`writeStream` to a broker.
 
 Spark creates the data source from the options in a Python worker at `load()` (`schema`)
 and at `save()`/`start()` (`writer`), so the options are checked there and a bad one fails
@@ -17,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     EqualNullSafe,
@@ -45,6 +47,7 @@ from pagemq.spark.bounds import Bounds
 from pagemq.spark.page_scan import FileTask, ScanOptions, plan_scan, read_file
 from pagemq.spark.schema import READ_SCHEMA
 from pagemq.spark.sink import BatchWriter, SinkOptions, StreamWriter
+from pagemq.spark.stream import StreamOptions, StreamReader, is_stream_read, prepare
 
 __all__ = ["PagemqDataSource"]
 
@@ -74,7 +77,11 @@ class PagemqDataSource(DataSource):
         return "pagemq"
 
     def schema(self) -> StructType:
-        ScanOptions.parse(self.options)  # at load(): a bad option fails there, named
+        # at load(): a bad option fails there, named (a stream's brokers and queue are asked)
+        if is_stream_read(self.options):
+            prepare(StreamOptions.parse(self.options), create=False)
+        else:
+            ScanOptions.parse(self.options)
         return READ_STRUCT
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -83,6 +90,15 @@ class PagemqDataSource(DataSource):
             raise ValueError(f"the pagemq source has a fixed schema ({READ_SCHEMA}); "
                              f"got {schema.simpleString()}")
         return PageFileReader(scan)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """`readStream`: made at start() on the driver; a durable subscription is made here."""
+        options = StreamOptions.parse(self.options)
+        if schema != READ_STRUCT:
+            raise ValueError(f"the pagemq source has a fixed schema ({READ_SCHEMA}); "
+                             f"got {schema.simpleString()}")
+        prepare(options, create=True)
+        return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(SinkOptions.parse(self.options, schema))

@@ -1,0 +1,192 @@
+"""The Spark issue's streaming figure on this machine (PySpark `local[2]`).
+
+    .venv/bin/python benchmarks/spark_stream_bench.py [--messages 200000] [--size 1024]
+        [--per-trigger 50000] [--partition-size 25000] [--profile FILE] [--json]
+
+What it does:
+1. starts `pagemq serve` (every message paged, 10 MiB pages: `spark_batch_bench.Broker`) and
+   fills one anycast queue with `--messages` persistent messages of `--size` bytes;
+2. endpoint: the broker's side alone, over plain HTTP from this process, for the first
+   `--per-trigger` messages: `offsets` (the end of the range: a scan of record ids), `splits`
+   (the range cut into partitions: another scan), `read` of the whole range as Arrow IPC
+   (page reads, decode, Arrow encoding), nothing committed;
+3. stream: `spark.readStream.format("pagemq")` with `maxMessagesPerTrigger = --per-trigger`
+   into `foreachBatch` (each micro-batch counted), until the queue is empty; msg/s is
+   messages / the time from start() to the empty queue (every range read and acknowledged),
+   and the steady rate: the rows of the batches after the first over their trigger times
+   (the first batch also pays for starting Spark's Python workers);
+   offsets-behind-latest (the broker's `stream_readers` lag) is sampled every 0.5 s, and
+   Spark's per-batch durations (latestOffset: includes acknowledging the previous batch;
+   addBatch: the reads) are summed.
+`--profile FILE`: runs the broker under `py-spy record` (when installed) during the stream and
+writes its flame graph to FILE (`.svg`; any other suffix: collapsed stacks, one per line,
+for `sort`/`grep`): where the broker's time goes.
+
+Target (the issue's, for 1M messages): >= 100,000 msg/s. Keep `--messages` small on a shared
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spark_batch_bench import HOST, SOURCE, Broker, fill
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=600) as response:
+        return bytes(response.read())
+
+
+def endpoint_figures(base: str, per_trigger: int, partition_size: int) -> dict[str, float]:
+    """Seconds each broker call takes for the first range (nothing is committed)."""
+    import pyarrow as pa
+
+    figures: dict[str, float] = {}
+    started = time.monotonic()
+    offsets = json.loads(get(f"{base}/offsets?after=0&max={per_trigger}"))
+    figures["offsets_s"] = time.monotonic() - started
+    started = time.monotonic()
+    splits = json.loads(get(f"{base}/splits?after=0&upto={offsets['end']}&size={partition_size}"))
+    figures["splits_s"] = time.monotonic() - started
+    started = time.monotonic()
+    rows = 0
+    for low, high, page in splits["splits"]:
+        with urllib.request.urlopen(f"{base}/read?after={low}&upto={high}&from_page={page}",
+                                    timeout=600) as response:
+            rows += pa.ipc.open_stream(response).read_all().num_rows
+    figures["read_s"] = time.monotonic() - started
+    figures["read_rows"] = rows
+    figures["read_msg_per_s"] = round(rows / figures["read_s"])
+    return figures
+
+
+class LagSampler(threading.Thread):
+    """Samples the stream reader's offsets-behind-latest every half second."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.samples: list[tuple[float, int]] = []
+        self.started = time.monotonic()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.5):
+            readers = self.broker.queue(SOURCE).get("stream_readers") or []
+            if readers:
+                self.samples.append((round(time.monotonic() - self.started, 1),
+                                     int(readers[0]["offsets_behind_latest"])))
+
+
+def batch_figures(progress: list[dict[str, Any]]) -> tuple[dict[str, int], list[tuple[int, int]], int | None]:
+    """Spark's durations summed per phase, (rows, ms) per batch with rows, and the rate of
+    the batches after the first (which also pays for starting Spark's Python workers)."""
+    durations: dict[str, int] = {}
+    for item in progress:
+        for key, value in item.get("durationMs", {}).items():
+            durations[key] = durations.get(key, 0) + int(value)
+    batches = [(int(item["numInputRows"]), int(item.get("durationMs", {}).get("triggerExecution", 0)))
+               for item in progress if item["numInputRows"]]
+    later = batches[1:]
+    seconds = sum(ms for _rows, ms in later) / 1000
+    steady = round(sum(rows for rows, _ms in later) / seconds) if later and seconds else None
+    return durations, batches, steady
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--per-trigger", type=int, default=50_000)
+    parser.add_argument("--partition-size", type=int, default=25_000)
+    parser.add_argument("--profile", type=Path)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from pagemq.spark import register
+
+    workdir = Path(tempfile.mkdtemp(prefix="spark-stream-bench-"))
+    broker = Broker(workdir, "10MiB")
+    profiler = None
+    try:
+        fill_rate = fill(broker, args.messages, args.size)
+        base = f"http://{HOST}:{broker.http_port}/api/streams/{SOURCE}"
+        endpoint = endpoint_figures(base, args.per_trigger, args.partition_size)
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if args.profile is not None and Path(spy).exists():
+            command = [spy, "record", "-p", str(broker.proc.pid), "-o", str(args.profile),
+                       "--rate", "50", "--format", "flamegraph" if args.profile.suffix == ".svg" else "raw"]
+            profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        counted: list[int] = []
+        stream = (spark.readStream.format("pagemq").option("url", f"http://{HOST}:{broker.http_port}")
+                  .option("queue", SOURCE).option("maxMessagesPerTrigger", str(args.per_trigger))
+                  .option("partitionSize", str(args.partition_size)).load())
+        sampler = LagSampler(broker)
+        started = time.monotonic()
+        query = (stream.writeStream.foreachBatch(lambda frame, _batch: counted.append(frame.count()))
+                 .option("checkpointLocation", str(workdir / "checkpoint")).start())
+        sampler.start()
+        while broker.queue(SOURCE).get("messages", 1) > 0:
+            if not query.isActive:
+                raise RuntimeError(f"the query stopped: {query.exception()}")
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        sampler.stopped.set()
+        progress = query.recentProgress
+        query.stop()
+        spark.stop()
+    finally:
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    durations, batches, steady = batch_figures(progress)
+    figures: dict[str, Any] = {
+        "messages": args.messages, "size": args.size, "per_trigger": args.per_trigger,
+        "fill_msg_per_s": round(fill_rate), "stream_msg_per_s": round(args.messages / elapsed),
+        "stream_s": round(elapsed, 2), "batches": len([c for c in counted if c]), "counted": sum(counted),
+        "endpoint": {k: round(v, 3) if isinstance(v, float) else v for k, v in endpoint.items()},
+        "spark_duration_ms": durations,
+        "batch_ms": batches, "steady_msg_per_s": steady, "offsets_behind_latest": sampler.samples,
+    }
+    if args.json:
+        print(json.dumps(figures))
+        return
+    print(f"{args.messages} paged messages of {args.size} B (fill {fill_rate:,.0f} msg/s)")
+    print(f"broker alone, first {args.per_trigger} messages: offsets {endpoint['offsets_s']:.2f}s, "
+          f"splits {endpoint['splits_s']:.2f}s, read {endpoint['read_s']:.2f}s "
+          f"({endpoint['read_msg_per_s']:,} msg/s over HTTP + Arrow)")
+    print(f"stream into foreachBatch: {figures['stream_msg_per_s']:,} msg/s ({elapsed:.1f}s, "
+          f"{figures['batches']} batches, {figures['counted']} rows counted)  (target >= 100,000)")
+    print(f"Spark's time per phase (ms, summed over batches): {durations}")
+    print(f"per batch (rows, ms): {batches}; after the first: {steady} msg/s")
+    print(f"offsets behind latest (s, messages): {sampler.samples}")
+
+
+if __name__ == "__main__":
+    main()

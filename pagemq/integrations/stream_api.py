@@ -1,0 +1,457 @@
+"""HTTP endpoints of streaming readers (core/stream.py): offsets, range reads as Arrow IPC,
+commits, durable subscriptions for a stream. What the Spark streaming source calls
+(pagemq/spark/stream.py); docs/spark.md has the user's side, docs/http-streams.md the wire.
+
+- `GET  /api/streams/{queue}/offsets?reader=R&after=S&max=N[&size=K]`: earliest, latest,
+  and with `after` the end of the next range of at most N messages (and how many it holds;
+  with `size` and `max`, also its slices, as `splits` would answer).
+- `GET  /api/streams/{queue}/splits?after=S&upto=E&size=K`: the range cut into slices of
+  about K messages: `[after, upto, from_page]` each.
+- `GET  /api/streams/{queue}/read?reader=R&after=S&upto=E[&from_page=P][&selector=..]
+  [&headers=false]`: the range's messages, as an Arrow IPC stream of the read schema.
+- `POST /api/streams/{queue}/commit` `{"reader": R, "offset": E, "selector": ..}`:
+  acknowledge the reader's messages up to E (idempotent; an older offset is a no-op).
+- `POST /api/streams/subscriptions` `{"address", "subscription", "client_id", "selector"}`:
+  the durable subscription queue `CLIENT_ID.SUBSCRIPTION` of a multicast address, made on
+  demand as a durable STOMP SUBSCRIBE makes it.
+
+Slow work stays off the event loop: page files are read, messages decoded and Arrow batches
+encoded in a worker thread, one chunk (`CHUNK_ROWS` rows or `CHUNK_BYTES` of bodies) at a
+time, each written to the response before the next is made, so a range of any size costs a
+chunk of memory. The loop only takes the snapshot (which pages, which messages in memory)
+and the commits, a bounded number of acknowledgements per turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import logging
+import time
+from array import array
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pagemq.core.address import MULTICAST
+from pagemq.core.errors import BrokerError, InvalidSelector
+from pagemq.core.message import Message
+from pagemq.core.selector import compile_filter
+from pagemq.core.selector.properties import message_view
+from pagemq.core.stream import PagedRange, commit_step, memory_messages, paged_range, reader_of
+
+if TYPE_CHECKING:
+    from pagemq.core.broker import Broker
+    from pagemq.core.queue import Queue
+    from pagemq.core.selector import Selector
+
+__all__ = ["StreamCollector", "add_stream_routes"]
+
+log = logging.getLogger("pagemq.http")
+
+CHUNK_ROWS = 8192
+CHUNK_BYTES = 8 << 20
+COMMIT_TIMEOUT = 30.0
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_DEFAULT_READER = "spark"
+
+_BROKER_KEY: web.AppKey[Broker] = web.AppKey("stream_broker")
+_LOCKS_KEY: web.AppKey[dict[str, asyncio.Lock]] = web.AppKey("stream_commit_locks")
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _json_error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _queue(request: web.Request) -> Queue:
+    name = request.match_info["queue"]
+    queue = request.app[_BROKER_KEY].queues.get(name)
+    if queue is None or queue.deleted:
+        raise web.HTTPNotFound(text=json.dumps({"error": f"no queue named {name!r}"}),
+                               content_type="application/json")
+    return queue
+
+
+def _int(request: web.Request, name: str, default: int | None = None) -> int | None:
+    text = request.query.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise _BadRequest(f"{name}: not an integer: {text!r}") from None
+    if value < 0:
+        raise _BadRequest(f"{name}: must not be negative: {text!r}")
+    return value
+
+
+def _selector(text: str | None) -> Selector | None:
+    try:
+        return compile_filter(text or None)
+    except InvalidSelector as exc:
+        raise _BadRequest(f"selector: {exc.message}") from None
+
+
+def _ids(messages: list[Message]) -> Iterator[int]:
+    return (message.message_id for message in messages)
+
+
+def _paged_ids(paged: PagedRange | None, after: int, upto: int | None) -> Iterator[tuple[int, int]]:
+    """(id, page) of the paged records in the range; runs in the worker thread."""
+    if paged is None:
+        return
+    for page_no, _ordinal, record in paged.records(after, upto):
+        yield record.message_id, page_no
+
+
+# ----- offsets ---------------------------------------------------------------------------------
+
+
+def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, limit: int | None,
+             size: int | None) -> dict[str, Any]:
+    """Worker thread: earliest, latest, and the next range's end and size (and with `size`,
+    its slices, as `splits` answers: the same scan)."""
+    first_paged = next(_paged_ids(paged, 0, None), None)
+    candidates = [memory[0]] if memory else []
+    if first_paged is not None:
+        candidates.append(first_paged[0])
+    earliest = min(candidates) if candidates else 0
+    latest = max(memory[-1] if memory else 0, paged.last_id() if paged is not None else 0)
+    answer: dict[str, Any] = {"earliest": earliest, "latest": latest}
+    if after is None:
+        return answer
+    end, count = after, 0
+    if limit is None:
+        end = max(after, latest)
+        count = -1  # not counted: a whole backlog is not scanned for a number
+    else:
+        slicer = _Slicer(after, size)
+        in_memory = ((m, 0) for m in memory if m > after)
+        for message_id, page_no in heapq.merge(in_memory, _paged_ids(paged, after, None)):
+            if count >= limit:
+                break
+            end, count = message_id, count + 1
+            slicer.add(message_id, page_no)
+        if size is not None:
+            answer["splits"] = slicer.slices(end)
+    answer.update(end=end, messages=count)
+    return answer
+
+
+class _Slicer:
+    """Cuts a range into slices of `size` messages as its ids go by (None: no slicing)."""
+
+    def __init__(self, after: int, size: int | None) -> None:
+        self.size = size
+        self.low, self.in_slice, self.from_page = after, 0, 0
+        self.done: list[list[int]] = []
+
+    def add(self, message_id: int, page_no: int) -> None:
+        if self.size is None:
+            return
+        if self.in_slice == 0:
+            self.from_page = page_no
+        self.in_slice += 1
+        if self.in_slice >= self.size:
+            self.done.append([self.low, message_id, self.from_page])
+            self.low, self.in_slice = message_id, 0
+
+    def slices(self, upto: int) -> list[list[int]]:
+        """`[after, upto, from_page]` slices covering the range up to `upto`."""
+        slices = [list(item) for item in self.done]
+        if self.in_slice or not slices:
+            slices.append([self.low, upto, self.from_page])
+        else:
+            slices[-1][1] = upto
+        return slices
+
+
+async def offsets(request: web.Request) -> web.Response:
+    queue = _queue(request)
+    try:
+        after = _int(request, "after")
+        limit = _int(request, "max")
+        size = _int(request, "size")
+    except _BadRequest as exc:
+        return _json_error(400, str(exc))
+    reader = reader_of(queue, request.query.get("reader") or _DEFAULT_READER)
+    memory = [m.message_id for m in memory_messages(queue, 0, None)]
+    paged = paged_range(queue.cursor)
+    figures = await asyncio.get_running_loop().run_in_executor(
+        None, _offsets, memory, paged, after, limit, max(1, size) if size is not None else None)
+    paged_count = queue.cursor.unread if queue.cursor is not None else 0
+    return web.json_response({
+        "queue": queue.name, "address": queue.address_name, "reader": reader.name,
+        "committed": reader.committed, "queue_messages": queue.pending + queue.delivering + paged_count,
+        **figures,
+    })
+
+
+# ----- splits ----------------------------------------------------------------------------------
+
+
+def _splits(memory: list[tuple[int, int]], paged: PagedRange | None, after: int, upto: int, size: int
+            ) -> tuple[list[list[int]], int]:
+    """Worker thread: `(after, upto]` cut into slices of `size` messages."""
+    slicer = _Slicer(after, size)
+    count = 0
+    for message_id, page_no in heapq.merge(memory, _paged_ids(paged, after, upto)):
+        count += 1
+        slicer.add(message_id, page_no)
+    return slicer.slices(upto), count
+
+
+async def splits(request: web.Request) -> web.Response:
+    queue = _queue(request)
+    try:
+        after = _int(request, "after", 0)
+        upto = _int(request, "upto")
+        size = _int(request, "size", 100_000)
+    except _BadRequest as exc:
+        return _json_error(400, str(exc))
+    assert after is not None and size is not None
+    if upto is None or upto < after:
+        return _json_error(400, "upto: required, and not below after")
+    memory = [(m.message_id, 0) for m in memory_messages(queue, after, upto)]
+    paged = paged_range(queue.cursor)
+    slices, count = await asyncio.get_running_loop().run_in_executor(
+        None, _splits, memory, paged, after, upto, max(1, size))
+    return web.json_response({"queue": queue.name, "splits": slices, "messages": count})
+
+
+# ----- range reads -----------------------------------------------------------------------------
+
+
+class _RangeRows:
+    """A range's rows in id order (memory and page files merged), encoded a chunk at a time
+    in the worker thread."""
+
+    def __init__(self, queue: Queue, memory: list[Message], paged: PagedRange | None, after: int,
+                 upto: int, from_page: int, selector: Selector | None, include_headers: bool) -> None:
+        from pagemq.core.message_codec import decode_message
+        from pagemq.spark.arrow_rows import ArrowRows
+
+        self._decode = decode_message
+        self.queue_name = queue.name
+        self.address = queue.address_name
+        self.selector = selector
+        self.rows = ArrowRows(queue.address_name, include_headers=include_headers)
+        in_memory = ((m.message_id, 0, m, True) for m in memory)
+        on_disk = self._paged(paged, after, upto, from_page)
+        self._merged = heapq.merge(in_memory, on_disk, key=lambda item: item[0])
+
+    def _paged(self, paged: PagedRange | None, after: int, upto: int, from_page: int
+               ) -> Iterator[tuple[int, int, Message | bytes, bool]]:
+        if paged is None:
+            return
+        for _page, _ordinal, record in paged.records(after, upto, from_page):
+            yield record.message_id, 1, record.message, record.persistent
+
+    def chunk(self) -> tuple[bytes, array[int]] | None:
+        """The next record batch as IPC bytes and the ids in it; None at the end."""
+        rows = self.rows
+        served = array("q")
+        selector = self.selector
+        for message_id, _kind, item, persistent in self._merged:
+            if not isinstance(item, Message):
+                if selector is None:  # straight from the stored bytes
+                    rows.add_encoded(message_id, self.queue_name, message_id, item, persistent)
+                    served.append(message_id)
+                    if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
+                        break
+                    continue
+                message = self._decode(item, self.address)
+            else:
+                message, persistent = item, item.persistent
+            if selector is not None and not selector.matches_headers(message_view(message)):
+                continue
+            rows.add(message_id, self.queue_name, message_id, message, persistent)
+            served.append(message_id)
+            if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
+                break
+        if not rows.count:
+            return None
+        return rows.batch().serialize().to_pybytes(), served
+
+
+def _schema_bytes() -> bytes:
+    from pagemq.spark.schema import ARROW_SCHEMA
+
+    return bytes(ARROW_SCHEMA.serialize().to_pybytes())
+
+
+async def read_range(request: web.Request) -> web.StreamResponse:
+    queue = _queue(request)
+    try:
+        import pyarrow  # noqa: F401  (pagemq[spark]: a broker without it serves no ranges)
+    except ImportError:
+        return _json_error(501, "range reads need pyarrow on the broker (pip install 'pagemq[spark]')")
+    try:
+        after = _int(request, "after", 0)
+        upto = _int(request, "upto")
+        from_page = _int(request, "from_page", 0)
+        selector = _selector(request.query.get("selector"))
+    except _BadRequest as exc:
+        return _json_error(400, str(exc))
+    assert after is not None and from_page is not None
+    if upto is None or upto < after:
+        return _json_error(400, "upto: required, and not below after")
+    include_headers = request.query.get("headers", "true").lower() != "false"
+    reader = reader_of(queue, request.query.get("reader") or _DEFAULT_READER)
+    reader.note_read(after, upto)
+    rows = _RangeRows(queue, memory_messages(queue, after, upto), paged_range(queue.cursor), after, upto,
+                      from_page, selector, include_headers)
+    response = web.StreamResponse(headers={"Content-Type": ARROW_STREAM})
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    try:
+        await response.write(_schema_bytes())
+        while (chunk := await loop.run_in_executor(None, rows.chunk)) is not None:
+            data, served = chunk
+            await response.write(data)
+            reader.note_served(served)  # written out (not necessarily read: a commit says so)
+        await response.write(_EOS)
+        await response.write_eof()
+    except ConnectionResetError:
+        log.debug("range read of %r (%d, %d] ended by the client", queue.name, after, upto)
+    return response
+
+
+# ----- commits ---------------------------------------------------------------------------------
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _BadRequest("the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise _BadRequest("the body must be a JSON object")
+    return body
+
+
+async def commit(request: web.Request) -> web.Response:
+    queue = _queue(request)
+    try:
+        body = await _body(request)
+        offset = body.get("offset")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise _BadRequest(f"offset: a non-negative integer, not {offset!r}")
+        selector = _selector(body.get("selector"))
+    except _BadRequest as exc:
+        return _json_error(400, str(exc))
+    broker = request.app[_BROKER_KEY]
+    reader = reader_of(queue, str(body.get("reader") or _DEFAULT_READER))
+    lock = request.app[_LOCKS_KEY].setdefault(queue.name, asyncio.Lock())
+    acknowledged = kept = 0
+    async with lock:
+        deadline = time.monotonic() + COMMIT_TIMEOUT
+        while not queue.deleted:
+            progress = commit_step(queue, broker.ledger, reader, offset, selector)
+            acknowledged += progress.acknowledged
+            kept += progress.kept
+            if progress.done:
+                break
+            if time.monotonic() > deadline:
+                await broker.flush()
+                return _json_error(503, f"commit to {offset} not finished in {COMMIT_TIMEOUT:g}s "
+                                        f"({acknowledged} acknowledged so far): try again")
+            await asyncio.sleep(0.001 if progress.waiting else 0)
+        await broker.flush()
+    return web.json_response({"queue": queue.name, "reader": reader.name, "committed": reader.committed,
+                              "acknowledged": acknowledged, "kept": kept})
+
+
+# ----- durable subscriptions -------------------------------------------------------------------
+
+
+async def subscription(request: web.Request) -> web.Response:
+    broker = request.app[_BROKER_KEY]
+    try:
+        body = await _body(request)
+        address_name, name = body.get("address"), body.get("subscription")
+        client_id = body.get("client_id") or _DEFAULT_READER
+        selector_text = body.get("selector") or None
+        for key, value in (("address", address_name), ("subscription", name), ("client_id", client_id)):
+            if not isinstance(value, str) or not value:
+                raise _BadRequest(f"{key}: a non-empty string, not {value!r}")
+        _selector(selector_text)
+    except _BadRequest as exc:
+        return _json_error(400, str(exc))
+    queue_name = f"{client_id}.{name}"
+    try:
+        address = broker.ensure_address(str(address_name), MULTICAST)
+        if address.routing_type != MULTICAST:
+            return _json_error(409, f"address {address_name!r} is {address.routing_type}, not multicast")
+        existing = broker.queues.get(queue_name)
+        if existing is not None and (existing.filter_text or None) != selector_text:
+            return _json_error(409, f"subscription {queue_name!r} exists with selector "
+                                    f"{existing.filter_text!r}, not {selector_text!r}")
+        queue = broker.ensure_queue(address, queue_name, MULTICAST, filter_text=selector_text)
+    except BrokerError as exc:
+        return _json_error(exc.http_status, exc.message)
+    await broker.flush()
+    return web.json_response({"queue": queue.name, "address": queue.address_name,
+                              "filter": queue.filter_text})
+
+
+# ----- wiring ----------------------------------------------------------------------------------
+
+
+def _guarded(handler: Any) -> Any:
+    async def run(request: web.Request) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except _BadRequest as exc:
+            return _json_error(400, str(exc))
+
+    return run
+
+
+def add_stream_routes(app: web.Application, broker: Broker) -> None:
+    """Register the stream endpoints (before the catch-all 404 route)."""
+    app[_BROKER_KEY] = broker
+    app[_LOCKS_KEY] = {}
+    app.router.add_post("/api/streams/subscriptions", _guarded(subscription))
+    app.router.add_get("/api/streams/{queue}/offsets", _guarded(offsets))
+    app.router.add_get("/api/streams/{queue}/splits", _guarded(splits))
+    app.router.add_get("/api/streams/{queue}/read", _guarded(read_range))
+    app.router.add_post("/api/streams/{queue}/commit", _guarded(commit))
+
+
+class StreamCollector(Collector):
+    """`/metrics`: each streaming reader's committed offset and lag, labelled by queue and
+    reader (read from the queue views at each scrape, on the loop)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["queue", "reader"]
+        committed = GaugeMetricFamily("pagemq_stream_committed_offset",
+                                      "Highest offset a streaming reader committed since the broker started",
+                                      labels=labels)
+        behind = GaugeMetricFamily("pagemq_stream_offsets_behind_latest",
+                                   "Messages of the queue waiting above the streaming reader's "
+                                   "committed offset",
+                                   labels=labels)
+        broker = self.broker
+        for name in sorted(broker.queues):
+            readers = broker.queues[name].stream_readers
+            if not readers:
+                continue
+            for reader in broker.queue_info(name)["stream_readers"]:  # type: ignore[attr-defined]
+                committed.add_metric([name, reader["name"]], reader["committed_offset"])
+                behind.add_metric([name, reader["name"]], reader["offsets_behind_latest"])
+        yield committed
+        yield behind

@@ -1,0 +1,383 @@
+"""The streaming source: `spark.readStream.format("pagemq")` over a queue of one or more
+brokers, through their stream endpoints (`/api/streams/...`, pagemq/integrations/
+stream_api.py).
+
+Offsets are per broker: `{"<url>": <message id>}` (keys sorted, ids as JSON integers, so
+equal offsets are equal strings, which is how Spark compares them). A micro-batch is, per
+broker, the range `(start, end]` of the queue's message ids; it is read without consuming it
+(in partitions of about `partitionSize` messages, several per broker when it is large) and
+acknowledged once Spark has committed the batch: in `commit(end)`, and also when
+`latestOffset` is next called with that offset as its start (Spark calls `commit` lazily:
+never for the last batch before a stop). So a batch Spark re-runs after a crash reads the
+same messages again, and a message is acknowledged only after its batch's output was
+committed. docs/spark.md has the options and the guarantees.
+
+The driver-side calls (`initialOffset`, `latestOffset`, `partitions`, `commit`) and the
+executors' `read` talk JSON and Arrow IPC over HTTP with the standard library: nothing is
+kept between calls but the options and the last latest offsets (for progress reports).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from pagemq.spark.options import PagemqOptionError, flag, number, required, text
+from pagemq.spark.options import selector as option_selector
+from pagemq.spark.schema import ARROW_SCHEMA
+
+__all__ = ["BrokerStreamError", "RangePartition", "StreamOptions", "StreamReader", "is_stream_read"]
+
+log = logging.getLogger("pagemq.spark")
+
+Offset = dict[str, int]
+
+
+class BrokerStreamError(RuntimeError):
+    """A broker answered a stream request with an error, or could not be reached."""
+
+
+def is_stream_read(options: Mapping[str, str]) -> bool:
+    """A read with a broker `url` and no data directory `path` is a stream of a live broker."""
+    return text(options, "path") is None and text(options, "url") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    """A streaming read's options, checked on the driver (docs/spark.md has each)."""
+
+    urls: tuple[str, ...]
+    queue: str | None
+    address: str | None
+    subscription: str | None
+    client_id: str
+    starting: str | Offset
+    max_messages: int | None
+    selector: str | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    reader: str
+    partition_size: int
+    timeout: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
+        """PagemqOptionError naming the option for anything missing or wrong (no I/O)."""
+        urls = tuple(_broker_url(part) for part in required(
+            options, "url", "the brokers' HTTP endpoints, http://HOST:PORT[,http://...]").split(","))
+        if len(set(urls)) != len(urls):
+            raise PagemqOptionError("url", "a broker is listed twice")
+        queue, address = text(options, "queue"), text(options, "address")
+        subscription = text(options, "subscription")
+        if queue is not None and (address is not None or subscription is not None):
+            raise PagemqOptionError("queue", "give either queue, or address and subscription, not both")
+        if queue is None:
+            if address is None:
+                raise PagemqOptionError("queue", "required (the queue to stream), or address and "
+                                                 "subscription")
+            if subscription is None:
+                raise PagemqOptionError("subscription", "required with address (the durable subscription "
+                                                        "that holds the stream's copy of the address)")
+        selector = option_selector(options)
+        limit = _max_messages(options)
+        return cls(urls, queue, address, subscription, text(options, "clientId") or "spark",
+                   _starting(options, urls), limit, selector, flag(options, "failOnDataLoss", True),
+                   flag(options, "includeHeaders", True), text(options, "readerName") or "spark",
+                   int(number(options, "partitionSize", 50_000, minimum=1, integer=True)),
+                   number(options, "timeout", 60.0, minimum=0.001))
+
+    @property
+    def queue_name(self) -> str:
+        return self.queue if self.queue is not None else f"{self.client_id}.{self.subscription}"
+
+
+def _broker_url(part: str) -> str:
+    url = part.strip().rstrip("/")
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise PagemqOptionError("url", f"{part.strip()!r} is not a broker's HTTP endpoint (http://HOST:PORT)")
+    return url
+
+
+def _max_messages(options: Mapping[str, str]) -> int | None:
+    chosen = None
+    for name in ("maxMessagesPerTrigger", "maxOffsetsPerTrigger"):
+        if text(options, name) is not None:
+            if chosen is not None:
+                raise PagemqOptionError(name, "give maxMessagesPerTrigger or maxOffsetsPerTrigger, not both")
+            chosen = int(number(options, name, 0, minimum=1, integer=True))
+    return chosen
+
+
+def _starting(options: Mapping[str, str], urls: tuple[str, ...]) -> str | Offset:
+    value = (text(options, "startingOffsets") or "earliest").strip()
+    if value.lower() in ("earliest", "latest"):
+        return value.lower()
+    try:
+        given = json.loads(value)
+    except json.JSONDecodeError:
+        given = None
+    if (not isinstance(given, dict) or set(given) - set(urls)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in given.values())):
+        raise PagemqOptionError("startingOffsets", f"earliest, latest, or a JSON object of offsets by broker "
+                                                   f"url (non-negative integers), not {value!r}")
+    return {url: int(given.get(url, 0)) for url in sorted(urls)}
+
+
+# ----- talking to a broker -----------------------------------------------------------------------
+
+
+def _request(url: str, path: str, timeout: float, body: dict[str, Any] | None = None,
+             params: Mapping[str, object] | None = None) -> Any:
+    """The response of one stream request (a file-like object); BrokerStreamError on an error."""
+    given = {key: value for key, value in (params or {}).items() if value is not None}
+    query = "?" + urllib.parse.urlencode(given) if given else ""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{url}{path}{query}", data=data, method="POST" if data else "GET",
+                                     headers={"Content-Type": "application/json"} if data else {})
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            try:
+                problem = json.loads(exc.read()).get("error", "")
+            except (ValueError, AttributeError):
+                problem = exc.reason
+        raise BrokerStreamError(f"broker {url}: {path}: HTTP {exc.code}: {problem}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BrokerStreamError(f"broker {url} cannot be reached: {reason}") from None
+
+
+def _patient(url: str, path: str, timeout: float, body: dict[str, Any] | None = None,
+             params: Mapping[str, object] | None = None) -> Any:
+    """`_request`, asked again while the broker cannot be reached (restarting), until
+    `timeout` has passed."""
+    deadline = time.monotonic() + timeout
+    pause = 0.1
+    while True:
+        try:
+            return _request(url, path, timeout, body, params)
+        except BrokerStreamError as exc:
+            if "cannot be reached" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+            log.info("pagemq stream: %s; asking again in %.1fs", exc, pause)
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
+
+
+def _json(url: str, path: str, timeout: float, body: dict[str, Any] | None = None,
+          params: Mapping[str, object] | None = None, *, retry: bool = True) -> Any:
+    """The JSON answer (see `_patient`; not `retry`: one attempt)."""
+    ask = _patient if retry else _request
+    with ask(url, path, timeout, body, params) as response:
+        return json.loads(response.read())
+
+
+def _quoted(queue: str) -> str:
+    return urllib.parse.quote(queue, safe="")
+
+
+def prepare(options: StreamOptions, *, create: bool) -> None:
+    """Check every broker is reachable and has the queue (with `create`, make the durable
+    subscription queue where it is missing). PagemqOptionError naming the option."""
+    for url in options.urls:
+        try:
+            if options.queue is None and create:
+                _json(url, "/api/streams/subscriptions", options.timeout, {
+                    "address": options.address, "subscription": options.subscription,
+                    "client_id": options.client_id, "selector": options.selector}, retry=False)
+            else:
+                _json(url, f"/api/queues/{_quoted(options.queue_name)}", options.timeout, retry=False)
+        except BrokerStreamError as exc:
+            message = str(exc)
+            if "cannot be reached" in message:
+                raise PagemqOptionError("url", message) from None
+            if options.queue is None and not create and "HTTP 404" in message:
+                continue  # the subscription is made at start()
+            if options.queue is None:
+                raise PagemqOptionError("subscription", message) from None
+            raise PagemqOptionError("queue", f"no queue {options.queue!r}: {message}") from None
+
+
+# ----- the reader ------------------------------------------------------------------------------
+
+
+class RangePartition(InputPartition):
+    """One slice `(after, upto]` of one broker's range; `from_page`: where its paged part begins."""
+
+    def __init__(self, url: str, after: int, upto: int, from_page: int) -> None:
+        super().__init__((url, after, upto))
+        self.url, self.after, self.upto, self.from_page = url, after, upto, from_page
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The streaming reader Spark drives (see the module docstring)."""
+
+    def __init__(self, options: StreamOptions) -> None:
+        self.options = options
+        self._latest: Offset | None = None
+        # slices of the ranges latestOffset planned, by (url, start, end): found by the same
+        # scan of the broker that found the end, so partitions() need not ask again
+        self._slices: dict[tuple[str, int, int], list[list[int]]] = {}
+        # Trigger.AvailableNow: the latest offsets when the query started; never read past
+        self._target: Offset | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        target: Offset = {}
+        for url in sorted(self.options.urls):
+            figures = self._offsets(url)
+            target[url] = int(figures["latest"]) if figures is not None else 0
+        self._target = target
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        starting = self.options.starting
+        if isinstance(starting, dict):
+            return dict(starting)
+        if starting == "earliest":
+            return {url: 0 for url in sorted(self.options.urls)}
+        return {url: int(self._offsets(url)["latest"]) for url in sorted(self.options.urls)}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next batch; acknowledges `start` first (the batch that ended there
+        is committed: Spark plans the next batch only after that)."""
+        start_offset = self._checked(start)
+        self._acknowledge(start_offset)
+        per_broker = None
+        if isinstance(limit, ReadMaxRows):
+            per_broker = max(1, math.ceil(limit.max_rows / len(self.options.urls)))
+        elif not isinstance(limit, ReadAllAvailable):
+            log.warning("pagemq stream: read limit %r not supported: reading all available", limit)
+        end: Offset = {}
+        latest: Offset = {}
+        self._slices.clear()
+        for url in sorted(self.options.urls):
+            after = start_offset[url]
+            figures = self._offsets(url, after=after, limit=per_broker)
+            if figures is None:
+                end[url] = latest[url] = after
+                continue
+            end[url] = max(after, int(figures["end"]))
+            latest[url] = max(after, int(figures["latest"]))
+            if self._target is not None:
+                end[url] = max(after, min(end[url], self._target.get(url, after)))
+            if "splits" in figures:
+                self._slices[(url, after, end[url])] = figures["splits"]
+        self._latest = latest
+        return end
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_messages
+        return ReadMaxRows(limit) if limit is not None else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._latest
+
+    def _offsets(self, url: str, *, after: int | None = None, limit: int | None = None) -> Any:
+        options = self.options
+        try:
+            return _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
+                         params={"reader": options.reader, "after": after, "max": limit,
+                                 "size": options.partition_size if limit is not None else None})
+        except BrokerStreamError as exc:
+            return self._lost(exc)
+
+    def _lost(self, exc: BrokerStreamError) -> None:
+        """The queue is gone from a broker (deleted, unsubscribed): messages may be lost."""
+        if self.options.fail_on_data_loss or "HTTP 404" not in str(exc):
+            raise exc
+        log.warning("pagemq stream: %s; reading nothing from there (failOnDataLoss=false)", exc)
+        return None
+
+    def _checked(self, offset: dict[str, Any]) -> Offset:
+        """An offset from Spark's checkpoint, per broker of the `url` option (a broker added
+        since starts at the beginning of its queue)."""
+        checked: Offset = {}
+        for url in self.options.urls:
+            value = offset.get(url, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise PagemqOptionError("startingOffsets", f"offset {offset!r} from the checkpoint is not "
+                                                           "a pagemq offset (broker url -> message id)")
+            checked[url] = value
+        return checked
+
+    # -- planning and reading -------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        options = self.options
+        first, last = self._checked(start), self._checked(end)
+        parts: list[InputPartition] = []
+        for url in sorted(options.urls):
+            after, upto = first[url], last[url]
+            if upto <= after:
+                continue
+            planned = self._slices.get((url, after, upto))
+            if planned is not None:
+                parts += [RangePartition(url, low, high, page) for low, high, page in planned]
+                continue
+            try:
+                plan = _json(url, f"/api/streams/{_quoted(options.queue_name)}/splits", options.timeout,
+                             params={"after": after, "upto": upto, "size": options.partition_size})
+            except BrokerStreamError as exc:
+                self._lost(exc)
+                continue
+            parts += [RangePartition(url, low, high, page) for low, high, page in plan["splits"]]
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the slice's messages as record batches of the read schema."""
+        assert isinstance(partition, RangePartition)
+        options = self.options
+        params = {"reader": options.reader, "after": partition.after, "upto": partition.upto,
+                  "from_page": partition.from_page, "selector": options.selector,
+                  "headers": "true" if options.include_headers else "false"}
+        try:
+            response = _patient(partition.url, f"/api/streams/{_quoted(options.queue_name)}/read",
+                                options.timeout, params=params)
+        except BrokerStreamError as exc:
+            self._lost(exc)
+            return
+        with response:
+            stream = pa.ipc.open_stream(response)
+            if stream.schema != ARROW_SCHEMA:
+                raise BrokerStreamError(f"broker {partition.url} sent rows of another schema: "
+                                        f"{stream.schema}")
+            yield from stream
+
+    # -- acknowledging ----------------------------------------------------------------------------
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._acknowledge(self._checked(end))
+
+    def _acknowledge(self, offset: Offset) -> None:
+        options = self.options
+        for url, value in sorted(offset.items()):
+            if value <= 0:
+                continue
+            try:
+                _json(url, f"/api/streams/{_quoted(options.queue_name)}/commit", options.timeout,
+                      {"reader": options.reader, "offset": value, "selector": options.selector})
+            except BrokerStreamError as exc:
+                self._lost(exc)
+
+    def stop(self) -> None:
+        log.info("pagemq stream of %r stopped", self.options.queue_name)

@@ -1,0 +1,280 @@
+"""`spark.readStream.format("pagemq")`: real PySpark streaming queries against real brokers.
+
+Every message must reach the file sink exactly once, and the queue must be empty after,
+whatever happens in between: the query stopped and restarted from its checkpoint, its driver
+process killed with SIGKILL, the broker killed and restarted, a paged backlog."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from brokerproc import BrokerProcess, unique, wait_until
+
+from pagemq.spark.stomp_sender import StompSender
+
+PAGED = {"address-settings": {"paged.#": {"max-size-bytes": 0, "page-size-bytes": "256KiB"}}}
+BROKER_CONFIG = PAGED
+COUNT = 10_000
+QUERY_SCRIPT = Path(__file__).with_name("stream_query.py")
+
+
+def http_url(proc: BrokerProcess) -> str:
+    return f"http://127.0.0.1:{proc.http_port}"
+
+
+def send(proc: BrokerProcess, destination: str, count: int, *, start: int = 0, pad: int = 0) -> None:
+    with StompSender("127.0.0.1", proc.stomp_port) as sender:
+        for n in range(start, start + count):
+            headers = [("persistent", "true"), ("n", str(n))] + ([("pad", "p" * pad)] if pad else [])
+            sender.send(destination, headers, f"m{n}".encode())
+        sender.flush()
+
+
+def start_query(spark: Any, url: str, out: Path, checkpoint: Path, *, per_trigger: int | None = 1000,
+                **options: str) -> Any:
+    reader = spark.readStream.format("pagemq").option("url", url).option("partitionSize", "400")
+    if per_trigger is not None:
+        reader = reader.option("maxMessagesPerTrigger", str(per_trigger))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (reader.load().select("message_id", "seq", "body").writeStream.format("parquet")
+            .option("path", str(out)).option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="200 milliseconds").start())
+
+
+def written(spark: Any, out: Path) -> list[str]:
+    """Bodies in the sink's committed files (its metadata log says which)."""
+    from pyspark.errors import AnalysisException
+
+    if not (out / "_spark_metadata").exists():
+        return []
+    try:
+        rows = spark.read.parquet(str(out)).select("body").collect()
+    except AnalysisException:  # no file committed yet
+        return []
+    return [bytes(row.body).decode() for row in rows]
+
+
+def rows_in(query: Any) -> int:
+    return sum(progress["numInputRows"] for progress in query.recentProgress)
+
+
+def wait_for_all(spark: Any, out: Path, expected: int, timeout: float = 180) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        bodies = written(spark, out)
+        if len(bodies) >= expected or time.monotonic() > deadline:
+            return bodies
+        time.sleep(1)
+
+
+def assert_exactly_once(bodies: list[str], count: int, start: int = 0) -> None:
+    expected = {f"m{n}" for n in range(start, start + count)}
+    duplicates = len(bodies) - len(set(bodies))
+    assert duplicates == 0, f"{duplicates} message(s) written twice"
+    missing = expected - set(bodies)
+    assert not missing, f"{len(missing)} message(s) lost, e.g. {sorted(missing)[:5]}"
+    assert len(bodies) == count
+
+
+@pytest.fixture
+def stopping() -> Iterator[list[Any]]:
+    """Queries to stop at teardown, whatever the test did."""
+    queries: list[Any] = []
+    yield queries
+    for query in queries:
+        if query.isActive:
+            query.stop()
+
+
+def test_query_stopped_midway_and_restarted_from_its_checkpoint_writes_each_message_once(
+        spark, broker, tmp_path, stopping):
+    queue = unique("stopped")
+    send(broker, f"/queue/{queue}", COUNT)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = start_query(spark, http_url(broker), out, checkpoint, queue=queue)
+    stopping.append(query)
+    wait_until(lambda: rows_in(query) >= 3000, timeout=120, what="three batches")
+    query.stop()
+    assert 0 < broker.queue(queue)["messages"] < COUNT
+    query = start_query(spark, http_url(broker), out, checkpoint, queue=queue)
+    stopping.append(query)
+    bodies = wait_for_all(spark, out, COUNT)
+    broker.wait_queue(queue, timeout=30, messages=0)
+    query.stop()
+    assert_exactly_once(bodies, COUNT)
+    assert written(spark, out) == bodies  # nothing more came after the queue was empty
+
+
+def test_driver_killed_with_sigkill_and_restarted_writes_each_message_once(spark, broker, tmp_path):
+    queue = unique("killed")
+    send(broker, f"/queue/{queue}", COUNT)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    args = [sys.executable, str(QUERY_SCRIPT), http_url(broker), queue, str(out), str(checkpoint), "700"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def run_until(predicate: Any, kill: bool) -> None:
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                   start_new_session=True, text=True)
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True).start()
+        try:
+            wait_until(lambda: predicate(lines), timeout=180, what="the query's progress")
+        finally:
+            os.killpg(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            process.wait(timeout=30)
+
+    run_until(lambda lines: sum(1 for line in lines if line.startswith("batch")) >= 4, kill=True)
+    left = broker.queue(queue)["messages"]
+    assert 0 < left < COUNT, left
+    run_until(lambda _lines: broker.queue(queue)["messages"] == 0, kill=True)
+    assert_exactly_once(written(spark, out), COUNT)
+
+
+def test_broker_killed_and_restarted_mid_stream_loses_and_repeats_nothing(spark, start_broker, tmp_path,
+                                                                          stopping):
+    proc = start_broker(PAGED)
+    queue = "paged.restart"
+    send(proc, f"/queue/{queue}", COUNT, pad=200)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = start_query(spark, http_url(proc), out, checkpoint, queue=queue)
+    stopping.append(query)
+    wait_until(lambda: rows_in(query) >= 2000, timeout=120, what="two batches")
+    proc.restart(kill=True)
+    bodies = wait_for_all(spark, out, COUNT)
+    proc.wait_queue(queue, timeout=30, messages=0)
+    assert query.isActive, query.exception()
+    query.stop()
+    assert_exactly_once(bodies, COUNT)
+
+
+def test_paged_backlog_streams_out_and_its_page_files_go(spark, broker, tmp_path, stopping):
+    queue = f"paged.{unique()}"
+    send(broker, f"/queue/{queue}", COUNT, pad=500)
+    assert broker.queue(queue)["messages_paged"] == COUNT
+    assert broker.address(queue)["page_files"] > 5
+    out = tmp_path / "out"
+    query = start_query(spark, http_url(broker), out, tmp_path / "checkpoint", per_trigger=4000, queue=queue)
+    stopping.append(query)
+    bodies = wait_for_all(spark, out, COUNT)
+    broker.wait_queue(queue, timeout=30, messages=0)
+    wait_until(lambda: broker.address(queue)["page_files"] == 0, timeout=30, what="page files deleted")
+    query.stop()
+    assert_exactly_once(bodies, COUNT)
+
+
+def test_caught_up_idle_query_leaves_the_queue_empty(spark, broker, tmp_path, stopping):
+    queue = unique("idle")
+    send(broker, f"/queue/{queue}", 300)
+    out = tmp_path / "out"
+    query = start_query(spark, http_url(broker), out, tmp_path / "checkpoint", per_trigger=None, queue=queue)
+    stopping.append(query)
+    assert len(wait_for_all(spark, out, 300)) == 300
+    # Spark never calls commit() for the last batch while no new data comes: the next
+    # latestOffset(start) acknowledges it.
+    broker.wait_queue(queue, timeout=30, messages=0)
+    assert query.isActive
+    (reader,) = broker.queue(queue)["stream_readers"]
+    assert reader["offsets_behind_latest"] == 0 and reader["committed_offset"] > 0
+    send(broker, f"/queue/{queue}", 50, start=300)
+    bodies = wait_for_all(spark, out, 350)
+    broker.wait_queue(queue, timeout=30, messages=0)
+    query.stop()
+    assert_exactly_once(bodies, 350)
+
+
+def test_available_now_reads_the_backlog_in_limited_batches_and_stops_with_it_acknowledged(
+        spark, broker, tmp_path):
+    queue = unique("now")
+    send(broker, f"/queue/{queue}", 2000)
+    out = tmp_path / "out"
+    query = (spark.readStream.format("pagemq").option("url", http_url(broker)).option("queue", queue)
+             .option("maxMessagesPerTrigger", "600").load().select("body").writeStream.format("parquet")
+             .option("path", str(out)).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 2000 and max(sizes) <= 600
+    assert_exactly_once(written(spark, out), 2000)
+    broker.wait_queue(queue, timeout=30, messages=0)
+
+
+def test_driver_side_offsets_keep_key_order_and_types_and_available_now_stops_at_its_target(
+        broker, start_broker, queue_name):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from pagemq.spark.stream import StreamOptions, StreamReader
+
+    other = start_broker()
+    urls = sorted([http_url(broker), http_url(other)], reverse=True)  # given out of order
+    for proc in (broker, other):
+        send(proc, f"/queue/{queue_name}", 100)
+    reader = StreamReader(StreamOptions.parse({"url": ",".join(urls), "queue": queue_name,
+                                               "maxOffsetsPerTrigger": "60"}))
+    start = reader.initialOffset()
+    assert list(start) == sorted(urls) and start == dict.fromkeys(sorted(urls), 0)
+    assert reader.getDefaultReadLimit() == ReadMaxRows(60)
+    end = reader.latestOffset(start, ReadMaxRows(60))
+    assert list(end) == sorted(urls) and all(type(v) is int for v in end.values())
+    parts = reader.partitions(start, end)
+    assert {p.url for p in parts} == set(urls)
+    assert sum(len(next(iter(reader.read(p)))) for p in parts) == 60  # 30 a broker
+    reader.prepareForTriggerAvailableNow()
+    for proc in (broker, other):
+        send(proc, f"/queue/{queue_name}", 50, start=100)  # after the target: not this run's
+    final = reader.latestOffset(end, ReadAllAvailable())
+    assert final == reader._target
+    rows = [batch for part in reader.partitions(end, final) for batch in reader.read(part)]
+    assert sum(len(batch) for batch in rows) == 140  # 70 a broker: the rest of the first 100
+    assert reader.latestOffset(final, ReadAllAvailable()) == final
+    for proc in (broker, other):  # the batch ending at `end` was acknowledged, then `final`
+        proc.wait_queue(queue_name, messages=50)
+
+
+def test_durable_subscription_of_an_address_on_two_brokers(spark, broker, start_broker, tmp_path, stopping):
+    other = start_broker()
+    address = unique("orders")
+    out = tmp_path / "out"
+    urls = f"{http_url(broker)},{http_url(other)}"
+    query = start_query(spark, urls, out, tmp_path / "checkpoint", address=address, subscription="sub",
+                        clientId="etl")
+    stopping.append(query)
+    # made by the query as it starts, on each broker: messages sent from now on are its
+    wait_until(lambda: all(p.http_get("/api/queues/etl.sub")[0] == 200 for p in (broker, other)),
+               timeout=60, what="the subscription queues")
+    send(broker, f"/topic/{address}", 500)
+    send(other, f"/topic/{address}", 500, start=500)
+    bodies = wait_for_all(spark, out, 1000)
+    broker.wait_queue("etl.sub", timeout=30, messages=0)
+    other.wait_queue("etl.sub", timeout=30, messages=0)
+    query.stop()
+    assert_exactly_once(bodies, 1000)
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"queue": "no-such-queue"}, "queue"),
+    ({"queue": "{queue}", "selector": "color = "}, "selector"),
+    ({"queue": "{queue}", "url": "http://127.0.0.1:1"}, "url"),
+    ({"queue": "{queue}", "url": "stomp://127.0.0.1:61613"}, "url"),
+    ({"queue": "{queue}", "startingOffsets": "yesterday"}, "startingOffsets"),
+    ({"queue": "{queue}", "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
+    ({"address": "x"}, "subscription"),
+    ({}, "queue"),
+])
+def test_bad_options_raise_at_load_naming_the_option(spark, broker, queue_name, options, named):
+    send(broker, f"/queue/{queue_name}", 1)
+    reader = spark.readStream.format("pagemq").option("url", http_url(broker))
+    for key, value in options.items():
+        reader = reader.option(key, value.format(queue=queue_name))
+    with pytest.raises(Exception, match=f"pagemq option '{named}'"):
+        reader.load()
