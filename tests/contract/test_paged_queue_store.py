@@ -9,6 +9,7 @@ the only place that knows which one it is.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -149,7 +150,7 @@ async def test_page_views_give_each_page_its_id_range_and_each_queue_its_share(h
     pages = h.store.page_views()
     assert [v.page_no for v in pages] == h.page_numbers() and len(pages) >= 3
     assert pages[0].first_id == 1 and pages[-1].last_id == 12
-    for before, after in zip(pages, pages[1:], strict=False):
+    for before, after in itertools.pairwise(pages):
         assert before.first_id <= before.last_id < after.first_id
     assert sum(v.records for v in pages) == 12
     assert [v.live for v in pages] == [False] * (len(pages) - 1) + [True]

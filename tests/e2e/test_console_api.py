@@ -89,7 +89,8 @@ def test_with_security_the_console_is_public_but_its_data_is_not(tmp_path):
             assert proc.http_get(path)[0] == 401, path
         url = f"http://{HOST}:{proc.http_port}/api/broker/history"
         plain = _status_and_challenge(urllib.request.Request(url))
-        quiet = _status_and_challenge(urllib.request.Request(url, headers={"X-Requested-With": "XMLHttpRequest"}))
+        asking = urllib.request.Request(url, headers={"X-Requested-With": "XMLHttpRequest"})
+        quiet = _status_and_challenge(asking)
         assert plain == (401, True) and quiet == (401, False)
     finally:
         proc.stop()
