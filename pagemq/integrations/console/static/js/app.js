@@ -59,6 +59,9 @@ const app = {
 
 async function route() {
   const mine = ++generation;
+  // Performance API marks: how long a page took from its route change (or, the first time,
+  // from navigation start) to drawn; benchmarks/console_bench.py reads them.
+  const started = performance.now();
   clearInterval(timer);
   timer = null;
   const current = parseHash();
@@ -81,6 +84,7 @@ async function route() {
     return;
   }
   if (mine !== generation) return;
+  performance.measure('pagemq:render', { start: started, end: performance.now(), detail: location.hash || '#/' });
   document.body.dataset.loaded = location.hash || '#/';
   if (current.refreshMs) {
     const refresh = result && result.refresh ? result.refresh : () => current.render(app);
