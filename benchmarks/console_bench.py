@@ -24,7 +24,6 @@ Prints min / median / max per case over `--rounds`. Needs /usr/bin/chromium and
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import metrics_bench
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -44,28 +44,9 @@ PAGEMQ = str(Path(sys.executable).with_name("pagemq"))
 TARGET_MS = 1000.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _config(queues: int) -> str:
     settings = '[address-settings."bench.#"]\nmax-size-bytes = 0\npage-size-bytes = "64KiB"\n'
-    return settings + "".join(f'[[addresses]]\nname = "bench.q{n:05d}"\n' for n in range(queues))
-
-
-def _send(port: int, destinations: list[str]) -> None:
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:x\n\n\0")
-        frames = b"".join(f"SEND\ndestination:/queue/{d}\n\nhello\0".encode() for d in destinations)
-        sock.sendall(frames + b"DISCONNECT\nreceipt:end\n\n\0")
-        seen = b""
-        while b"receipt-id:end" not in seen:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            seen += chunk
+    return settings + metrics_bench._config(queues)
 
 
 def _driver() -> Any:
@@ -133,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="console-bench-"))
     (work / "pagemq.toml").write_text(_config(args.queues))
-    stomp, http = _free_port(), _free_port()
+    stomp, http = metrics_bench._free_port(), metrics_bench._free_port()
     log = (work / "broker.log").open("wb")
     proc = subprocess.Popen(
         [PAGEMQ, "serve", "--config", str(work / "pagemq.toml"), "--data-dir", str(work / "data"),
@@ -151,7 +132,7 @@ def main() -> None:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit(f"broker did not start; see {work / 'broker.log'}") from None
                 time.sleep(0.2)
-        _send(stomp, [f"bench.q{n:05d}" for n in range(0, args.queues, 100)])
+        metrics_bench._send(stomp, [f"bench.q{n:05d}" for n in range(0, args.queues, 100)])
         driver = _driver()
         base = f"http://127.0.0.1:{http}/console/"
         print(f"{args.queues} addresses and queues, {len(range(0, args.queues, 100))} of them paging; "
@@ -161,12 +142,14 @@ def main() -> None:
         filtered = "#/addresses?filter=q0999"
         cases: list[tuple[str, Callable[[], tuple[float, float]]]] = [
             ("overview, cold load", lambda: _cold(driver, base, "#/", "#overview-charts svg")),
-            ("addresses by name, cold load", lambda: _cold(driver, base, by_name, "#addresses-table tbody tr")),
+            ("addresses by name, cold load",
+             lambda: _cold(driver, base, by_name, "#addresses-table tbody tr")),
             ("overview, route change", lambda: _warm(driver, "#/", "#overview-charts svg")),
             ("addresses by name, route change", lambda: _warm(driver, by_name, "#addresses-table tbody tr")),
             ("addresses by messages desc, route change",
              lambda: _warm(driver, by_messages, "#addresses-table tbody tr.paging")),
-            ("addresses filtered, route change", lambda: _warm(driver, filtered, "#addresses-table tbody tr")),
+            ("addresses filtered, route change",
+             lambda: _warm(driver, filtered, "#addresses-table tbody tr")),
         ]
         results = [_report(label, [run() for _ in range(args.rounds)]) for label, run in cases]
         rows = driver.find_elements(By.CSS_SELECTOR, "#addresses-table tbody tr")

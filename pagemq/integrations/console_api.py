@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from pagemq.integrations.admin_api import _guarded, _int_param, _method_not_allowed
+from pagemq.integrations.admin_api import Handler, _guarded, _int_param, refuse_other_methods
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -108,14 +108,14 @@ async def address_pages(request: web.Request) -> web.Response:
     return _window(request, broker.address_pages(request.match_info["name"]))
 
 
-# Paths added here and the methods they answer (anything else: 405 with Allow).
-PATHS: dict[str, tuple[str, ...]] = {
-    "/api/broker/history": ("GET", "HEAD"),
-    "/api/queues/{name}/pages": ("GET", "HEAD"),
-    "/api/addresses/{name}/pages": ("GET", "HEAD"),
-    CONSOLE_PREFIX: ("GET", "HEAD"),
-    CONSOLE_PREFIX + "/": ("GET", "HEAD"),
-    CONSOLE_PREFIX + "/{file:.+}": ("GET", "HEAD"),
+# Every path added here: each answers GET (and HEAD) only, anything else gets 405 with Allow.
+GET_ROUTES: dict[str, Handler] = {
+    "/api/broker/history": broker_history,
+    "/api/queues/{name}/pages": queue_pages,
+    "/api/addresses/{name}/pages": address_pages,
+    CONSOLE_PREFIX: console_root,
+    CONSOLE_PREFIX + "/": console_file,
+    CONSOLE_PREFIX + "/{file:.+}": console_file,
 }
 
 
@@ -123,13 +123,6 @@ def register(app: web.Application, broker: Broker, history: HistoryView | None) 
     """Add the console and its endpoints to `app` (before its catch-all 404 route)."""
     app[CONSOLE_BROKER_KEY] = broker
     app[HISTORY_KEY] = history
-    router = app.router
-    router.add_get("/api/broker/history", broker_history)
-    router.add_get("/api/queues/{name}/pages", queue_pages)
-    router.add_get("/api/addresses/{name}/pages", address_pages)
-    router.add_get(CONSOLE_PREFIX, console_root)
-    router.add_get(CONSOLE_PREFIX + "/", console_file)
-    router.add_get(CONSOLE_PREFIX + "/{file:.+}", console_file)
-    for path, methods in PATHS.items():
-        router.add_route("*", path, _method_not_allowed(methods))
-
+    for path, handler in GET_ROUTES.items():
+        app.router.add_get(path, handler)
+    refuse_other_methods(app.router, dict.fromkeys(GET_ROUTES, ("GET",)))

@@ -3,7 +3,7 @@
 
 import { name } from './api.js';
 import { bytes, h } from './dom.js';
-import { renderListing, stateFrom } from './table.js';
+import { listingPage } from './table.js';
 
 function queueLinks(address) {
   const shown = address.queues.slice(0, 5);
@@ -31,14 +31,9 @@ const COLUMNS = [
   { key: 'queues', label: 'Queues', render: queueLinks },
 ];
 
-export function render(view, params) {
-  return renderListing(view, {
-    title: 'Addresses',
-    route: 'addresses',
-    resource: 'addresses',
-    columns: COLUMNS,
-    state: stateFrom(params, { sort: 'name' }),
-    rowAttributes: (a) => ({ class: a.paging ? 'paging' : '', dataset: { name: a.name } }),
-  });
-}
-
+export const render = listingPage({
+  title: 'Addresses',
+  resource: 'addresses',
+  columns: COLUMNS,
+  rowAttributes: (a) => ({ class: a.paging ? 'paging' : '', dataset: { name: a.name } }),
+});

@@ -2,7 +2,7 @@
 
 import { name } from './api.js';
 import { h } from './dom.js';
-import { renderListing, stateFrom } from './table.js';
+import { listingPage } from './table.js';
 
 const COLUMNS = [
   { key: 'name', label: 'Queue', sort: true, render: (q) => h('a', { href: `#/queue/${name(q.name)}` }, q.name) },
@@ -18,13 +18,9 @@ const COLUMNS = [
   { key: 'messages_killed', label: 'Dead-lettered', sort: true, numeric: true },
 ];
 
-export function render(view, params) {
-  return renderListing(view, {
-    title: 'Queues',
-    route: 'queues',
-    resource: 'queues',
-    columns: COLUMNS,
-    state: stateFrom(params, { sort: 'name' }),
-    rowAttributes: (q) => ({ class: q.messages_paged > 0 ? 'paging' : '', dataset: { name: q.name } }),
-  });
-}
+export const render = listingPage({
+  title: 'Queues',
+  resource: 'queues',
+  columns: COLUMNS,
+  rowAttributes: (q) => ({ class: q.messages_paged > 0 ? 'paging' : '', dataset: { name: q.name } }),
+});

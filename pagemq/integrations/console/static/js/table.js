@@ -74,3 +74,10 @@ export async function renderListing(view, { title, route, resource, columns, sta
     input.setSelectionRange(input.value.length, input.value.length);
   }
 }
+
+// A page's `render(view, params)` over one listing: the state comes from the hash's query.
+export function listingPage({ title, resource, columns, rowAttributes }) {
+  return (view, params) => renderListing(view, {
+    title, route: resource, resource, columns, state: stateFrom(params, { sort: 'name' }), rowAttributes,
+  });
+}
