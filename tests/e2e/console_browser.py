@@ -102,18 +102,37 @@ class Console:
                          f"element {css}", timeout)
 
     def text_of(self, css: str) -> str | None:
-        found = self.find_all(css)
-        if not found:
+        """The text of the first element matching `css` now (None: none, or redrawn while read)."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:
+            found = self.find_all(css)
+            return str(found[0].get_attribute("textContent")).strip() if found else None
+        except StaleElementReferenceException:
             return None
-        return str(found[0].get_attribute("textContent")).strip()
 
     def wait_text(self, css: str, expected: str, timeout: float = WAIT) -> str:
         """Wait until the text of `css` contains `expected`; returns the text."""
         return self.wait(lambda _d: (text := self.text_of(css)) is not None and expected in text and text,
-                         f"{css} to contain {expected!r} (now {self.text_of(css)!r})", timeout)
+                         f"{css} to contain {expected!r}", timeout)
 
     def click(self, css: str) -> None:
-        self.element(css).click()
+        """Click the first displayed element matching `css` (found again if it is redrawn
+        between being found and clicked)."""
+
+        def clicked(_driver: Any) -> bool:
+            target = next((e for e in self.find_all(css) if e.is_displayed()), None)
+            if target is None:
+                return False
+            target.click()
+            return True
+
+        self.wait(clicked, f"{css} to click")
+
+    def texts(self, css: str) -> list[str]:
+        """The text of every element matching `css` (waiting for one at least), read in one go
+        (again if redrawn meanwhile)."""
+        return list(self.wait(lambda _d: [e.text for e in self.find_all(css)], f"texts of {css}"))
 
     def dialog_open(self, dialog_id: str) -> bool:
         return bool(self.driver.execute_script(

@@ -61,15 +61,49 @@ def test_a_paging_address_is_flagged_with_its_counts_and_page_files(console, bro
     console.wait_text("#queue-name", name)
     console.wait_text("#queue-counters [data-field=messages_paged]", "300")
     console.element("#pages-table")
-    shown = [e.get_attribute("textContent") for e in console.find_all("#pages-table [data-field=file]")]
-    assert [text.removesuffix("live") for text in shown] == files
+    shown = console.texts("#pages-table [data-field=file]")  # the live page has a "live" badge
+    assert [text.split()[0] for text in shown] == files
     pages = ok(broker, "GET", path_of("queues", name, "pages"))["pages"]
-    first_ids = [int(e.text) for e in console.find_all("#pages-table [data-field=first_id]")]
-    last_ids = [int(e.text) for e in console.find_all("#pages-table [data-field=last_id]")]
+    first_ids = [int(text) for text in console.texts("#pages-table [data-field=first_id]")]
+    last_ids = [int(text) for text in console.texts("#pages-table [data-field=last_id]")]
     assert first_ids == [p["first_id"] for p in pages] and last_ids == [p["last_id"] for p in pages]
     assert all(a <= b for a, b in zip(first_ids, last_ids, strict=True))
     assert all(last_ids[i] < first_ids[i + 1] for i in range(len(first_ids) - 1))  # ranges in order
-    assert sum(int(e.text) for e in console.find_all("#pages-table [data-field=queue_records]")) == 300
+    assert sum(int(text) for text in console.texts("#pages-table [data-field=queue_records]")) == 300
+
+
+def test_the_address_table_is_sorted_filtered_and_paged_by_the_broker(console, broker, stomp_client):
+    prefix = unique("table")
+    producer = stomp_client(broker)
+    names = [f"{prefix}.a{n:02d}" for n in range(30)]
+    for n, name in enumerate(names):
+        paging.send_all(producer, f"/queue/{name}", paging.numbered("m", n % 4 + 1), size=16)
+    console.open(f"addresses?filter={prefix}&limit=25")
+    console.wait_text("#range", "1\N{EN DASH}25 of 30")
+
+    def shown() -> list[str]:
+        return console.wait(lambda _d: [e.get_attribute("data-name") for e in console.find_all(
+            "#addresses-table tbody tr")], "the table's rows")
+    assert shown() == names[:25]
+    console.click("#next-page")
+    console.wait_text("#range", "26\N{EN DASH}30 of 30")
+    assert shown() == names[25:]
+
+    console.click("th a[data-sort=messages]")  # ascending, back to the first page
+    console.wait_text("#addresses-table th.sorted", "Messages ▲")
+    counts = [int(text) for text in console.texts("#addresses-table tbody [data-field=messages]")]
+    assert counts == sorted(counts) and counts[0] == 1 and len(counts) == 25
+    console.click("th a[data-sort=messages]")
+    console.wait_text("#addresses-table th.sorted", "Messages ▼")
+    counts = [int(text) for text in console.texts("#addresses-table tbody [data-field=messages]")]
+    assert counts == sorted(counts, reverse=True) and counts[0] == 4
+
+    console.find("#filter").send_keys(".a1")  # typed: the broker filters (names containing it)
+    console.wait_text("#range", "of 10")
+    assert sorted(shown()) == names[10:20]
+    console.go("addresses?filter=no-such-address-anywhere")
+    console.wait_text("#empty", "No addresses match")
+    assert "null" not in console.find("#view").text
 
 
 def test_a_paged_message_is_browsed_and_the_queue_purged_from_its_page(console, broker, stomp_client):
@@ -117,10 +151,9 @@ def test_a_failed_action_shows_the_api_error_text(console, broker, stomp_client)
 def test_the_overview_shows_memory_against_global_max_size_and_its_history(console, broker, stomp_client):
     console.open()
     console.wait_text("#overview-cards [data-field=memory]", "global-max-size")
-    charts = console.find_all("#overview-charts figure")
-    assert [c.find_element("css selector", "figcaption").text for c in charts] == [
+    assert console.texts("#overview-charts figcaption") == [
         "Memory", "Disk (fullest filesystem)", "Messages per second", "Connections"]
-    assert console.find_all("#overview-charts svg line.limit"), "no global-max-size line drawn"
+    console.wait(lambda _d: console.find_all("#overview-charts svg line.limit"), "the global-max-size line")
     history = ok(broker, "GET", "/api/broker/history")
     assert history["samples"] and history["interval_seconds"] == 5.0
 

@@ -54,6 +54,8 @@ export function lineChart({ title, series, limit, format, span = 900, now }) {
       pen = true;
     }
     if (path) chart.append(svg('path', { d: path, class: `series ${one.cls}` }));
+    const latest = one.points.filter(([t, v]) => v !== null && v !== undefined && t >= start).pop();
+    if (latest) chart.append(svg('circle', { cx: x(latest[0]), cy: y(latest[1]), r: 2.5, class: `dot ${one.cls}` }));
   }
   const legend = document.createElement('div');
   legend.className = 'legend';

@@ -63,7 +63,7 @@ export async function render(view) {
         { label: 'out (acknowledged)', cls: 's2', points: points('out_per_second') }],
     }),
     lineChart({
-      title: 'Connections', now, format: (v) => count(Math.round(v)),
+      title: 'Connections', now, format: (v) => (Number.isInteger(v) ? count(v) : v.toFixed(1)),
       series: [{ label: 'open', cls: 's1', points: points('connections') }],
     }),
   );

@@ -54,7 +54,7 @@ async function fillPages(holder, queueName) {
     return;
   }
   const rows = answer.pages.map((page) => h('tr', { dataset: { page: page.page } },
-    h('td', { dataset: { field: 'file' } }, page.file, page.live ? h('span', { class: 'badge' }, 'live') : null),
+    h('td', { dataset: { field: 'file' } }, page.file, page.live ? [' ', h('span', { class: 'badge' }, 'live')] : null),
     h('td', { class: 'num', dataset: { field: 'first_id' } }, page.first_id),
     h('td', { class: 'num', dataset: { field: 'last_id' } }, page.last_id),
     h('td', { class: 'num', dataset: { field: 'records' } }, count(page.records)),

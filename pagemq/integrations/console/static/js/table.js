@@ -66,8 +66,10 @@ export async function renderListing(view, { title, route, resource, columns, sta
     h('h1', {}, title),
     h('div', { class: 'toolbar' }, filter, sizes, pager),
     h('table', { class: 'listing', id: `${resource}-table` }, h('thead', {}, head), h('tbody', {}, rows)),
-    items.length ? null : h('p', { class: 'muted', id: 'empty' }, state.filter ? `No ${resource} match “${state.filter}”.` : `No ${resource}.`),
   );
+  if (!items.length) {
+    view.append(h('p', { class: 'muted', id: 'empty' }, state.filter ? `No ${resource} match “${state.filter}”.` : `No ${resource}.`));
+  }
   if (typingHere) {
     const input = view.querySelector('#filter');
     input.focus();
