@@ -163,3 +163,9 @@ class Console:
             self.find(f"#confirm-field-{name}").send_keys(value)
         self.find("#confirm-ok").click()
         self.wait(lambda _d: not self.dialog_open("confirm-dialog"), "the confirmation dialog to close")
+
+    def cancel(self) -> None:
+        """Cancel the open action dialog."""
+        self.wait(lambda _d: self.dialog_open("confirm-dialog"), "the confirmation dialog")
+        self.find("#confirm-cancel").click()
+        self.wait(lambda _d: not self.dialog_open("confirm-dialog"), "the confirmation dialog to close")

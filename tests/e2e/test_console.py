@@ -5,13 +5,14 @@ a purge from the queue's page, the overview's figures, and the console with secu
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import test_paging_helpers as paging
 from admin_http import ok, path_of
-from brokerproc import BrokerProcess, unique
+from brokerproc import BrokerProcess, unique, wait_until
 from console_browser import Console, console_driver
 from security_helpers import login, password, start_secured
 
@@ -19,6 +20,7 @@ BROKER_CONFIG = {
     "address-settings": {
         "#": {"page-size-bytes": "16KiB"},
         "zero.#": {"max-size-bytes": 0},  # everything sent pages at once
+        "dead.#": {"max-delivery-attempts": 1, "dead-letter-address": "dead.DLQ"},
     },
 }
 
@@ -134,6 +136,48 @@ def test_a_paged_message_is_browsed_and_the_queue_purged_from_its_page(console, 
     console.element("#no-messages")
     paging.wait_no_page_files(broker, name)
     assert broker.queue(name)["messages"] == 0
+
+
+def test_move_retry_and_delete_from_the_queue_page_even_for_an_odd_name(console, broker, stomp_client):
+    odd = f"odd name #{unique('q')}?"  # a space, '#' and '?': one encoded path segment
+    paging.send_all(stomp_client(broker), f"/queue/{odd}", paging.numbered("o", 3), size=64)
+    console.open("queue/" + urllib.parse.quote(odd, safe=""))
+    console.wait_text("#queue-name", odd)
+    console.wait_text("#queue-counters [data-field=messages]", "3")
+
+    console.click("button[data-action=purge]")
+    console.cancel()  # a cancelled action does nothing
+    assert broker.queue(urllib.parse.quote(odd, safe=""))["messages"] == 3
+
+    target = unique("moved")
+    console.click("button[data-action=move]")
+    console.confirm({"to": target})
+    console.wait_text("#notice", f"Moved 3 message(s) from {odd} to {target}")
+    console.wait_text("#queue-counters [data-field=messages]", "0")
+    assert broker.queue(target)["messages"] == 3
+
+    dead = "dead." + unique("retry")
+    paging.send_all(stomp_client(broker), f"/queue/{dead}", ["d0", "d1"], size=64)
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{dead}", ack="client-individual")
+    for frame in paging.wait_frames(consumer, 2):
+        consumer.nack(frame, receipt=True)
+    consumer.disconnect()
+    wait_until(lambda: broker.queue("dead.DLQ")["messages"] >= 2)
+    console.go("queue/dead.DLQ")
+    console.wait_text("#queue-name", "dead.DLQ")
+    console.click("button[data-action=retry]")
+    console.confirm()
+    console.wait_text("#notice", "back to their original destination")
+    broker.wait_queue(dead, messages=2)
+
+    console.go("queue/" + urllib.parse.quote(odd, safe=""))
+    console.wait_text("#queue-name", odd)
+    console.click("button[data-action=delete]")
+    console.confirm()
+    console.wait_text("#notice", f"Deleted queue {odd}")
+    console.wait(lambda d: d.execute_script("return location.hash").startswith("#/queues"), "the queue list")
+    assert broker.http_get(path_of("queues", odd))[0] == 404
 
 
 def test_a_failed_action_shows_the_api_error_text(console, broker, stomp_client):
