@@ -487,6 +487,29 @@ async def test_a_peek_waiting_for_a_read_moves_nothing(h: Harness) -> None:
 
 
 @each_store
+async def test_a_read_cut_short_by_its_page_completing_still_wakes_the_queue(h: Harness) -> None:
+    """The queue was told "nothing now, woken later" while its page was read in the worker;
+    every record of that page is then claimed and acknowledged (a selective consumer took
+    them ahead), which completes the page and ends the read. The wake still comes, and the
+    queue reads on in the next page (model-based test, seed 92034)."""
+    await fill(h, 4, A)
+    first, second = h.page_numbers()[:2]
+    io = read_in_worker(h)
+    a = h.store.queue(A)
+    assert a.peek() is None and a.reading
+    for ordinal, _record in list(a.read(first)):
+        a.claim(first, ordinal)
+        a.acknowledge(first, ordinal, journal=True)
+    assert a.pages_from(0) == [second]  # done with the first page
+    await asyncio.sleep(0)
+    assert h.listener.woken == [A] and not a.reading and a.unread == 1
+    while (entry := a.take()) is None:
+        assert a.reading
+        await io.step()
+    assert entry[0] == second and entry[2].message_id == 4
+
+
+@each_store
 async def test_a_read_landing_for_a_dropped_queue_wakes_nobody(h: Harness) -> None:
     await fill(h, 2, A)
     io = read_in_worker(h)

@@ -157,7 +157,7 @@ class PagedQueue(Protocol):
     def reading(self) -> bool:
         """`peek` answered None because the next records are being read in the page-I/O
         worker (storage/paging/page_io.py): not "none left"; `listener.wake` follows when
-        they are in."""
+        they are in (or, should the page be completed first, at the next loop turn)."""
 
     def peek(self) -> Entry | None:
         """The next record for the queue at its read position, not taken: the position

@@ -19,6 +19,7 @@ from pagemq.core.transactions import Transaction
 from pagemq.storage.api import CursorAck, StoreOp
 from pagemq.storage.fileio import REAL_FILE_IO, FaultyFileIO, FileIO
 from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_io import PageIO
 from pagemq.storage.paging.page_store import PageStore
 
 
@@ -49,9 +50,11 @@ class Collector:
 async def paging_broker(
     directory: Path, fileio: FileIO | dict[str, FileIO] = REAL_FILE_IO,
     address_settings: dict[str, object] | None = None, *, journal_fileio: FileIO = REAL_FILE_IO,
+    page_io: PageIO | None = None,
 ) -> tuple[Broker, RecordingStore, list[PageStore]]:
     """Every message of every address pages (max-size-bytes 0), unless told otherwise.
-    `fileio` may differ per address (a dict: address -> its page store's file layer)."""
+    `fileio` may differ per address (a dict: address -> its page store's file layer);
+    `page_io`: where queues' in-order page reads run (None: on the loop)."""
     store = RecordingStore(directory / "journal", journal_fileio)
     settings = AddressSettingsRepository()
     settings.add("#", address_settings if address_settings is not None else {"max-size-bytes": 0})
@@ -60,7 +63,8 @@ async def paging_broker(
 
     def page_store(address: str, address_settings: AddressSettings) -> PageStore:
         pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes,
-                          fileio=fileio[address] if isinstance(fileio, dict) else fileio)
+                          fileio=fileio[address] if isinstance(fileio, dict) else fileio,
+                          page_io=page_io)
         pages.set_summary_builder(PageSummary)
         pages.open()
         pages.start(loop)
