@@ -158,11 +158,7 @@ def test_move_retry_and_delete_from_the_queue_page_even_for_an_odd_name(console,
 
     dead = "dead." + unique("retry")
     paging.send_all(stomp_client(broker), f"/queue/{dead}", ["d0", "d1"], size=64)
-    consumer = stomp_client(broker)
-    consumer.subscribe(f"/queue/{dead}", ack="client-individual")
-    for frame in paging.wait_frames(consumer, 2):
-        consumer.nack(frame, receipt=True)
-    consumer.disconnect()
+    paging.nack_all(stomp_client(broker), f"/queue/{dead}", 2)
     wait_until(lambda: broker.queue("dead.DLQ")["messages"] >= 2)
     console.go("queue/dead.DLQ")
     console.wait_text("#queue-name", "dead.DLQ")
