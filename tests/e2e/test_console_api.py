@@ -4,6 +4,7 @@ the 401 the console's scripts get without a browser password dialog (docs/consol
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 
@@ -92,6 +93,13 @@ def test_with_security_the_console_is_public_but_its_data_is_not(tmp_path):
         asking = urllib.request.Request(url, headers={"X-Requested-With": "XMLHttpRequest"})
         quiet = _status_and_challenge(asking)
         assert plain == (401, True) and quiet == (401, False)
+        for sneaky in ("/console/../api/broker/history", "/console/%2E%2E/api/broker/history",
+                       "/console/..%2Fapi%2Fbroker%2Fhistory"):  # out of the console: no data
+            connection = http.client.HTTPConnection(HOST, proc.http_port, timeout=5)
+            connection.request("GET", sneaky)
+            answer = connection.getresponse()
+            assert answer.status in (401, 404) and b"samples" not in answer.read(), sneaky
+            connection.close()
     finally:
         proc.stop()
     assert not proc.tracebacks()
