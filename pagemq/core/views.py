@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pagemq.core.memory import MemoryAccountant
     from pagemq.core.paging import AddressPager
     from pagemq.core.stream_reader import StreamReader
+    from pagemq.storage.paging.queue_store import PageView
 
 
 def address_info(bindings: Bindings, name: str) -> dict[str, object]:
@@ -127,3 +128,53 @@ def stream_readers(readers: Iterable[StreamReader], waiting: int) -> list[dict[s
     above the committed offset, as a commit acknowledges everything below it)."""
     return [{"name": reader.name, "committed_offset": reader.committed, "last_read_offset": reader.last_read,
              "offsets_behind_latest": waiting} for reader in sorted(readers, key=lambda r: r.name)]
+
+
+def broker_totals(bindings: Bindings) -> dict[str, int]:
+    """Broker-wide sums: messages added to and acknowledged from every queue since start,
+    deleted queues included (Artemis' `TotalMessagesAdded` / `TotalMessagesAcknowledged`;
+    one copy per queue, as the per-queue counters count them), and the addresses paging with
+    the bytes of their page files. A pass over the queues: for a sampler every few seconds,
+    not for every request."""
+    added = bindings.retired_added
+    acknowledged = bindings.retired_acknowledged
+    for queue in bindings.queues.values():
+        counters = queue.counters
+        added += counters.added
+        acknowledged += counters.acknowledged
+    paging = sum(1 for address in bindings.addresses.values() if address.paging)
+    page_bytes = sum(pager.bytes_on_disk for pager in bindings.pagers.values())
+    return {"messages_added": added, "messages_acknowledged": acknowledged,
+            "paging_addresses": paging, "page_bytes": page_bytes}
+
+
+def queue_pages(bindings: Bindings, name: str) -> dict[str, object]:
+    """The page files a queue still holds, in order, each with its range of message ids and
+    the queue's share of it (records for it, of those acknowledged)."""
+    queue = bindings.queues.get(name)
+    if queue is None:
+        raise NotFound(f"no queue named {name!r}")
+    pager = bindings.pagers.get(queue.address_name)
+    views = pager.store.page_views(queue.queue_id) if pager is not None else []
+    return {"queue": name, "address": queue.address_name, "pages": [_page(view) for view in views]}
+
+
+def address_pages(bindings: Bindings, name: str) -> dict[str, object]:
+    """Every page file of an address, in order, with how many queues still hold each."""
+    if name not in bindings.addresses:
+        raise NotFound(f"no address named {name!r}")
+    pager = bindings.pagers.get(name)
+    views = pager.store.page_views() if pager is not None else []
+    return {"address": name, "pages": [_page(view) for view in views]}
+
+
+def _page(view: PageView) -> dict[str, object]:
+    page: dict[str, object] = {
+        "page": view.page_no, "file": view.file, "first_id": view.first_id, "last_id": view.last_id,
+        "records": view.records, "bytes": view.size, "live": view.live,
+        "queues_holding": view.queues_holding,
+    }
+    if view.queue_records is not None:
+        page["queue_records"] = view.queue_records
+        page["queue_acknowledged"] = view.queue_acknowledged
+    return page

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from pagemq.integrations.console_api import is_console_asset
 from pagemq.security.access import AUTHENTICATION_FAILED, Access
 from pagemq.security.permissions import MANAGEMENT_ADDRESS
 
@@ -28,8 +29,12 @@ _READS = frozenset({"GET", "HEAD"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _unauthorized(message: str) -> web.Response:
-    return web.json_response({"error": message}, status=401, headers={"WWW-Authenticate": REALM})
+def _unauthorized(request: web.Request, message: str) -> web.Response:
+    # A script asking not to be challenged (the console's own login form; the convention of
+    # `X-Requested-With`) gets no WWW-Authenticate, so the browser shows no password dialog.
+    quiet = request.headers.get("X-Requested-With") == "XMLHttpRequest"
+    return web.json_response({"error": message}, status=401,
+                             headers={} if quiet else {"WWW-Authenticate": REALM})
 
 
 def _credentials(header: str | None) -> tuple[str, str] | None:
@@ -56,12 +61,14 @@ def _peer(request: web.Request) -> str:
 def security_middleware(access: Access) -> Middleware:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_console_asset(request.method, request.path):
+            return await handler(request)  # the console's files: no broker data in them
         credentials = _credentials(request.headers.get("Authorization"))
         if credentials is None:
-            return _unauthorized("authentication required (HTTP Basic)")
+            return _unauthorized(request, "authentication required (HTTP Basic)")
         user = await access.authenticate(credentials[0], credentials[1], _peer(request))
         if user is None:
-            return _unauthorized(AUTHENTICATION_FAILED)
+            return _unauthorized(request, AUTHENTICATION_FAILED)
         needed = "view" if request.method in _READS else "manage"
         if not (access.allowed(user.name, needed, MANAGEMENT_ADDRESS)
                 or access.allowed(user.name, "manage", MANAGEMENT_ADDRESS)):

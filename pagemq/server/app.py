@@ -26,6 +26,7 @@ from pagemq.security.access import Access
 from pagemq.security.listener import ListenerPolicy
 from pagemq.security.tls import ReloadableTls
 from pagemq.security.users_watch import UsersWatcher
+from pagemq.server.broker_history import BrokerHistory
 from pagemq.server.cleanup_report import describe_cleanup
 from pagemq.server.config import Config
 from pagemq.server.connection_log import ConnectionLog
@@ -108,6 +109,9 @@ class BrokerServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._trimmer = MemoryTrimmer()
         self.loop_lag = LoopLag()
+        # the console's 15-minute graphs (GET /api/broker/history)
+        self.history = BrokerHistory(self.broker, self.store.stats, self.connection_log.figures,
+                                     self.loop_lag.figures)
         self._lock = DataDirectoryLock(broker_config.data_directory)
         self.stopped = asyncio.Event()
         # Security (docs/security.md): None when disabled; TLS contexts for *-tls listeners.
@@ -177,6 +181,7 @@ class BrokerServer:
                 max_connections=acceptors.max_connections,
                 tls=(http_tls.host, http_tls.port, self.tls.context) if http_tls and self.tls else None,
                 connection_list=connections_view(every_connection), health=lambda: self.state,
+                history=self.history.view,
             )
             if plain is not None:
                 listening.append(f"http={plain.host}:{plain.port}")
@@ -189,6 +194,7 @@ class BrokerServer:
             asyncio.create_task(self._every(
                 AUTO_DELETE_PERIOD, lambda: self.broker.auto_delete.tick(time.monotonic())
             )),
+            asyncio.create_task(self._every(self.history.interval, self.history.sample)),
             asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),
@@ -205,6 +211,7 @@ class BrokerServer:
         gc.set_threshold(GC_THRESHOLD, 20, 100)
         self._trimmer.baseline(self.broker.memory.used_bytes)
         self.loop_lag.start(asyncio.get_running_loop())  # from here on the loop serves clients
+        self.history.sample()  # the graphs start at ready
         self.state = "ready"
         log.info(
             "ready: %s; recovered %d messages in %.2fs",

@@ -9,6 +9,7 @@ the only place that knows which one it is.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -139,6 +140,32 @@ async def test_claimed_records_are_skipped_and_come_back_when_unclaimed(h: Harne
     assert first is not None and first[2].message_id == 1
     assert a.unclaim(page_no, third)  # back before the position reached it
     assert ids(take_all(a)) == [2, 3, 4]
+
+
+@each_store
+async def test_page_views_give_each_page_its_id_range_and_each_queue_its_share(h: Harness) -> None:
+    for n in range(1, 13):
+        append(h.store, n, A, B) if n % 3 else append(h.store, n, A)
+    await h.settle()
+    pages = h.store.page_views()
+    assert [v.page_no for v in pages] == h.page_numbers() and len(pages) >= 3
+    assert pages[0].first_id == 1 and pages[-1].last_id == 12
+    for before, after in itertools.pairwise(pages):
+        assert before.first_id <= before.last_id < after.first_id
+    assert sum(v.records for v in pages) == 12
+    assert [v.live for v in pages] == [False] * (len(pages) - 1) + [True]
+    assert all(v.queue_records is None and v.queues_holding == 2 for v in pages[:-1])
+    a_pages = h.store.page_views(A)
+    assert sum(v.queue_records or 0 for v in a_pages) == 12
+    assert sum(v.queue_records or 0 for v in h.store.page_views(B)) == 8
+    assert h.store.page_views(99) == []  # a queue with nothing paged here
+    # a queue done with a page no longer lists it; the page stays while the other holds it
+    a = h.store.queue(A)
+    first_page = pages[0].page_no
+    ack(a, [e for e in take_all(a) if e[0] == first_page])
+    await h.settle()
+    assert first_page not in [v.page_no for v in h.store.page_views(A)]
+    assert h.store.page_views()[0].page_no == first_page and h.store.page_views()[0].queues_holding == 1
 
 
 # -- acknowledgements, completion, deletion ----------------------------------------------

@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Sequence
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.disk_space import is_no_space
 from pagemq.storage.paging.ordinal_set import OrdinalSet
-from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_format import PagedRecord, page_file_name
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.page_store import PageInfo, RecordsLost
 from pagemq.storage.paging.queue_cursor import CursorPage, QueueCursor
@@ -36,6 +36,7 @@ from pagemq.storage.paging.queue_store import (
     Appended,
     CursorRecords,
     PagedRecovery,
+    PageView,
     QueueStoreListener,
     RecoveredQueue,
 )
@@ -252,6 +253,28 @@ class PagedQueues:
 
     def last_message_id(self) -> int:
         return max((info.last_id for info in self.medium.pages()), default=0)
+
+    def page_views(self, queue_id: int | None = None) -> list[PageView]:
+        """For operators (the console's page list); a few dicts per page, made when asked."""
+        cursor = self.cursors.get(queue_id) if queue_id is not None else None
+        if queue_id is not None and cursor is None:
+            return []
+        live = self.medium.live_page_no()
+        views = []
+        for info in self.medium.pages():
+            page_no = info.page_no
+            if page_no in self._deleting:
+                continue
+            share = cursor.pages.get(page_no) if cursor is not None else None
+            if cursor is not None and share is None:
+                continue  # the queue is done with it (or never had a record in it)
+            views.append(PageView(
+                page_no, page_file_name(page_no), info.first_id, info.last_id, info.count, info.size,
+                page_no == live and not info.closed, len(self._open.get(page_no, ())),
+                share.count if share is not None else None,
+                len(share.acked) if share is not None else None,
+            ))
+        return views
 
     def _records_lost(self, lost: RecordsLost) -> None:
         """Damage found while reading a page took records (the medium re-counted it): the
