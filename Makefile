@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-slow soak lint bench clean
+.PHONY: run test test-slow soak lint bench clean browser
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON)"; exit 1; }
@@ -23,9 +23,25 @@ $(TEST_STAMP): $(STAMP)
 run: $(STAMP)
 	$(BIN)/pagemq serve
 
+# The web console's browser tests (tests/e2e/test_console.py) drive Debian's chromium through
+# /usr/bin/chromedriver with selenium (a test extra). Run as root, this installs the two
+# packages when missing; otherwise (or if apt fails) it says so and those tests skip, naming
+# what to install.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium and chromium-driver for the console's browser tests"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; }; } || \
+	  echo "note: could not install chromium/chromium-driver: the console's browser tests will skip"; \
+	else \
+	  echo "note: no /usr/bin/chromium or /usr/bin/chromedriver: the console's browser tests will skip" \
+	       "(as root: apt-get install chromium chromium-driver)"; \
+	fi
+
 # mypy reads [tool.mypy] in pyproject.toml: strict over pagemq/, protocol/ and the STOMP
 # server included; core/, storage/ and a few listed modules are not held to it yet.
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) browser
 	$(BIN)/ruff check pagemq tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

@@ -3,6 +3,15 @@ subscribers of a paged topic, or many consumers of a paged queue, all read back 
 
     python benchmarks/memory_budget_bench.py --subscribers 200 --messages 1000000
     python benchmarks/memory_budget_bench.py --mode queue --consumers 1000 --prefetch 1000
+    python benchmarks/memory_budget_bench.py --mode block --producers 8 --duration 60
+    python benchmarks/memory_budget_bench.py --mode selector --messages 1000000
+
+block mode: `--producers` connections send persistent messages at full speed (pipelined
+receipts) for `--duration` seconds into an address with `max-size-bytes = --max-size` and
+`address-full-policy = BLOCK` and no consumer; then one consumer drains it while the producers
+finish. Every receipted message must be consumed; RSS bound: max-size + idle RSS + 40 MiB.
+selector mode: every other message of the paged backlog is red; one consumer with the
+selector `color = 'red'` takes them all (the others stay paged, acknowledged gaps on every page).
 
 1. Starts the broker (`pagemq serve`) with `global-max-size` (default 64MiB) and every
    message of the address paging (`max-size-bytes = 0`).
@@ -87,7 +96,7 @@ class Connection:
         self.writer.close()
 
 
-async def produce(port: int, destination: str, count: int, size: int) -> float:
+async def produce(port: int, destination: str, count: int, size: int, colors: bool = False) -> float:
     conn = await Connection.open(port)
     body = b"x" * size
     started = time.monotonic()
@@ -96,8 +105,10 @@ async def produce(port: int, destination: str, count: int, size: int) -> float:
         batch = []
         while sent < count and sent - confirmed < window:
             sent += 1
-            batch.append(encode_frame("SEND", [("destination", destination), ("persistent", "true"),
-                                               ("receipt", str(sent))], body))
+            headers = [("destination", destination), ("persistent", "true"), ("receipt", str(sent))]
+            if colors:  # every other message red (selector mode)
+                headers.append(("color", "red" if sent % 2 else "blue"))
+            batch.append(encode_frame("SEND", headers, body))
         conn.writer.write(b"".join(batch))
         while sent - confirmed >= window or (sent == count and confirmed < count):
             frame = await conn.next_frame()
@@ -108,10 +119,13 @@ async def produce(port: int, destination: str, count: int, size: int) -> float:
 
 
 async def consume(port: int, destination: str, client_id: str | None, durable: str | None,
-                  prefetch: int, ack_every: int, stop: asyncio.Event, counts: list[int], index: int) -> None:
+                  prefetch: int, ack_every: int, stop: asyncio.Event, counts: list[int], index: int,
+                  selector: str | None = None) -> None:
     conn = await Connection.open(port, client_id)
     headers = [("destination", destination), ("id", "1"), ("ack", "client"),
                ("activemq.prefetchSize", str(prefetch))]
+    if selector:
+        headers.append(("selector", selector))
     if durable:
         headers.append(("durable-subscription-name", durable))
     conn.writer.write(encode_frame("SUBSCRIBE", headers))
@@ -136,7 +150,101 @@ async def consume(port: int, destination: str, client_id: str | None, durable: s
         conn.close()
 
 
+async def produce_for(port: int, destination: str, seconds: float, size: int, sent: list[int],
+                      index: int) -> None:
+    """Persistent SENDs with pipelined receipts for `seconds`; counts receipted ones."""
+    conn = await Connection.open(port)
+    body = b"x" * size
+    window, issued, confirmed = 500, 0, 0
+    stop_at = time.monotonic() + seconds
+    while time.monotonic() < stop_at or confirmed < issued:
+        if time.monotonic() < stop_at and issued - confirmed < window:
+            batch = []
+            while issued - confirmed < window:
+                issued += 1
+                batch.append(encode_frame("SEND", [("destination", destination), ("persistent", "true"),
+                                                   ("receipt", str(issued))], body))
+            conn.writer.write(b"".join(batch))
+        try:
+            frame = await asyncio.wait_for(conn.next_frame(), 1.0)
+        except TimeoutError:
+            continue  # blocked: the broker stopped reading us; keep waiting for receipts
+        assert frame.command == "RECEIPT", (frame.command, frame.headers)
+        confirmed = int(frame.headers["receipt-id"])
+        sent[index] = confirmed
+    conn.close()
+
+
+async def run_block(args: argparse.Namespace, port: int, pid: int) -> dict[str, object]:
+    """8 producers at full speed into a BLOCK address with no consumer, then a consumer."""
+    destination = "/queue/blocked"
+    await asyncio.sleep(0.5)
+    idle = process_rss(pid)
+    sent = [0] * args.producers
+    with RssSampler(pid, interval=0.2) as sampler:
+        producers = [asyncio.create_task(produce_for(port, destination, args.duration, args.size, sent, n))
+                     for n in range(args.producers)]
+        await asyncio.sleep(args.duration)
+        blocked_total = sum(sent)
+        counts = [0]
+        stop = asyncio.Event()
+        consumer = asyncio.create_task(consume(port, destination, None, None, args.prefetch,
+                                               args.ack_every, stop, counts, 0))
+        await asyncio.wait_for(asyncio.gather(*producers), args.timeout)
+        total = sum(sent)
+        deadline = time.monotonic() + args.timeout
+        while counts[0] < total and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)
+        stop.set()
+        await asyncio.gather(consumer, return_exceptions=True)
+    limit = parse_size(args.max_size, "max-size-bytes")
+    bound = limit + idle + 40 * MIB
+    return {
+        "mode": "block", "producers": args.producers, "seconds": args.duration, "size": args.size,
+        "max_size_bytes": args.max_size, "receipted_while_blocking": blocked_total,
+        "receipted": total, "consumed": counts[0], "nothing_lost": counts[0] == total,
+        "idle_rss": format_mib(idle), "peak_rss": format_mib(sampler.peak), "bound": format_mib(bound),
+        "within_bound": sampler.peak <= bound,
+    }
+
+
+async def run_selector(args: argparse.Namespace, port: int, pid: int) -> dict[str, object]:
+    """One consumer with a selector taking every other message of a paged backlog."""
+    destination = "/queue/budget"
+    fill_rate = await produce(port, destination, args.messages, args.size, colors=True)
+    await asyncio.sleep(1.0)
+    idle = process_rss(pid)
+    expected = (args.messages + 1) // 2
+    counts = [0]
+    stop = asyncio.Event()
+    started = time.monotonic()
+    with RssSampler(pid, interval=0.2) as sampler:
+        task = asyncio.create_task(consume(port, destination, None, None, args.prefetch, args.ack_every,
+                                           stop, counts, 0, selector="color = 'red'"))
+        deadline = started + args.timeout
+        while counts[0] < expected and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        elapsed = time.monotonic() - started
+        await asyncio.sleep(0.5)
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)
+    bound = parse_size(args.global_max_size, "global-max-size") + idle + 40 * MIB
+    return {
+        "mode": "selector", "messages": args.messages, "size": args.size,
+        "global_max_size": args.global_max_size, "fill_msgs_per_s": round(fill_rate),
+        "matched": counts[0], "expected": expected, "nothing_lost": counts[0] == expected,
+        "deliveries_per_s": round(counts[0] / elapsed), "seconds": round(elapsed, 1),
+        "idle_rss": format_mib(idle), "peak_rss": format_mib(sampler.peak), "bound": format_mib(bound),
+        "within_bound": sampler.peak <= bound,
+    }
+
+
 async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object]:
+    if args.mode == "block":
+        return await run_block(args, port, pid)
+    if args.mode == "selector":
+        return await run_selector(args, port, pid)
     topic = args.mode == "topic"
     destination = "/topic/budget" if topic else "/queue/budget"
     readers = args.subscribers if topic else args.consumers
@@ -182,7 +290,10 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=("topic", "queue"), default="topic")
+    parser.add_argument("--mode", choices=("topic", "queue", "block", "selector"), default="topic")
+    parser.add_argument("--producers", type=int, default=8, help="block mode")
+    parser.add_argument("--duration", type=float, default=60.0, help="block mode: seconds of producing")
+    parser.add_argument("--max-size", default="10MiB", help="block mode: the address's max-size-bytes")
     parser.add_argument("--subscribers", type=int, default=200)
     parser.add_argument("--consumers", type=int, default=1000)
     parser.add_argument("--messages", type=int, default=100_000)
@@ -200,6 +311,7 @@ def main() -> int:
         f'[broker]\ndata-directory = "{workdir / "data"}"\nglobal-max-size = "{args.global_max_size}"\n'
         f'[acceptors]\nstomp = "127.0.0.1:{stomp}"\nhttp = "127.0.0.1:{http}"\n'
         f'[address-settings."#"]\nmax-size-bytes = 0\npage-size-bytes = "{args.page_size}"\n'
+        f'[address-settings.blocked]\nmax-size-bytes = "{args.max_size}"\naddress-full-policy = "BLOCK"\n'
     )
     log = (workdir / "broker.log").open("w")
     # PAGEMQ_BENCH_SERVE: a script to run instead of `-m pagemq` (a profiling wrapper).
@@ -215,7 +327,8 @@ def main() -> int:
             time.sleep(0.1)
         figures = asyncio.run(run(args, stomp, broker.pid))
         print(json.dumps(figures))
-        return 0 if figures["within_bound"] and figures["every_reader_got_every_message"] else 1
+        complete = figures.get("every_reader_got_every_message", figures.get("nothing_lost"))
+        return 0 if figures["within_bound"] and complete else 1
     finally:
         broker.send_signal(signal.SIGTERM)
         try:

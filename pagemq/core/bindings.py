@@ -65,6 +65,10 @@ class Bindings:
         self.pagers: dict[str, AddressPager] = {}
         # Address/queue records written since the last paged send; see Router.after_bindings.
         self.dirty = False
+        # What deleted queues had counted (added, acknowledged): broker-wide totals keep them,
+        # so a rate computed from the totals does not drop when a queue goes.
+        self.retired_added = 0
+        self.retired_acknowledged = 0
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -179,6 +183,8 @@ class Bindings:
         if pager is not None and queue.queue_id in pager.cursors:
             pager.cursors[queue.queue_id].drop()
         queue.deleted = True
+        self.retired_added += queue.counters.added
+        self.retired_acknowledged += queue.counters.acknowledged
         address = self.address_of(queue)
         if address.queues.pop(queue.name, None) is not None and queue.routing_type == ANYCAST:
             address.anycast_queues -= 1

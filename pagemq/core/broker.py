@@ -40,7 +40,14 @@ from pagemq.core.memory import MemoryAccountant
 from pagemq.core.recovery import Recovery
 from pagemq.core.routing import DROP, MEMORY, PAGE, Blocked, Router
 from pagemq.core.selector import compile_filter
-from pagemq.core.views import address_figures, address_info, queue_info
+from pagemq.core.views import (
+    address_figures,
+    address_info,
+    address_pages,
+    broker_totals,
+    queue_info,
+    queue_pages,
+)
 from pagemq.storage.api import MemoryStore, MessageStore
 
 if TYPE_CHECKING:
@@ -103,6 +110,8 @@ class Broker:
         self.delete_queue = self.bindings.delete_queue
         self.send = self.router.send
         self.wait_for_memory = self.router.wait_for_memory
+        self.cancel_wait = self.router.cancel_wait
+        self.disk = self.router.disk
         self.expire_due = self.dead_letters.expire_due
         self.expired = self.dead_letters.expired
         self.dead_letter = self.dead_letters.exhausted
@@ -177,6 +186,15 @@ class Broker:
 
     def address_figures(self, name: str) -> dict[str, int | bool]:
         return address_figures(self.bindings, name)
+
+    def queue_pages(self, name: str) -> dict[str, object]:
+        return queue_pages(self.bindings, name)
+
+    def address_pages(self, name: str) -> dict[str, object]:
+        return address_pages(self.bindings, name)
+
+    def totals(self) -> dict[str, int]:
+        return broker_totals(self.bindings)
 
 
 __all__ = [

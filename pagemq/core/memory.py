@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from pagemq.core.waiters import Waiters
+
 RESUME_READING = 0.9  # readers stopped by a full budget read again below this share of it
 
 
@@ -42,7 +44,7 @@ class MemoryAccountant:
         self.staged_bytes = 0  # pending transactional sends (also in used_bytes)
         self.depaged_bytes = 0  # read back from page files (also in used_bytes)
         self.readers = 0  # page cursors holding messages read back
-        self._waiters: list[Callable[[], bool]] = []
+        self._waiters = Waiters()
         self._read_waiters: deque[Callable[[], bool]] = deque()
         self._resume_bytes = int(max_bytes * RESUME_READING) if max_bytes >= 0 else -1
 
@@ -66,7 +68,7 @@ class MemoryAccountant:
         self.used_bytes -= size
         self.used_messages -= messages
         if self._waiters:
-            self._wake()
+            self._waiters.wake()
         if self._read_waiters and self.used_bytes < self._resume_bytes:
             self._wake_readers()
 
@@ -109,17 +111,7 @@ class MemoryAccountant:
 
     def wait(self, retry: Callable[[], bool]) -> None:
         """Register `retry`; it is called after releases and removed once it returns True."""
-        self._waiters.append(retry)
+        self._waiters.add(retry)
 
     def cancel(self, retry: Callable[[], bool]) -> None:
-        try:
-            self._waiters.remove(retry)
-        except ValueError:
-            pass
-
-    def _wake(self) -> None:
-        # A waiter may be blocked by its own address's limit while the next one can go, so
-        # every waiter is retried; the ones still blocked keep their arrival order.
-        waiters, self._waiters = self._waiters, []
-        still = [retry for retry in waiters if not retry()]
-        self._waiters = still + self._waiters
+        self._waiters.cancel(retry)

@@ -138,10 +138,14 @@ class PageCursor:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
                     return
-                if share >= 0 and self.bytes_in_memory >= share:
-                    return  # its fair share of the budget: more once its consumers ack
-                if budget.is_full():
-                    self._wait_for_budget()
+                over_share = share >= 0 and self.bytes_in_memory >= share
+                full = budget.is_full()
+                # Past its fair share of the budget (more once its consumers ack), or the
+                # budget is spent; but a consumer holding nothing still gets one message, so
+                # one holding its window unacknowledged does not starve the others.
+                if (over_share or full) and (queue.ready or not _idle_consumer(queue)):
+                    if full:
+                        self._wait_for_budget()
                     return
                 if max_messages >= 0 and self.in_memory >= max_messages:
                     return
@@ -307,8 +311,12 @@ class PageCursor:
             if record.txid and book.waits_for_commit(record.txid):
                 scan.ordinal = ordinal  # looked at again once its transaction is decided
                 return False
-            if self.in_memory and self.pager.budget.is_full():
-                scan.ordinal = ordinal  # the budget is spent: this one once memory is freed
+            if consumer.in_flight and self.pager.budget.is_full():
+                # The budget is spent: this one once memory is freed. A consumer holding
+                # nothing still takes one: what fills the budget may be messages it does not
+                # want (the queue's own, for consumers it does not have), and it would wait
+                # for an acknowledgement that never comes.
+                scan.ordinal = ordinal
                 self._wait_for_budget()
                 return False
             message = decode_message(record.message, address)
@@ -477,6 +485,11 @@ class PageCursor:
         if self.in_memory:  # (its refs were released; this is only the reader count)
             self.pager.budget.readers -= 1
             self.in_memory = 0
+
+
+def _idle_consumer(queue: Queue) -> bool:
+    """A consumer of the queue that takes any message, has credit and holds nothing."""
+    return any(c.selector is None and not c.in_flight and c.has_credit() for c in queue.consumers)
 
 
 def _message_id(ref: MessageRef) -> int:

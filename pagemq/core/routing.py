@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST
 from pagemq.core.consumer import MessageRef
+from pagemq.core.disk import FAIL, DiskGuard
 from pagemq.core.duplicates import DUPLICATE_ID_HEADER
 from pagemq.core.errors import AddressFull
 from pagemq.core.futures import all_of
@@ -66,6 +67,8 @@ class Router:
         self.memory = memory
         self.store = store
         self.ids = ids
+        # Disk limits (core/disk.py): set from outside by the server's disk monitor.
+        self.disk = DiskGuard()
         self._bindings_durable: asyncio.Future[None] | None = None
         # The last journal write batch watched for failure; see _writes_done.
         self._watched_write: asyncio.Future[None] | None = None
@@ -165,8 +168,21 @@ class Router:
                 if not queue.remove_pending_ref(ref):
                     continue
                 queue.counters.added -= 1
-                ledger.durable_release(queue, ref.message)
+                last = ledger.durable_release(queue, ref.message)
+                if last is not None:
+                    self._withdraw(ref.message, queue, last)
                 ledger.unhold(queue, ref.message)
+
+    def _withdraw(self, message: Message, queue: Queue, last: bool) -> None:
+        """The journal's answer to a write that failed for want of space: it keeps the
+        batch and writes it once space is back (storage/group_commit.py), so a message the
+        client was told is not stored also gets its acknowledgement written behind it, and
+        no restart brings it back. A journal failed for good refuses this as it refused
+        the message, which then was never written either."""
+        try:
+            self.store.acknowledge(message.message_id, queue.queue_id, last=last)
+        except (OSError, LookupError):
+            pass
 
     def route(
         self, address_name: str, routing_type: str, headers: dict[str, str], body: bytes,
@@ -177,6 +193,8 @@ class Router:
         stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise.
         `internal` (a dead-letter or expiry move) pages where a policy would refuse."""
         bindings = self.bindings
+        if self.disk.full and not internal and self.disk.policy == FAIL:
+            self.disk.admit()  # refused before an address or queue record is written
         address = bindings.ensure_address(address_name, routing_type)
         if routing_type == ANYCAST and not address.anycast_queues:
             bindings.ensure_queue(address, address_name, ANYCAST)
@@ -216,8 +234,12 @@ class Router:
         """Apply the address-full policy: MEMORY, PAGE or DROP (FAIL and BLOCK raise).
 
         An `internal` message (moved by the broker) is paged where the policy would drop,
-        fail or block it, and ignores page limits: the broker never destroys what it moves.
+        fail or block it, and ignores page limits and disk limits: the broker never destroys
+        what it moves. Any other message first meets the disk-full policy (core/disk.py).
         """
+        if self.disk.full and not internal:
+            self.disk.admit()  # FAIL raises DiskFull
+            raise Blocked(address)
         if address.paging:
             return PAGE if internal else self._page_limit(address)
         size = message.memory_size
@@ -262,13 +284,27 @@ class Router:
         )
 
     def wait_for_memory(self, address: Address, resume: Callable[[], None]) -> Callable[[], bool]:
-        """Call `resume` once `address` can take a message again (BLOCK policy)."""
+        """Call `resume` once `address` can take a message again (BLOCK policy, or the disk
+        full under disk-full-policy BLOCK). The returned retry waits on both the memory
+        budget and the disk; it calls `resume` once, whichever wakes it; cancel it with
+        `cancel_wait`."""
+        resumed = False
 
         def retry() -> bool:
-            if address.is_full(0) or self.memory.is_full():
+            nonlocal resumed
+            if resumed:
+                return True
+            if self.disk.full or address.is_full(0) or self.memory.is_full():
                 return False
+            resumed = True
             resume()
             return True
 
         self.memory.wait(retry)
+        self.disk.wait(retry)
         return retry
+
+    def cancel_wait(self, retry: Callable[[], bool]) -> None:
+        """Forget a retry from `wait_for_memory` (its connection is gone)."""
+        self.memory.cancel(retry)
+        self.disk.cancel(retry)

@@ -10,8 +10,13 @@ from pagemq.core.errors import NotFound
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from pagemq.core.address import Address
     from pagemq.core.bindings import Bindings
+    from pagemq.core.disk import DiskGuard
+    from pagemq.core.memory import MemoryAccountant
+    from pagemq.core.paging import AddressPager
     from pagemq.core.stream_reader import StreamReader
+    from pagemq.storage.paging.queue_store import PageView
 
 
 def address_info(bindings: Bindings, name: str) -> dict[str, object]:
@@ -24,7 +29,51 @@ def address_info(bindings: Bindings, name: str) -> dict[str, object]:
         "queues": sorted(address.queues),
         **address_figures(bindings, name),
         "settings": address.settings.to_config_dict(),
+        "limits": address_limits(address, bindings.pagers.get(name)),
     }
+
+
+def address_limits(address: Address, pager: AddressPager | None) -> dict[str, object]:
+    """Each limit of an address beside what it holds against it, and the policy applied
+    when it is reached (-1: no limit)."""
+    settings = address.settings
+    return {
+        "memory": {
+            "max_size_bytes": settings.max_size_bytes,
+            "max_size_messages": settings.max_size_messages,
+            "used_bytes": address.bytes_in_memory,
+            "used_messages": address.messages_in_memory,
+            "address_full_policy": settings.address_full_policy,
+        },
+        "paging": {
+            "page_limit_bytes": settings.page_limit_bytes,
+            "page_limit_messages": settings.page_limit_messages,
+            "used_bytes": pager.bytes_on_disk if pager is not None else 0,
+            "used_messages": pager.records_on_disk if pager is not None else 0,
+            "page_full_policy": settings.page_full_policy,
+        },
+    }
+
+
+def memory_info(memory: MemoryAccountant) -> dict[str, object]:
+    """The one memory budget: `global-max-size` / `global-max-messages` and their use."""
+    limit = memory.max_bytes
+    return {
+        "global_max_size": limit,
+        "global_max_messages": memory.max_messages,
+        "used_bytes": memory.used_bytes,
+        "used_messages": memory.used_messages,
+        "used_percent": round(100.0 * memory.used_bytes / limit, 2) if limit > 0 else None,
+        "pending_transactional_bytes": memory.staged_bytes,
+        "read_back_bytes": memory.depaged_bytes,  # read back from page files (in used_bytes)
+        "page_readers": memory.readers,  # page cursors sharing the budget for that
+    }
+
+
+def disk_info(disk: DiskGuard) -> dict[str, object]:
+    """The disk limits, each filesystem's use at the last scan, and whether producers are
+    held back now (`disk_full`) and why."""
+    return disk.view()
 
 
 def address_figures(bindings: Bindings, name: str) -> dict[str, int | bool]:
@@ -79,3 +128,53 @@ def stream_readers(readers: Iterable[StreamReader], waiting: int) -> list[dict[s
     above the committed offset, as a commit acknowledges everything below it)."""
     return [{"name": reader.name, "committed_offset": reader.committed, "last_read_offset": reader.last_read,
              "offsets_behind_latest": waiting} for reader in sorted(readers, key=lambda r: r.name)]
+
+
+def broker_totals(bindings: Bindings) -> dict[str, int]:
+    """Broker-wide sums: messages added to and acknowledged from every queue since start,
+    deleted queues included (Artemis' `TotalMessagesAdded` / `TotalMessagesAcknowledged`;
+    one copy per queue, as the per-queue counters count them), and the addresses paging with
+    the bytes of their page files. A pass over the queues: for a sampler every few seconds,
+    not for every request."""
+    added = bindings.retired_added
+    acknowledged = bindings.retired_acknowledged
+    for queue in bindings.queues.values():
+        counters = queue.counters
+        added += counters.added
+        acknowledged += counters.acknowledged
+    paging = sum(1 for address in bindings.addresses.values() if address.paging)
+    page_bytes = sum(pager.bytes_on_disk for pager in bindings.pagers.values())
+    return {"messages_added": added, "messages_acknowledged": acknowledged,
+            "paging_addresses": paging, "page_bytes": page_bytes}
+
+
+def queue_pages(bindings: Bindings, name: str) -> dict[str, object]:
+    """The page files a queue still holds, in order, each with its range of message ids and
+    the queue's share of it (records for it, of those acknowledged)."""
+    queue = bindings.queues.get(name)
+    if queue is None:
+        raise NotFound(f"no queue named {name!r}")
+    pager = bindings.pagers.get(queue.address_name)
+    views = pager.store.page_views(queue.queue_id) if pager is not None else []
+    return {"queue": name, "address": queue.address_name, "pages": [_page(view) for view in views]}
+
+
+def address_pages(bindings: Bindings, name: str) -> dict[str, object]:
+    """Every page file of an address, in order, with how many queues still hold each."""
+    if name not in bindings.addresses:
+        raise NotFound(f"no address named {name!r}")
+    pager = bindings.pagers.get(name)
+    views = pager.store.page_views() if pager is not None else []
+    return {"address": name, "pages": [_page(view) for view in views]}
+
+
+def _page(view: PageView) -> dict[str, object]:
+    page: dict[str, object] = {
+        "page": view.page_no, "file": view.file, "first_id": view.first_id, "last_id": view.last_id,
+        "records": view.records, "bytes": view.size, "live": view.live,
+        "queues_holding": view.queues_holding,
+    }
+    if view.queue_records is not None:
+        page["queue_records"] = view.queue_records
+        page["queue_acknowledged"] = view.queue_acknowledged
+    return page

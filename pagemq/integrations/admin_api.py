@@ -298,6 +298,12 @@ def register(app: web.Application, broker: Broker, *, connections: ConnectionsVi
     router.add_get("/health", health)
     router.add_get("/health/ready", health)
     router.add_get("/health/live", health_live)
-    for path, methods in KNOWN_PATHS.items():
+    refuse_other_methods(router, KNOWN_PATHS)
+
+
+def refuse_other_methods(router: web.UrlDispatcher, paths: dict[str, tuple[str, ...]]) -> None:
+    """Answer every method a path of `paths` does not list with 405 and `Allow` (GET implies
+    HEAD); registered after the path's own routes, before the catch-all 404."""
+    for path, methods in paths.items():
         allowed = (*methods, "HEAD") if "GET" in methods else methods
         router.add_route("*", path, _method_not_allowed(allowed))

@@ -16,8 +16,10 @@ from aiohttp.typedefs import Middleware
 from prometheus_client.registry import Collector
 
 from pagemq.core.errors import BrokerError
-from pagemq.integrations import admin_api
+from pagemq.core.views import disk_info, memory_info
+from pagemq.integrations import admin_api, console_api
 from pagemq.integrations.admin_api import ConnectionsView, HealthView
+from pagemq.integrations.console_api import HistoryView
 from pagemq.integrations.metrics import BrokerCollector, ConnectionFigures, collect, process_collectors, write
 from pagemq.integrations.stream_api import StreamCollector, add_stream_routes
 
@@ -72,9 +74,10 @@ async def get_broker(request: web.Request) -> web.Response:
         since = float(since_text) if since_text is not None else None
     except ValueError:
         return web.json_response({"error": f"since: not a unix time: {since_text!r}"}, status=400)
-    memory = request.app[BROKER_KEY].memory
+    broker = request.app[BROKER_KEY]
     figures: dict[str, object] = {
-        "memory": {"used_bytes": memory.used_bytes, "used_messages": memory.used_messages},
+        "memory": memory_info(broker.memory),
+        "disk": disk_info(broker.disk),
         "store": request.app[STATS_KEY](),
     }
     loop = request.app[LOOP_KEY]
@@ -98,7 +101,7 @@ async def metrics(request: web.Request) -> web.Response:
 def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
              loop: LoopFigures | None = None, connections: ConnectionFigures | None = None,
              access: Access | None = None, *, connection_list: ConnectionsView | None = None,
-             health: HealthView | None = None) -> web.Application:
+             health: HealthView | None = None, history: HistoryView | None = None) -> web.Application:
     """`access`: security enabled (Basic auth, view/manage: integrations/http_security.py)."""
     middlewares: list[Middleware] = []
     if access is not None:
@@ -119,6 +122,7 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     app.router.add_get("/metrics", metrics)
     admin_api.register(app, broker, connections=connection_list, health_view=health)
     add_stream_routes(app, broker)
+    console_api.register(app, broker, history)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
 
@@ -128,7 +132,8 @@ async def start_http(
     loop: LoopFigures | None = None, connections: ConnectionFigures | None = None, *,
     access: Access | None = None, tls: tuple[str, int, ssl.SSLContext] | None = None,
     max_connections: int = -1, connection_list: ConnectionsView | None = None,
-    health: HealthView | None = None, connect_timeout: float = 0.0,
+    health: HealthView | None = None, history: HistoryView | None = None,
+    connect_timeout: float = 0.0,
 ) -> web.AppRunner:
     """`host` None: no plaintext listener; `tls`: (host, port, context) of `http-tls`;
     `max_connections`: -1 no limit, else past it a 503; `connect_timeout`: seconds for a
@@ -136,7 +141,8 @@ async def start_http(
     from pagemq.integrations.http_limits import LimitedSite
     from pagemq.security.listener import ListenerPolicy
 
-    app = make_app(broker, stats, loop, connections, access, connection_list=connection_list, health=health)
+    app = make_app(broker, stats, loop, connections, access, connection_list=connection_list, health=health,
+                   history=history)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     if host is not None:

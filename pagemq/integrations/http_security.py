@@ -8,7 +8,7 @@ the rest. Both are checked on the management address (`pagemq.management`, which
 match covers), as Artemis checks management operations on its management address.
 Passwords are verified in the security thread pool and cached (`security/access.py`).
 
-Two exceptions, both so that nobody needs more than their job:
+Beside the console's own files, two exceptions, both so that nobody needs more than their job:
 - the health checks (`GET /health`, `/health/live`, `/health/ready`) answer without
   credentials: orchestrators' probes (Kubernetes, load balancers) carry none, and the answer
   says only whether the broker is up and ready;
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from pagemq.integrations.console_api import is_console_asset
 from pagemq.integrations.stream_access import stream_needs
 from pagemq.security.access import AUTHENTICATION_FAILED, Access
 from pagemq.security.permissions import MANAGEMENT_ADDRESS
@@ -41,8 +42,12 @@ OPEN_PATHS = frozenset({"/health", "/health/live", "/health/ready"})  # probes: 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _unauthorized(message: str) -> web.Response:
-    return web.json_response({"error": message}, status=401, headers={"WWW-Authenticate": REALM})
+def _unauthorized(request: web.Request, message: str) -> web.Response:
+    # A script asking not to be challenged (the console's own login form; the convention of
+    # `X-Requested-With`) gets no WWW-Authenticate, so the browser shows no password dialog.
+    quiet = request.headers.get("X-Requested-With") == "XMLHttpRequest"
+    return web.json_response({"error": message}, status=401,
+                             headers={} if quiet else {"WWW-Authenticate": REALM})
 
 
 def _credentials(header: str | None) -> tuple[str, str] | None:
@@ -71,14 +76,16 @@ def security_middleware(access: Access, broker: Broker | None = None) -> Middlew
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_console_asset(request.method, request.path):
+            return await handler(request)  # the console's files: no broker data in them
         if request.path in OPEN_PATHS and request.method in _READS:
             return await handler(request)
         credentials = _credentials(request.headers.get("Authorization"))
         if credentials is None:
-            return _unauthorized("authentication required (HTTP Basic)")
+            return _unauthorized(request, "authentication required (HTTP Basic)")
         user = await access.authenticate(credentials[0], credentials[1], _peer(request))
         if user is None:
-            return _unauthorized(AUTHENTICATION_FAILED)
+            return _unauthorized(request, AUTHENTICATION_FAILED)
         needed = "view" if request.method in _READS else "manage"
         if (access.allowed(user.name, needed, MANAGEMENT_ADDRESS)
                 or access.allowed(user.name, "manage", MANAGEMENT_ADDRESS)):

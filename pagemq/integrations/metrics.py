@@ -42,6 +42,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from pagemq.integrations.limit_metrics import limit_families
+
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
 
@@ -203,6 +205,7 @@ class BrokerCollector(Collector):
         yield from self._address_families()
         yield from self._queue_families()
         yield from self._broker_families()
+        yield from limit_families(self.broker)
         yield self._latency()
         if self.loop is not None:
             yield from self._loop_families(self.loop(None))

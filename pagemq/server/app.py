@@ -16,6 +16,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from pagemq.core.broker import Broker
 from pagemq.core.memory import MemoryAccountant
@@ -25,10 +26,12 @@ from pagemq.security.access import Access
 from pagemq.security.listener import ListenerPolicy
 from pagemq.security.tls import ReloadableTls
 from pagemq.security.users_watch import UsersWatcher
+from pagemq.server.broker_history import BrokerHistory
 from pagemq.server.cleanup_report import describe_cleanup
 from pagemq.server.config import Config
 from pagemq.server.connection_log import ConnectionLog
 from pagemq.server.connections import connections_view, queue_deleted_listener
+from pagemq.server.disk_monitor import DiskMonitor
 from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
@@ -86,6 +89,16 @@ class BrokerServer:
             page_stores=self._open_page_store,
         )
         self.broker.paging_directory = broker_config.paging_directory
+        # Disk limits (seed 000 §9): the scan and the writers' ENOSPC reports set the core's
+        # DiskGuard, which producers meet (server/disk_monitor.py, core/disk.py).
+        self.broker.disk.policy = broker_config.disk_full_policy
+        self.disk_monitor = DiskMonitor(
+            self.broker.disk,
+            {"journal": broker_config.journal_directory, "paging": broker_config.paging_directory},
+            max_disk_usage=broker_config.max_disk_usage, min_disk_free=broker_config.min_disk_free,
+            period=broker_config.disk_scan_period,
+        )
+        self.store.journal.on_space = self.disk_monitor.journal_space
         self._page_stores: list[PageStore] = []
         # Queues' page reads, for every address (storage/paging/page_io.py); made on first use.
         self._page_io: PageIOWorker | None = None
@@ -96,6 +109,9 @@ class BrokerServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._trimmer = MemoryTrimmer()
         self.loop_lag = LoopLag()
+        # the console's 15-minute graphs (GET /api/broker/history)
+        self.history = BrokerHistory(self.broker, self.store.stats, self.connection_log.figures,
+                                     self.loop_lag.figures)
         self._lock = DataDirectoryLock(broker_config.data_directory)
         self.stopped = asyncio.Event()
         # Security (docs/security.md): None when disabled; TLS contexts for *-tls listeners.
@@ -119,6 +135,7 @@ class BrokerServer:
         ):
             self.fileio.makedirs(directory)  # each new level's parent fsynced
         remove_unfinished_folders(broker_config.paging_directory, self.fileio)
+        await self.disk_monitor.scan()  # a disk past its limit refuses producers from the start
         # Recovery makes a few objects per in-memory message, none of them garbage: the
         # collections their numbers would set off cost more than the rest of recovery, and
         # so would one full collection after it. So: collect what imports and set-up left
@@ -164,6 +181,7 @@ class BrokerServer:
                 max_connections=acceptors.max_connections, connect_timeout=acceptors.connect_timeout,
                 tls=(http_tls.host, http_tls.port, self.tls.context) if http_tls and self.tls else None,
                 connection_list=connections_view(every_connection), health=lambda: self.state,
+                history=self.history.view,
             )
             if plain is not None:
                 listening.append(f"http={plain.host}:{plain.port}")
@@ -172,9 +190,11 @@ class BrokerServer:
         self._tasks = [
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
+            asyncio.create_task(self._every(broker_config.disk_scan_period, self.disk_monitor.scan)),
             asyncio.create_task(self._every(
                 AUTO_DELETE_PERIOD, lambda: self.broker.auto_delete.tick(time.monotonic())
             )),
+            asyncio.create_task(self._every(self.history.interval, self.history.sample)),
             asyncio.create_task(self._every(
                 TRIM_CHECK_PERIOD, lambda: self._trimmer.check(self.broker.memory.used_bytes)
             )),
@@ -191,6 +211,7 @@ class BrokerServer:
         gc.set_threshold(GC_THRESHOLD, 20, 100)
         self._trimmer.baseline(self.broker.memory.used_bytes)
         self.loop_lag.start(asyncio.get_running_loop())  # from here on the loop serves clients
+        self.history.sample()  # the graphs start at ready
         self.state = "ready"
         log.info(
             "ready: %s; recovered %d messages in %.2fs",
@@ -222,6 +243,7 @@ class BrokerServer:
             page_io=self._page_io_worker(),
         )
         store.set_summary_builder(PageSummary)
+        store.on_no_space = partial(self.disk_monitor.no_space, f"paging:{address}")
         store.open()
         store.start(asyncio.get_running_loop())
         self._page_stores.append(store)

@@ -43,6 +43,7 @@ from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.broker import Blocked, Broker
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, SubscriptionError
+from pagemq.core.management import MANAGEMENT_ADDRESS
 from pagemq.core.message import Message
 from pagemq.core.paging import PageCursor
 from pagemq.core.queue import Queue
@@ -64,6 +65,7 @@ from pagemq.protocol.stomp.transaction_state import TRANSACTIONS, CommitApplied,
 from pagemq.security.access import AUTHENTICATION_FAILED, SessionAccess
 from pagemq.security.users import User
 from pagemq.server.destinations import Destination, parse_destination
+from pagemq.server.management_requests import answer_request, is_management_send, management_permissions
 from pagemq.server.stomp_access import durable_subscription, send_permissions, subscribe_permissions
 
 log = logging.getLogger("pagemq.stomp")
@@ -324,8 +326,8 @@ class StompSession:
         while something holds them (a blocked SEND, a COMMIT taking effect, a peer not
         reading), which is carried out now: it frees memory, and a blocked SEND may be
         waiting for it. Frames merely deferred to a later turn keep their order."""
-        if (isinstance(event, _GOES_AHEAD) and event.transaction is None
-                and (self._held or not self._writable)):
+        if (self._held or not self._writable) and (
+                (isinstance(event, _GOES_AHEAD) and event.transaction is None) or is_management_send(event)):
             self._run(event)
             return
         size = _size(event)
@@ -474,9 +476,17 @@ class StompSession:
 
     def _on_send(self, event: ev.Send) -> None:
         destination = parse_destination(event.destination)
+        headers = event.headers
+        if destination.address == MANAGEMENT_ADDRESS:  # answered, never stored
+            if self.access is not None:
+                for permission, address in management_permissions(self.broker, headers):
+                    self._require([permission], address)
+            answer_request(self.broker, headers, event.body)
+            if event.receipt is not None:
+                self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
+            return
         if self.access is not None:
             self._require(send_permissions(self.broker, destination), destination.address)
-        headers = event.headers
         persistent = headers.get("persistent", "").lower() == "true"
         priority = _priority(headers.get("priority"))
         expiration = _expires(headers.get("expires"))
@@ -929,7 +939,7 @@ class StompSession:
             self._reading_paused = False
             self.transport.resume_reading()
         if self._blocked_retry is not None:
-            self.broker.memory.cancel(self._blocked_retry)
+            self.broker.cancel_wait(self._blocked_retry)
             self._blocked_retry = None
         for tx in self.transactions.values():
             self._rollback(tx, ConnectionEnds)

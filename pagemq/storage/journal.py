@@ -27,7 +27,6 @@ their copy is being written (`_install`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -212,13 +211,26 @@ class Journal:
         self._stale: list[Retiree] = []  # files whose removal failed: retried next cleanup
         self._counters = {"records_written": 0, "compactions": 0, "files_deleted": 0,
                           "files_archived": 0}
+        # Told on the loop when a write batch found no space (the error) and when the batch
+        # kept for it is written (None): see group_commit.py.
+        self.on_space: Callable[[OSError | None], None] = lambda _error: None
         self._writer = self._new_writer(0)
         self._cleaner: ThreadPoolExecutor | None = None  # the cleanup thread, made when first used
         self._cleaning: asyncio.Future[CleanupReport] | None = None
 
     def _new_writer(self, durable_seq: int) -> GroupCommitWriter:
-        return GroupCommitWriter(self._fileio, self.directory, self._path,
-                                 sync=self.sync, durable_seq=durable_seq)
+        writer = GroupCommitWriter(self._fileio, self.directory, self._path,
+                                   sync=self.sync, durable_seq=durable_seq)
+        writer.on_space = self._space_changed
+        return writer
+
+    def _space_changed(self, error: OSError | None) -> None:
+        self.on_space(error)
+
+    @property
+    def stalled(self) -> bool:
+        """A write batch found no space and waits to be written again."""
+        return self._writer.stalled is not None
 
     def _path(self, file_no: int) -> Path:
         return self.directory / rec.file_name(file_no)
@@ -623,7 +635,9 @@ class Journal:
         stale, self._stale = self._stale, []
         self._retire_sparse_current()
         yield from self._retire_step([*stale, *self._take_spent()], report)
-        plan = self._plan_compaction(self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO)
+        # Not while a write batch waits for space: a compacted copy needs room it would take.
+        plan = None if self.stalled else self._plan_compaction(
+            self.compact_min_live_ratio if compact else LIGHT_COMPACT_RATIO)
         if plan is not None:
             written = cast("tuple[int, list[int]] | None",
                            (yield partial(compact_files, self._fileio, plan, report)))
@@ -819,8 +833,13 @@ class Journal:
         if self._cleaner is not None:
             self._cleaner.shutdown(wait=False)  # idle now; the thread ends by itself
         if self._writer.running:
-            with contextlib.suppress(JournalError):
-                await self._writer.flush_future()
+            # A journal stalled for want of space would wait for room forever: stop() makes
+            # the writer try once more, then fail what it still holds.
+            flushed = self._writer.flush_future()
+            # Its failure, if any, was logged where it happened: retrieved, not reported again.
+            flushed.add_done_callback(lambda done: done.cancelled() or done.exception())
+            while not flushed.done() and self._writer.stalled is None:
+                await asyncio.wait([flushed], timeout=0.25)
         await self._writer.stop()
 
     def stats(self) -> dict[str, int]:

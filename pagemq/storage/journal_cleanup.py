@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pagemq.storage import records as rec
+from pagemq.storage.disk_space import is_no_space
 from pagemq.storage.fileio import FileIO
 from pagemq.storage.records import OpKind
 
@@ -172,8 +173,10 @@ def compact_files(fileio: FileIO, plan: CompactionPlan,
         fileio.rename(temp, plan.directory / rec.file_name(plan.file_no))  # 2.
         fileio.fsync_directory(plan.directory)  # 3.
     except OSError as exc:
-        log.error("journal compaction of %s failed: %s; those files stay as they are",
-                  ", ".join(path.name for path in plan.sources.values()), exc)
+        # Out of space is expected on a full disk (and retried at the next cleanup): no alarm.
+        log.log(logging.WARNING if is_no_space(exc) else logging.ERROR,
+                "journal compaction of %s failed: %s; those files stay as they are",
+                ", ".join(path.name for path in plan.sources.values()), exc)
         report.errors += 1
         with contextlib.suppress(OSError):
             fileio.remove(temp)

@@ -9,6 +9,7 @@ the only place that knows which one it is.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -139,6 +140,32 @@ async def test_claimed_records_are_skipped_and_come_back_when_unclaimed(h: Harne
     assert first is not None and first[2].message_id == 1
     assert a.unclaim(page_no, third)  # back before the position reached it
     assert ids(take_all(a)) == [2, 3, 4]
+
+
+@each_store
+async def test_page_views_give_each_page_its_id_range_and_each_queue_its_share(h: Harness) -> None:
+    for n in range(1, 13):
+        append(h.store, n, A, B) if n % 3 else append(h.store, n, A)
+    await h.settle()
+    pages = h.store.page_views()
+    assert [v.page_no for v in pages] == h.page_numbers() and len(pages) >= 3
+    assert pages[0].first_id == 1 and pages[-1].last_id == 12
+    for before, after in itertools.pairwise(pages):
+        assert before.first_id <= before.last_id < after.first_id
+    assert sum(v.records for v in pages) == 12
+    assert [v.live for v in pages] == [False] * (len(pages) - 1) + [True]
+    assert all(v.queue_records is None and v.queues_holding == 2 for v in pages[:-1])
+    a_pages = h.store.page_views(A)
+    assert sum(v.queue_records or 0 for v in a_pages) == 12
+    assert sum(v.queue_records or 0 for v in h.store.page_views(B)) == 8
+    assert h.store.page_views(99) == []  # a queue with nothing paged here
+    # a queue done with a page no longer lists it; the page stays while the other holds it
+    a = h.store.queue(A)
+    first_page = pages[0].page_no
+    ack(a, [e for e in take_all(a) if e[0] == first_page])
+    await h.settle()
+    assert first_page not in [v.page_no for v in h.store.page_views(A)]
+    assert h.store.page_views()[0].page_no == first_page and h.store.page_views()[0].queues_holding == 1
 
 
 # -- acknowledgements, completion, deletion ----------------------------------------------
@@ -457,6 +484,29 @@ async def test_a_peek_waiting_for_a_read_moves_nothing(h: Harness) -> None:
     assert (a.unread, a.position()) == (2, position)
     await io.step()
     assert ids([a.peek(), a.take(), a.take()]) == [1, 1, 2]  # type: ignore[list-item]
+
+
+@each_store
+async def test_a_read_cut_short_by_its_page_completing_still_wakes_the_queue(h: Harness) -> None:
+    """The queue was told "nothing now, woken later" while its page was read in the worker;
+    every record of that page is then claimed and acknowledged (a selective consumer took
+    them ahead), which completes the page and ends the read. The wake still comes, and the
+    queue reads on in the next page (model-based test, seed 92034)."""
+    await fill(h, 4, A)
+    first, second = h.page_numbers()[:2]
+    io = read_in_worker(h)
+    a = h.store.queue(A)
+    assert a.peek() is None and a.reading
+    for ordinal, _record in list(a.read(first)):
+        a.claim(first, ordinal)
+        a.acknowledge(first, ordinal, journal=True)
+    assert a.pages_from(0) == [second]  # done with the first page
+    await asyncio.sleep(0)
+    assert h.listener.woken == [A] and not a.reading and a.unread == 1
+    while (entry := a.take()) is None:
+        assert a.reading
+        await io.step()
+    assert entry[0] == second and entry[2].message_id == 4
 
 
 @each_store

@@ -171,11 +171,7 @@ def test_move_with_a_selector_moves_only_matching_messages_in_order(broker, stom
 def test_retry_sends_dead_letters_back_to_their_original_destination(broker, stomp_client):
     name = "dead." + unique("retry")
     paging.send_all(stomp_client(broker), f"/queue/{name}", ["d0", "d1", "d2"])
-    consumer = stomp_client(broker)
-    consumer.subscribe(f"/queue/{name}", ack="client-individual")
-    for frame in paging.wait_frames(consumer, 3):
-        consumer.nack(frame, receipt=True)
-    consumer.disconnect()
+    paging.nack_all(stomp_client(broker), f"/queue/{name}", 3)
     wait_until(lambda: broker.queue("dead.DLQ")["messages"] >= 3)
     dead = [m for m in browse(broker, "dead.DLQ", limit=1000)["messages"]
             if m["headers"].get("original-destination") == f"/queue/{name}"]

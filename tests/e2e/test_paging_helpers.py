@@ -157,6 +157,15 @@ def ack_frames(client: StompClient, frames: list[Any], ack: str = "client-indivi
     client.ack(frames[-1], receipt=True)
 
 
+def nack_all(client: StompClient, destination: str, count: int) -> None:
+    """Subscribe, NACK the first `count` messages (each receipted) and disconnect: under
+    `max-delivery-attempts = 1` they go to the dead-letter address."""
+    client.subscribe(destination, ack="client-individual")
+    for frame in wait_frames(client, count):
+        client.nack(frame, receipt=True)
+    client.disconnect()
+
+
 # -- HTTP ---------------------------------------------------------------------------------
 
 

@@ -37,6 +37,13 @@ def _labels(client: StompClient) -> list[str]:
     return [frame.body.rstrip(".") for frame in client.messages]
 
 
+def _wait_total(clients: list[StompClient], count: int, timeout: float = 5.0) -> None:
+    """Until `clients` received `count` messages between them (or the time is up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and sum(len(c.messages) for c in clients) < count:
+        time.sleep(0.02)
+
+
 def _wait_labels(client: StompClient, expected: list[str], timeout: float = 3.0) -> list[str]:
     """What `client` received once it has as many as expected (or the time is up)."""
     client.listener.wait_quietly(lambda: len(client.messages) >= len(expected), timeout)
@@ -290,3 +297,31 @@ def test_a_selective_consumer_gets_a_match_paged_after_a_pause(
         connect(proc).send(queue, "last-red", {"color": "red"}, receipt=True)
         got = _wait_labels(consumer, ["5-red", "9-red", "last-red"])
         assert got == ["5-red", "9-red", "last-red"], f"attempt {attempt}"
+
+
+def test_a_plain_consumer_gets_the_paged_message_after_a_page_a_selective_one_took_whole(
+    start_broker: Callable[..., BrokerProcess], connect: Callable[..., StompClient]
+) -> None:
+    """Seed 92034, shrunk (tests/model/found/seed-92034-stall.json, replay it with
+    PAGEMQ_MODEL_TRACE): every message pages into 4 KiB pages, prefetch-page-messages 1. An
+    auto-ack consumer without selector (prefetch 3) and one selecting color <> 'blue'
+    (prefetch 2); six receipted 700-byte messages, red, green, green, red, green, blue. The
+    blue one, alone on the second page, must reach the plain consumer; in about half the runs
+    it stayed paged, counted, never delivered. The queue's reading waited for page 1 in the
+    page-I/O worker while the selective consumer took all of page 1 ahead of it; that
+    completed the page, ended the read and the wake it owed (fixed: the wake still comes).
+    Eight attempts on eight queues; the first miss ends the test."""
+    proc = start_broker(_settings(**{"prefetch-page-messages": 1}))
+    colors = ["red", "green", "green", "red", "green", "blue"]
+    for attempt in range(ATTEMPTS):
+        queue = f"/queue/q{attempt}"
+        plain = connect(proc)
+        plain.subscribe(queue, ack="auto", headers={"activemq.prefetchSize": 3})
+        selective = connect(proc)
+        selective.subscribe(queue, ack="auto", headers={
+            "selector": "color <> 'blue'", "activemq.prefetchSize": 2})
+        sent = _send_pipelined(connect(proc), queue, colors, pad=700)
+        _wait_total([plain, selective], len(sent))
+        got = _labels(plain) + _labels(selective)
+        assert sorted(got) == sorted(sent), f"attempt {attempt}: {proc.queue(f'q{attempt}')}"
+        assert sent[-1] in _labels(plain), f"attempt {attempt}"

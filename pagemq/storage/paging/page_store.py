@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pagemq.storage.disk_space import is_no_space
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
 from pagemq.storage.paging.page_format import (
     FILE_HEADER,
@@ -199,6 +200,10 @@ class PageStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Told, on the loop, when damage found while reading took records (see RecordsLost).
         self.on_records_lost: Callable[[RecordsLost], None] = lambda _lost: None
+        # Told, on the loop, when a write batch found no space (ENOSPC/EDQUOT): the folder
+        # and the error. The batch was refused (see page_writer.py); the broker stops taking
+        # messages until there is room.
+        self.on_no_space: Callable[[Path, OSError], None] = lambda _folder, _error: None
         self.summaries_read = 0
         self.pages_scanned = 0
 
@@ -360,6 +365,8 @@ class PageStore:
         """A batch was not stored: move off its pages; the writer re-summarises them from disk."""
         if self._live.page_no in pages:
             self.roll()
+        if is_no_space(error):
+            self.on_no_space(self.folder, error)
 
     def _found_damage(self, page: PageState) -> None:
         """A reader met damage not seen before in `page` (maybe in a worker thread: then the

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from pagemq.storage.disk_space import is_no_space
 from pagemq.storage.fileio import AppendFile, FileIO
 from pagemq.storage.paging.page_format import (
+    FILE_HEADER,
     PageSummaryRecord,
     encode_file_header,
     page_file_name,
@@ -139,6 +141,7 @@ class PageWriter:
         self.fsyncs = 0
         self.batches = 0
         self.write_errors = 0
+        self._out_of_space = False  # writer thread: a batch found no space (logged once)
 
     # ----- loop side --------------------------------------------------------------------
 
@@ -296,6 +299,9 @@ class PageWriter:
             error = exc
             self._roll_back(before, exc)
         if error is None:
+            if before and self._out_of_space:
+                self._out_of_space = False
+                log.warning("paging %r: page writes succeed again", self.address)
             with self._cond:
                 for page_no in before:
                     self._visible[page_no] = self._sizes[page_no]
@@ -405,7 +411,14 @@ class PageWriter:
     def _roll_back(self, before: dict[int, int], error: BatchFailed) -> None:
         """Cut every page this batch wrote back to its size before it: the batch is not stored."""
         self.write_errors += 1
-        log.error("paging %r: %s; batch not stored, its producers get the error", self.address, error)
+        if not is_no_space(error):
+            log.error("paging %r: %s; batch not stored, its producers get the error", self.address, error)
+        elif not self._out_of_space:  # once until a write succeeds again: the disk is full
+            self._out_of_space = True
+            log.error("paging %r: %s; batch not stored, its producers get the error; no message "
+                      "is taken until there is space", self.address, error)
+        else:
+            log.debug("paging %r: still no space: %s", self.address, error)
         for page_no, size in sorted(before.items()):
             self._failed.add(page_no)
             handle = self._handles.pop(page_no, None)
@@ -465,10 +478,10 @@ class PageWriter:
         handle = self._handles.pop(page_no, None)
         if handle is not None:
             handle.close()
-        if self._existing and page_no >= max(self._existing):
-            self.fileio.write_atomic(self.folder / HIGH_WATER_FILE, f"{page_no}\n".encode())
-        self._existing.discard(page_no)
         page = self.folder / page_file_name(page_no)
+        if self._existing and page_no >= max(self._existing):
+            self._write_high_water(page_no, page)
+        self._existing.discard(page_no)
         summary = self.folder / summary_file_name(page_no)
         if op.set_aside:
             aside = page.with_name(page.name + DAMAGED_SUFFIX)
@@ -485,6 +498,25 @@ class PageWriter:
             self._archive(summary)
         with self._cond:
             self._visible.pop(page_no, None)
+
+    def _write_high_water(self, page_no: int, page: Path) -> None:
+        """Note the highest page number deleted, before the page goes.
+
+        On a full disk even this small file cannot be written, and a drained page that
+        cannot be deleted would keep the disk full: then the page is first cut to its file
+        header (its name, and so its number, stays taken; a start that finds it re-counts
+        it as empty), which frees its space for the mark.
+        """
+        data = f"{page_no}\n".encode()
+        try:
+            self.fileio.write_atomic(self.folder / HIGH_WATER_FILE, data)
+        except OSError as exc:
+            if not is_no_space(exc) or not page.exists():
+                raise
+            log.warning("paging %r: no space to note deleted page %d; its file is emptied first",
+                        self.address, page_no)
+            self.fileio.truncate(page, FILE_HEADER.size)
+            self.fileio.write_atomic(self.folder / HIGH_WATER_FILE, data)
 
     def _archive(self, path: Path) -> None:
         assert self.archive_folder is not None

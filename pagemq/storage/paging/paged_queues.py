@@ -25,8 +25,9 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
+from pagemq.storage.disk_space import is_no_space
 from pagemq.storage.paging.ordinal_set import OrdinalSet
-from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_format import PagedRecord, page_file_name
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.page_store import PageInfo, RecordsLost
 from pagemq.storage.paging.queue_cursor import CursorPage, QueueCursor
@@ -35,9 +36,12 @@ from pagemq.storage.paging.queue_store import (
     Appended,
     CursorRecords,
     PagedRecovery,
+    PageView,
     QueueStoreListener,
     RecoveredQueue,
 )
+
+NO_SPACE_RETRY = 1.0  # seconds before a page deletion held by a journal out of space asks again
 
 log = logging.getLogger("pagemq.paging")
 
@@ -250,6 +254,28 @@ class PagedQueues:
     def last_message_id(self) -> int:
         return max((info.last_id for info in self.medium.pages()), default=0)
 
+    def page_views(self, queue_id: int | None = None) -> list[PageView]:
+        """For operators (the console's page list); a few dicts per page, made when asked."""
+        cursor = self.cursors.get(queue_id) if queue_id is not None else None
+        if queue_id is not None and cursor is None:
+            return []
+        live = self.medium.live_page_no()
+        views = []
+        for info in self.medium.pages():
+            page_no = info.page_no
+            if page_no in self._deleting:
+                continue
+            share = cursor.pages.get(page_no) if cursor is not None else None
+            if cursor is not None and share is None:
+                continue  # the queue is done with it (or never had a record in it)
+            views.append(PageView(
+                page_no, page_file_name(page_no), info.first_id, info.last_id, info.count, info.size,
+                page_no == live and not info.closed, len(self._open.get(page_no, ())),
+                share.count if share is not None else None,
+                len(share.acked) if share is not None else None,
+            ))
+        return views
+
     def _records_lost(self, lost: RecordsLost) -> None:
         """Damage found while reading a page took records (the medium re-counted it): the
         queues stop counting those they had not read, so their counts and page completion
@@ -343,12 +369,25 @@ class PagedQueues:
         self._note_live_page()
         record_ids = ack_ids + self._complete_ids.pop(page_no, [])
         self._deleting.add(page_no)
-        self.journal.flush().add_done_callback(
-            lambda done: self._journal_synced(done, page_no, record_ids))
+        self._sync_then_delete(page_no, record_ids)
+
+    def _sync_then_delete(self, page_no: int, record_ids: list[int]) -> None:
+        """The page goes once the journal has synced the acks that finished it."""
+        try:
+            flushed = self.journal.flush()
+        except RuntimeError:  # the journal closed meanwhile: the next start-up deletes it
+            self._deleting.discard(page_no)
+            return
+        flushed.add_done_callback(lambda done: self._journal_synced(done, page_no, record_ids))
 
     def _journal_synced(self, done: asyncio.Future[None], page_no: int, record_ids: list[int]) -> None:
         self._deleting.discard(page_no)
         if done.cancelled() or done.exception() is not None:
+            if not done.cancelled() and is_no_space(done.exception()):
+                # The journal keeps a batch that found no space and writes it once there is
+                # room: ask again (a second later, so a journal that gave up is not spun on).
+                self._deleting.add(page_no)
+                done.get_loop().call_later(NO_SPACE_RETRY, self._sync_then_delete, page_no, record_ids)
             return  # kept: at the next start-up its acks (if they were written) complete it
         try:
             self.medium.delete_page(page_no)

@@ -13,7 +13,8 @@ need its message id), `take` passes it. A page not yet fully written (a batch st
 page writer) is waited for (`wait_for_write`) rather than taken as read; a record of an
 undecided transaction stops the reading until the transaction is decided. Over a medium with
 a page-I/O worker (`page_io`), the page is read there a chunk ahead: while the next chunk is
-being read the queue's reading answers None (`reading`) and is woken when it is in.
+being read the queue's reading answers None (`reading`) and is woken when it is in, or at the
+next loop turn if the page is completed (and its read dropped) before it is.
 
 Loop-only.
 """
@@ -216,6 +217,13 @@ class QueueCursor:
     def _chunk_in(self) -> None:
         self._owner.wake(self.queue_id)
 
+    def _wake_soon(self) -> None:
+        """Wake the queue at the next loop turn (at once with no loop running)."""
+        try:
+            asyncio.get_running_loop().call_soon(self._owner.wake, self.queue_id)
+        except RuntimeError:
+            self._owner.wake(self.queue_id)
+
     def _drop_reader(self) -> None:
         if self._ahead is not None:
             self._ahead.close()
@@ -392,8 +400,16 @@ class QueueCursor:
             self._write_page_acks(page_no, page)
         del self.pages[page_no]
         if self._read_page == page_no:
+            owed = self.reading
             self._drop_reader()  # nothing left for us in it
             self._peeked = None
+            if owed:
+                # `peek` answered "nothing now" while a chunk of this page was being read, and
+                # the core waits for the wake that chunk would have brought; closing the read
+                # cancelled it. Records of later pages are still to be read: wake the queue
+                # (next loop turn: this runs inside its dispatch, an auto ack completing the
+                # page, where a dispatch asked for now would do nothing).
+                self._wake_soon()
         self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids, recorded=recorded)
 
     def purge(self) -> tuple[int, asyncio.Future[None] | None]:

@@ -36,6 +36,7 @@ __all__ = [
     "CursorJournal",
     "CursorRecords",
     "Entry",
+    "PageView",
     "PagedQueue",
     "PagedQueueStore",
     "PagedRecovery",
@@ -108,6 +109,25 @@ class Appended:
     durable: asyncio.Future[None] | None
 
 
+@dataclass(frozen=True, slots=True)
+class PageView:
+    """One page as an operator sees it (the console's page list): its file, the range of
+    message ids it holds, and, asked for one queue, that queue's share of it. After a
+    restart the counts of a page from an earlier run are of its persistent records only
+    (non-persistent ones did not survive), as `PageInfo` counts them."""
+
+    page_no: int
+    file: str            # the page file's name in the address's page folder
+    first_id: int        # lowest message id on the page (0 for none)
+    last_id: int         # highest message id on the page (0 for none)
+    records: int         # records on the page, every queue's
+    size: int            # bytes on disk (the readable part)
+    live: bool           # the page being appended to (not closed yet)
+    queues_holding: int  # queues not yet done with the page
+    queue_records: int | None = None       # records on the page for the queue asked about
+    queue_acknowledged: int | None = None  # of those, acknowledged (or purged) already
+
+
 @dataclass(slots=True)
 class RecoveredQueue:
     paged: int     # records still to read
@@ -137,7 +157,7 @@ class PagedQueue(Protocol):
     def reading(self) -> bool:
         """`peek` answered None because the next records are being read in the page-I/O
         worker (storage/paging/page_io.py): not "none left"; `listener.wake` follows when
-        they are in."""
+        they are in (or, should the page be completed first, at the next loop turn)."""
 
     def peek(self) -> Entry | None:
         """The next record for the queue at its read position, not taken: the position
@@ -252,4 +272,8 @@ class PagedQueueStore(Protocol):
 
     def page_files(self) -> int:
         """Pages on disk, not counting those being deleted."""
+
+    def page_views(self, queue_id: int | None = None) -> list[PageView]:
+        """The pages on disk in order (not those being deleted); with a `queue_id`, only the
+        pages that queue still holds, with its share of each."""
 

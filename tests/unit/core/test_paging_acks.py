@@ -19,6 +19,7 @@ from pagemq.core.transactions import Transaction
 from pagemq.storage.api import CursorAck, StoreOp
 from pagemq.storage.fileio import REAL_FILE_IO, FaultyFileIO, FileIO
 from pagemq.storage.message_store import JournalMessageStore
+from pagemq.storage.paging.page_io import PageIO
 from pagemq.storage.paging.page_store import PageStore
 
 
@@ -49,9 +50,11 @@ class Collector:
 async def paging_broker(
     directory: Path, fileio: FileIO | dict[str, FileIO] = REAL_FILE_IO,
     address_settings: dict[str, object] | None = None, *, journal_fileio: FileIO = REAL_FILE_IO,
+    page_io: PageIO | None = None,
 ) -> tuple[Broker, RecordingStore, list[PageStore]]:
     """Every message of every address pages (max-size-bytes 0), unless told otherwise.
-    `fileio` may differ per address (a dict: address -> its page store's file layer)."""
+    `fileio` may differ per address (a dict: address -> its page store's file layer);
+    `page_io`: where queues' in-order page reads run (None: on the loop)."""
     store = RecordingStore(directory / "journal", journal_fileio)
     settings = AddressSettingsRepository()
     settings.add("#", address_settings if address_settings is not None else {"max-size-bytes": 0})
@@ -60,7 +63,8 @@ async def paging_broker(
 
     def page_store(address: str, address_settings: AddressSettings) -> PageStore:
         pages = PageStore(directory / "paging", address, page_size_bytes=address_settings.page_size_bytes,
-                          fileio=fileio[address] if isinstance(fileio, dict) else fileio)
+                          fileio=fileio[address] if isinstance(fileio, dict) else fileio,
+                          page_io=page_io)
         pages.set_summary_builder(PageSummary)
         pages.open()
         pages.start(loop)
@@ -214,6 +218,65 @@ def test_a_failed_page_write_is_undone_and_the_next_send_pages_normally(tmp_path
         sink = Collector()
         broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
         assert [ref.message.headers["n"] for _tag, ref in sink.delivered] == ["0", "1", "2", "0"]
+        await close(broker, store, pages)
+
+    run(body)
+
+
+def test_a_page_drained_while_the_journal_has_no_space_is_deleted_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The acks that finish a page, and the journal sync its deletion waits for, meet a
+    journal out of space: the page is kept while the journal holds them, and deleted once
+    the journal has written them (not only at the next start)."""
+    monkeypatch.setattr("pagemq.storage.group_commit.RETRY_PERIOD", 0.05)
+    monkeypatch.setattr("pagemq.storage.paging.paged_queues.NO_SPACE_RETRY", 0.05)
+    journal_io = FaultyFileIO()
+
+    async def body() -> None:
+        broker, store, pages = await paging_broker(tmp_path, journal_fileio=journal_io,
+                                                   address_settings={"max-size-bytes": 0,
+                                                                     "page-size-bytes": 2048})
+        await fill(broker, 30)
+        queue = broker.queues["orders"]
+        sink = Collector()
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL)
+        first = pages[0].folder / "000000001.page"
+        count = pages[0].pages()[0].count
+        acked: set[int] = set()
+        last = None
+        for _ in range(100):  # acknowledge the first page but for its last message
+            await asyncio.sleep(0.02)
+            for tag, ref in list(sink.delivered):
+                if ref.page_pos == (1, count - 1):
+                    last = tag
+                elif tag not in acked and ref.page_pos is not None and ref.page_pos[0] == 1:
+                    acked.add(tag)
+                    broker.acknowledge(queue, [consumer.take(tag)])
+            if last is not None and len(acked) == count - 1:
+                break
+        assert last is not None and first.exists()
+        heard: list[OSError | None] = []
+        store.journal.on_space = heard.append
+        # The writer busy with an fsync, so the acks and the deletion's sync share the next
+        # batch, whose write (and two retries) then find no space.
+        broker.settings.add("other", {"max-size-bytes": -1})  # held in memory: journaled
+        await broker.send("other", "anycast", {}, b"x", persistent=True)  # type: ignore[misc]
+        journal_io.hold_fsync()
+        busy = broker.send("other", "anycast", {}, b"x", persistent=True)
+        assert await asyncio.to_thread(journal_io.fsync_waiting.wait, 5)
+        broker.acknowledge(queue, [consumer.take(last)])  # the first page is done with
+        broker.write_acks()
+        for n in range(1, 4):
+            journal_io.fail_write(n, errno.ENOSPC)
+        journal_io.release_fsync()
+        await busy  # type: ignore[misc]
+        for _ in range(100):  # the first page's messages are all acknowledged now
+            await asyncio.sleep(0.05)
+            if not first.exists():
+                break
+        assert not first.exists()
+        assert [e is None for e in heard] == [False, True]  # it did stall, and recovered
         await close(broker, store, pages)
 
     run(body)

@@ -109,3 +109,48 @@ def test_without_a_global_limit_reading_back_follows_the_read_limits_only() -> N
         assert memory.read_share() == -1
 
     run(body)
+
+
+def test_a_selective_consumer_holding_nothing_gets_a_match_when_the_budget_is_full_of_others() -> None:
+    """The budget is full of messages the queue read back for a consumer now gone (none of
+    them red); a selective consumer for red that holds nothing still gets the red ones, one
+    at a time, instead of waiting for an acknowledgement nobody will send (soak seed 100453)."""
+
+    async def body() -> None:
+        memory = MemoryAccountant(max_bytes=4 * 1024)
+        broker, _pages = memory_broker(memory=memory)
+        for n in range(40):
+            color = "red" if n >= 30 else "blue"
+            broker.send("q", "anycast", {"n": str(n), "color": color}, BODY, persistent=True)
+        queue = broker.queues["q"]
+        first = broker.subscribe(queue, Collector(), ack_mode=AckMode.INDIVIDUAL, prefetch=1000)
+        broker.close_consumer(queue, first)  # its messages go back to the queue, in memory
+        assert memory.is_full()
+        sink = Collector()
+        red = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL, prefetch=1000,
+                               selector="color = 'red'")
+        got: list[int] = []
+        for _round in range(50):
+            if not red.in_flight:
+                break
+            got += [int(ref.message.headers["n"]) for ref in red.in_flight.values()]
+            broker.acknowledge(queue, [red.take(tag) for tag in list(red.in_flight)])
+        assert got == list(range(30, 40))
+
+    run(body)
+
+
+def test_a_consumer_holding_nothing_is_not_starved_by_one_holding_the_budget() -> None:
+    async def body() -> None:
+        memory = MemoryAccountant(max_bytes=4 * 1024)
+        broker, _pages = memory_broker(memory=memory)
+        for n in range(40):
+            broker.send("q", "anycast", {"n": str(n)}, BODY, persistent=True)
+        queue = broker.queues["q"]
+        slow = broker.subscribe(queue, Collector(), ack_mode=AckMode.INDIVIDUAL, prefetch=1000)
+        assert slow.in_flight and memory.is_full()
+        sink = Collector()
+        broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL, prefetch=1000)
+        assert len(sink.delivered) == 1  # its one message, although the budget is spent
+
+    run(body)

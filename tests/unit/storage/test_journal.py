@@ -199,29 +199,102 @@ def test_files_roll_at_file_size_and_a_big_record_gets_a_file_of_its_own(tmp_pat
     assert records[20].payload == b"B" * 5000
 
 
-def test_enospc_fails_the_batch_future_and_the_journal_refuses_appends(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_enospc_fails_the_batch_then_writes_it_once_there_is_room(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A batch that finds no space fails its waiters, is cut back so the file ends on a
+    whole record, and is written again (ahead of later appends) once a retry succeeds;
+    the loop hears of the stall once and of the recovery once."""
+    monkeypatch.setattr("pagemq.storage.group_commit.RETRY_PERIOD", 0.05)
+    fio = FaultyFileIO()
+    heard: list[OSError | None] = []
+
+    async def body() -> None:
+        journal = await started(tmp_path, fileio=fio)
+        journal.on_space = heard.append
+        await journal.add(1, 1, b"before", sync=True)  # type: ignore[misc]
+        size = (tmp_path / rec.file_name(1)).stat().st_size
+        for n in (1, 2, 3):  # the write and two retries find no space
+            fio.fail_write(n, errno.ENOSPC)
+        future = journal.add(2, 1, b"kept", sync=True)
+        with pytest.raises(JournalError) as info:
+            await future  # type: ignore[misc]
+        assert info.value.errno == errno.ENOSPC
+        assert journal.stalled
+        assert (tmp_path / rec.file_name(1)).stat().st_size == size  # cut back: well-formed
+        later = journal.add(3, 1, b"after", sync=True)  # accepted; durable once room is back
+        await asyncio.wait_for(later, 5)  # type: ignore[arg-type]
+        assert not journal.stalled
+        await journal.close()
+
+    with caplog.at_level(logging.DEBUG, logger="pagemq.journal"):
+        run(body)
+    assert [type(e) for e in heard] == [JournalError, type(None)]
+    assert sum("batch is kept" in r.message for r in caplog.records) == 1  # logged once
+    assert [r.id for r in reload(tmp_path)] == [1, 2, 3]
+
+
+def test_a_batch_across_a_roll_that_finds_no_space_is_cut_back_in_both_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed batch ends one file and starts the next: the first is cut back to its size
+    before the batch, the new one removed (it held only this batch), and the retry writes
+    both again."""
+    monkeypatch.setattr("pagemq.storage.group_commit.RETRY_PERIOD", 0.05)
+    fio = FaultyFileIO()
+
+    async def body() -> None:
+        journal = await started(tmp_path, fileio=fio, file_size=1024)
+        await journal.add(1, 1, b"a" * 600, sync=True)  # type: ignore[misc]
+        size = (tmp_path / rec.file_name(1)).stat().st_size
+        fio.fail_write(2, errno.ENOSPC)  # the write to the new file, after the first one's
+        first = journal.add(2, 1, b"b" * 300, sync=False)
+        rolled = journal.add(3, 1, b"c" * 600, sync=True)  # does not fit: file 2
+        assert first is None
+        with pytest.raises(JournalError):
+            await rolled  # type: ignore[misc]
+        assert (tmp_path / rec.file_name(1)).stat().st_size == size
+        assert not (tmp_path / rec.file_name(2)).exists()
+        await asyncio.wait_for(journal.flush(), 5)
+        await journal.close()
+
+    run(body)
+    assert [r.id for r in reload(tmp_path)] == [1, 2, 3]
+
+
+def test_a_failure_other_than_no_space_still_stops_the_journal(tmp_path: Path) -> None:
     fio = FaultyFileIO()
 
     async def body() -> None:
         journal = await started(tmp_path, fileio=fio)
         await journal.add(1, 1, b"before", sync=True)  # type: ignore[misc]
-        fio.fail_write(1, errno.ENOSPC)
-        future = journal.add(2, 1, b"lost", sync=True)
-        with pytest.raises(JournalError) as info:
-            await future  # type: ignore[misc]
-        assert info.value.errno == errno.ENOSPC
+        fio.fail_write(1, errno.EIO)
+        with pytest.raises(JournalError):
+            await journal.add(2, 1, b"lost", sync=True)  # type: ignore[misc]
         with pytest.raises(JournalError, match="refuses appends"):
             journal.add(3, 1, b"refused")
-        with pytest.raises(JournalError):
-            await journal.flush()
         await journal.close()
 
-    with caplog.at_level(logging.ERROR, logger="pagemq.journal"):
-        run(body)
-    assert any("write failed" in r.message and "pagemq-0000000001.jnl at offset" in r.message
-               for r in caplog.records)
+    run(body)
+    assert [r.id for r in reload(tmp_path)] == [1]
+
+
+def test_a_journal_stalled_for_space_closes_without_waiting_for_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pagemq.storage.group_commit.RETRY_PERIOD", 0.05)
+    fio = FaultyFileIO()
+
+    async def body() -> None:
+        journal = await started(tmp_path, fileio=fio)
+        await journal.add(1, 1, b"before", sync=True)  # type: ignore[misc]
+        for n in range(1, 200):
+            fio.fail_write(n, errno.ENOSPC)
+        with pytest.raises(JournalError):
+            await journal.add(2, 1, b"never", sync=True)  # type: ignore[misc]
+        await asyncio.wait_for(journal.close(), 5)
+
+    run(body)
     assert [r.id for r in reload(tmp_path)] == [1]
 
 

@@ -417,3 +417,34 @@ def test_append_before_start_is_refused(tmp_path: Path) -> None:
     store.open()
     with pytest.raises(RuntimeError):
         store.append([rec(1)])
+
+
+def test_the_last_page_is_deleted_on_a_full_disk_its_number_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deleting the highest page first notes its number (`last-page`); on a full disk that
+    small write fails, so the page's bytes are given up first (the file cut to its header,
+    its name kept) and the note is written in the room that frees. A drained page never
+    keeps a full disk full."""
+    heard: list[OSError] = []
+
+    async def body() -> None:
+        fileio = FaultyFileIO()
+        store = await started(tmp_path, fileio=fileio)
+        store.on_no_space = lambda _folder, error: heard.append(error)
+        await store.append([rec(1, size=2000), rec(2, size=2000)])[2]  # type: ignore[misc]
+        store.roll()
+        await store.flush()
+        fileio.fail_write(1, errno.ENOSPC)  # the last-page note finds no space
+        deleted = store.delete_page(1)
+        await deleted  # type: ignore[misc]
+        assert not (store.folder / "000000001.page").exists()
+        assert (store.folder / "last-page").read_text() == "1\n"
+        await store.close()
+
+    with caplog.at_level(logging.WARNING, logger="pagemq.paging"):
+        run(body)
+    assert any("its file is emptied first" in r.getMessage() for r in caplog.records)
+    assert heard == []  # a delete is not a producer's write
+    store = reopen(tmp_path)
+    assert store.pages() == [] and store.live_page_no() == 2  # the number is never reused
