@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/security_bench.py tls  [--rounds 2] [--duration 6s]
     .venv/bin/python benchmarks/security_bench.py auth [--connections 1000]
+    .venv/bin/python benchmarks/security_bench.py guess [--guesses 200] [--window 10]
 
 `tls`: one broker of this tree with a plaintext STOMP listener and a `stomp-tls` one (a CA,
 a server certificate made by `openssl` for the run), and the foundation load on each in
@@ -17,6 +18,11 @@ asyncio client, each sending CONNECT with the same login/passcode, not verified 
 cold cache: the broker runs scrypt once for the burst and the rest share or hit the cache);
 reported: seconds from the first connect to the last CONNECTED (the bound: 1,000 within
 10 s), the slowest CONNECT, and one CONNECT of another user alone before (one scrypt check).
+
+`guess`: the same broker; N CONNECTs with N different wrong passwords sent at once, each on
+its own connection from one address (an attacker trying to outrun the failure delay), and
+how many of them the broker has checked after a window of seconds (one address's passwords
+are checked one at a time, each after the previous failure's delay; docs/security.md).
 
 Each mode runs in under 60 s. The broker logs go to a temporary directory, removed after.
 """
@@ -175,15 +181,14 @@ async def _auth_load(port: int, connections: int) -> dict[str, float]:
             "slowest_connect_s": max(seconds for seconds, _ in results)}
 
 
-def run_auth(args: argparse.Namespace) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix="pagemq-auth-bench-") as temp:
-        workdir = Path(temp)
-        for user in ("bench", "solo"):
-            subprocess.run([PAGEMQ, "user", "add", user, "--role", "apps", "--password-stdin",
-                            "--users-file", str(workdir / "users.toml")], input=f"{user}-password\n",
-                           text=True, check=True, capture_output=True)
-        port, http_port = free_port(), free_port()
-        broker = Broker(workdir, f"""
+def _secured_broker(workdir: Path) -> tuple[Broker, int]:
+    """A broker with security enabled and users `bench`, `solo` (password: NAME-password)."""
+    for user in ("bench", "solo"):
+        subprocess.run([PAGEMQ, "user", "add", user, "--role", "apps", "--password-stdin",
+                        "--users-file", str(workdir / "users.toml")], input=f"{user}-password\n",
+                       text=True, check=True, capture_output=True)
+    port, http_port = free_port(), free_port()
+    return Broker(workdir, f"""
 [broker]
 data-directory = "data"
 security-enabled = true
@@ -193,7 +198,12 @@ stomp = "{HOST}:{port}"
 http = "{HOST}:{http_port}"
 [security-settings."#"]
 send = ["apps"]
-""")
+"""), port
+
+
+def run_auth(args: argparse.Namespace) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="pagemq-auth-bench-") as temp:
+        broker, port = _secured_broker(Path(temp))
         try:
             figures = asyncio.run(_auth_load(port, args.connections))
         finally:
@@ -201,6 +211,34 @@ send = ["apps"]
     print(f"{figures['connections']:.0f} authenticated CONNECTs at once: all CONNECTED in "
           f"{figures['seconds']:.2f} s (slowest {figures['slowest_connect_s']:.2f} s); the first "
           f"CONNECT alone (scrypt, uncached) {figures['first_connect_s'] * 1000:.0f} ms")
+    return figures
+
+
+def run_guess(args: argparse.Namespace) -> dict[str, object]:
+    """N wrong passwords sent at once, each on its own connection from one address: how many
+    the broker checks within the window (the rest wait their turn, or are refused unchecked)."""
+    with tempfile.TemporaryDirectory(prefix="pagemq-guess-bench-") as temp:
+        workdir = Path(temp)
+        broker, port = _secured_broker(workdir)
+        sockets = []
+        try:
+            for n in range(args.guesses):
+                sock = socket.create_connection((HOST, port))
+                sock.sendall(f"CONNECT\naccept-version:1.2\nhost:{HOST}\nlogin:bench\n"
+                             f"passcode:guess-{n}\n\n\0".encode())
+                sockets.append(sock)
+            time.sleep(args.window)
+            lines = [line for line in (workdir / "broker.log").read_text().splitlines()
+                     if "authentication failed from" in line]
+        finally:
+            for sock in sockets:
+                sock.close()
+            broker.stop()
+    unchecked = sum("not checked" in line for line in lines)
+    figures = {"guesses": args.guesses, "window_s": args.window, "checked": len(lines) - unchecked,
+               "refused_unchecked": unchecked}
+    print(f"{args.guesses} wrong passwords at once from one address: {figures['checked']} checked "
+          f"within {args.window:.0f} s, {unchecked} refused unchecked")
     return figures
 
 
@@ -212,10 +250,13 @@ def main() -> None:
     tls.add_argument("--duration", default="5s")
     auth = modes.add_parser("auth")
     auth.add_argument("--connections", type=int, default=1000)
+    guess = modes.add_parser("guess")
+    guess.add_argument("--guesses", type=int, default=200)
+    guess.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    result = run_tls(args) if args.mode == "tls" else run_auth(args)
+    result = {"tls": run_tls, "auth": run_auth, "guess": run_guess}[args.mode](args)
     print(f"({time.monotonic() - started:.0f} s in all)")
     if args.json:
         print(json.dumps(result))
