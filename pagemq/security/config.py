@@ -9,6 +9,7 @@ the rules are the same (one-line `ConfigError` naming the key). Relative file na
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ __all__ = [
     "parse_security",
     "parse_tls",
 ]
+
+log = logging.getLogger("pagemq.security")
 
 BROKER_KEYS = ("security-enabled", "allow-anonymous-remote", "users-file")
 _TLS_KEYS = ("cert-file", "key-file", "ca-file", "require-client-cert", "min-version")
@@ -64,6 +67,10 @@ def parse_security(broker: Mapping[str, object], settings: object, base: Path) -
             raise ConfigError(users_key, "missing: security-enabled = true needs a users file "
                               "(create it with `pagemq user add NAME --role ROLE`)")
         users = load_users(users_file)
+        if not repository.items():  # a broker nobody may use: surely not what was meant
+            log.warning("security-enabled = true and no [security-settings] match: every frame and "
+                        "HTTP request will be refused (give roles their permissions, e.g. "
+                        '[security-settings."#"]; see docs/security.md)')
     return SecurityConfig(enabled, anonymous, users_file, users, repository)
 
 

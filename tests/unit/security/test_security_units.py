@@ -208,3 +208,17 @@ def test_a_users_file_others_may_read_is_loaded_with_a_warning(tmp_path: Path,
     assert [r.getMessage() for r in caplog.records] == [
         f"users file {path} can be read or written by other users (mode 0644): chmod 600 it, "
         "as `pagemq user` writes it"]
+
+
+def test_security_enabled_without_any_settings_warns_that_everything_is_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    users_file = tmp_path / "users.toml"
+    write_users(users_file, [User("alice", hash_password("pw"), frozenset({"amq"}))])
+    with caplog.at_level("WARNING", logger="pagemq.security"):
+        parse_security({"security-enabled": True, "users-file": str(users_file)},
+                       {"#": {"send": ["amq"]}}, tmp_path)
+        parse_security({}, {}, tmp_path)  # security off: nothing to say
+        assert not caplog.records
+        parse_security({"security-enabled": True, "users-file": str(users_file)}, {}, tmp_path)
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "security-enabled = true and no [security-settings] match"]
