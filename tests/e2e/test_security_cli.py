@@ -120,3 +120,16 @@ def test_queue_command_takes_the_password_from_stdin_or_the_environment_not_argv
         assert both.returncode == 2 and "not both" in both.stderr
     finally:
         proc.stop()
+
+
+def test_user_commands_run_at_once_all_land_in_the_file(tmp_path: Path) -> None:
+    users_file = tmp_path / "users.toml"
+    adds = [subprocess.Popen([PAGEMQ, "user", "add", f"app{n}", "--role", "apps", "--password-stdin",
+                              "--users-file", str(users_file)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for n in range(8)]
+    for process in adds:
+        process.communicate(f"pw{process.pid}\n", timeout=60)
+        assert process.returncode == 0
+    listed = _user(users_file, "list").stdout.splitlines()
+    assert sorted(listed) == sorted(f"app{n}\tapps" for n in range(8)), "a change was lost"
