@@ -300,9 +300,11 @@ def test_http_connections_that_send_no_whole_request_are_closed_after_connect_ti
         assert time.monotonic() - opened >= 0.3
         for sock in (partial, no_handshake):
             _wait_closed(sock, 10)
-        assert time.monotonic() - opened < 5
+        assert time.monotonic() - opened < 8  # (a loaded machine: the timeout is 0.5 s)
         served.settimeout(5)
         assert served.recv(4096).startswith(b"HTTP/1.1 200")
         served.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # kept alive past the timeout
         assert served.recv(4096).startswith(b"HTTP/1.1 200")
-    assert any("no request within 0.5s from 127.0.0.1:" in line for line in proc.log_lines)
+    # stderr is read by a thread: wait for the line rather than look once
+    wait_until(lambda: any("no request within 0.5s from 127.0.0.1:" in line for line in proc.log_lines),
+               timeout=5, what="the log line of the closed connection")
