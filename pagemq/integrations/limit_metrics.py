@@ -61,8 +61,8 @@ def _disk_families(broker: Broker) -> Iterator[Metric]:
     free = GaugeMetricFamily("pagemq_disk_free_bytes", "Bytes the broker may still write on a "
                              "filesystem holding its journal or page files", labels=["path"])
     size = GaugeMetricFamily("pagemq_disk_size_bytes", "Size of that filesystem", labels=["path"])
-    used = GaugeMetricFamily("pagemq_disk_used_ratio", "Part of that filesystem used (1 - usable/size)",
-                             labels=["path"])
+    used = GaugeMetricFamily("pagemq_disk_used_ratio",
+                             "Part of that filesystem used (used / (used + usable), as df)", labels=["path"])
     for fs in rows:
         path = [str(fs["path"])]
         free.add_metric(path, _number(fs["free_bytes"]))

@@ -3,8 +3,11 @@
 
 `statvfs` runs in a worker thread (on a network or FUSE filesystem it can take long), and
 only the verdict comes back to the loop, where it sets or clears the core's `DiskGuard`
-reasons. Usage is Artemis' (`FileStoreMonitor`): 1 - usable / total, usable being what an
-unprivileged process may still write (`f_bavail`), so root's reserve counts as used.
+reasons. Usage is what `df` shows as Use%: used / (used + usable), usable being what an
+unprivileged process may still write (`f_bavail`). (Artemis' `FileStoreMonitor` divides by
+the total size instead, so root's reserve and, on overlay or thin-provisioned filesystems,
+space that is neither used nor available count as used: a disk `df` shows 36 % full reads 74 %
+there, and producers block at 90 % of a disk far from full.)
 `min-disk-free` wins when both limits are set.
 
 Writes that hit ENOSPC or EDQUOT are reported here too (`no_space`): the disk is full at
@@ -48,12 +51,14 @@ class FsUsage:
     total_bytes: int
     free_bytes: int  # usable by the broker (f_bavail)
     error: str | None = None  # statvfs failed: the filesystem is not judged
+    used_bytes: int | None = None  # (f_blocks - f_bfree); None: total - free
 
     @property
     def used_percent(self) -> float:
-        if self.total_bytes <= 0:
+        used = self.used_bytes if self.used_bytes is not None else self.total_bytes - self.free_bytes
+        if used + self.free_bytes <= 0:
             return 0.0
-        return 100.0 * (1.0 - self.free_bytes / self.total_bytes)
+        return 100.0 * used / (used + self.free_bytes)
 
 
 def scan_filesystems(directories: Mapping[str, Path],
@@ -76,7 +81,8 @@ def scan_filesystems(directories: Mapping[str, Path],
             found.append(FsUsage(device, roles, str(path), 0, 0, error=exc.strerror or str(exc)))
             continue
         found.append(FsUsage(device, roles, str(path), stat.f_blocks * stat.f_frsize,
-                             stat.f_bavail * stat.f_frsize))
+                             stat.f_bavail * stat.f_frsize,
+                             used_bytes=(stat.f_blocks - stat.f_bfree) * stat.f_frsize))
     return found
 
 

@@ -86,3 +86,11 @@ def test_a_scan_groups_directories_by_filesystem_and_runs_off_the_loop(tmp_path:
                         min_disk_free=-1, period=1.0)
     asyncio.run(watch.scan())
     assert watch.scans == 1 and watch.guard.filesystems[0]["directories"] == ["journal"]
+
+
+def test_usage_is_what_df_shows_not_a_share_of_the_total_size() -> None:
+    """An overlay or thin-provisioned filesystem: 252 GiB in size, 36 GiB used, 66 GiB
+    available (the rest neither). `df` says 35 % used; 1 - available/size would say 74 %."""
+    gib = 1024 ** 3
+    usage = FsUsage(1, ("journal",), "/", total_bytes=252 * gib, free_bytes=66 * gib, used_bytes=36 * gib)
+    assert round(usage.used_percent) == 35
