@@ -9,17 +9,20 @@ Built from the management views (`core/views.py`), as the JSON API.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from pagemq.core.views import address_limits, disk_info
+from pagemq.core.views import disk_info
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
 
-__all__ = ["limit_families"]
+__all__ = ["PAGED_BYTES", "limit_families", "paged_bytes"]
+
+PAGED_BYTES = ("pagemq_address_paged_bytes",
+               "Bytes of the address in page files now (what page-limit-bytes counts)")
 
 # (view part, view field, metric name, help): per address, shown when the limit is on
 _ADDRESS_LIMITS = (
@@ -72,19 +75,22 @@ def _disk_families(broker: Broker) -> Iterator[Metric]:
 
 
 def _address_families(broker: Broker) -> Iterator[Metric]:
+    """Per address: the bytes in page files now (every address, over the collector's shared
+    label rows and fast writer: one row each of 10,000 addresses is most of a scrape), and the
+    limits that are on (few addresses set them: the library's families do)."""
     families = {name: GaugeMetricFamily(name, help_text, labels=["address"])
                 for _part, _field, name, help_text in _ADDRESS_LIMITS}
-    paged = GaugeMetricFamily("pagemq_address_paged_bytes", "Bytes of the address in page files now "
-                              "(what page-limit-bytes counts)", labels=["address"])
-    pagers = broker.bindings.pagers
-    for name in sorted(broker.addresses):
-        limits = address_limits(broker.addresses[name], pagers.get(name))
-        for part, field, metric, _help in _ADDRESS_LIMITS:
-            figures = limits[part]
-            value = _number(figures[field]) if isinstance(figures, dict) else -1.0
+    addresses = broker.addresses
+    for name in sorted(addresses):
+        settings = addresses[name].settings
+        for _part, field, metric, _help in _ADDRESS_LIMITS:
+            value = getattr(settings, field)
             if value >= 0:
-                families[metric].add_metric([name], value)
-        paging = limits["paging"]
-        paged.add_metric([name], _number(paging["used_bytes"]) if isinstance(paging, dict) else 0.0)
-    yield from families.values()
-    yield paged
+                families[metric].add_metric([name], float(value))
+    yield from (family for family in families.values() if family.samples)
+
+
+def paged_bytes(broker: Broker, names: Sequence[str]) -> list[float]:
+    """Bytes of each address (in `names` order) in page files now: what page-limit-bytes counts."""
+    pagers = broker.bindings.pagers
+    return [float(pager.bytes_on_disk) if (pager := pagers.get(name)) is not None else 0.0 for name in names]

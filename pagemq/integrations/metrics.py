@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from pagemq.integrations.limit_metrics import limit_families
+from pagemq.integrations.limit_metrics import PAGED_BYTES, limit_families, paged_bytes
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -217,7 +217,9 @@ class BrokerCollector(Collector):
         names = sorted(broker.addresses)
         rows = self._address_rows = LabelRows(("address",), [(name,) for name in names], self._address_rows)
         figures = [broker.address_figures(name) for name in names]
-        return [_column(spec, rows, figures) for spec in ADDRESS_FAMILIES]
+        paged = RowsFamily(PAGED_BYTES[0], PAGED_BYTES[1], "gauge", rows)
+        paged.values = paged_bytes(broker, names)
+        return [*(_column(spec, rows, figures) for spec in ADDRESS_FAMILIES), paged]
 
     def _queue_families(self) -> list[RowsFamily]:
         broker = self.broker
