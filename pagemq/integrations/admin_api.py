@@ -87,12 +87,12 @@ def _int_param(request: web.Request, name: str, default: int | None, *, maximum:
 async def _json_body(request: web.Request) -> dict[str, object]:
     if not request.can_read_body:
         return {}
-    text = await request.text()
-    if not text.strip():
+    data = await request.read()
+    if not data.strip():
         return {}
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
+    try:  # bytes, not request.text(): a body that is not UTF-8 is the client's mistake (400)
+        body = json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
         raise BadRequest(f"body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
