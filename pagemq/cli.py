@@ -68,13 +68,9 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help=str(kwargs.get("help")))
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        from pagemq.version import package_version
 
-        try:
-            text = version("pagemq")
-        except PackageNotFoundError:
-            text = "unknown (not installed as a package)"
-        print(f"pagemq {text}")
+        print(f"pagemq {package_version()}")
         parser.exit(0)
 
 

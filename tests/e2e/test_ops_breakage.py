@@ -5,8 +5,11 @@ logs; they start a real broker and talk to it over HTTP and STOMP."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+
 from admin_http import call, path_of
-from brokerproc import unique
+from brokerproc import PAGEMQ, unique
 
 
 def test_a_move_body_that_is_not_utf8_is_a_400_not_a_500(broker, stomp_client):
@@ -19,3 +22,26 @@ def test_a_move_body_that_is_not_utf8_is_a_400_not_a_500(broker, stomp_client):
     assert status == 400, answer
     assert "JSON" in answer["error"]
     assert broker.queue(name)["messages"] == 1
+
+
+def test_broker_view_names_version_uptime_connections_and_rates(broker, stomp_client):
+    status, before, _ = call(broker, "GET", "/api/broker")
+    assert status == 200
+    version = subprocess.run([PAGEMQ, "--version"], capture_output=True, text=True, check=True).stdout
+    assert version.strip() == f"pagemq {before['version']}"
+    assert before["uptime_seconds"] > 0 and before["started_at"] < time.time()
+    client = stomp_client(broker)
+    name = unique("rates")
+    for i in range(20):
+        client.send(f"/queue/{name}", f"m{i}", receipt=i == 19)
+    time.sleep(1.1)  # a rate is measured over a second at least
+
+    after = call(broker, "GET", "/api/broker")[1]
+
+    assert after["uptime_seconds"] > before["uptime_seconds"]
+    assert after["connections"]["open"] >= 1
+    assert after["connections"]["opened"] >= before["connections"]["opened"] + 1
+    assert after["rates"]["messages_added"] >= before["rates"]["messages_added"] + 20
+    assert after["rates"]["in_per_second"] > 0
+    for section in ("memory", "disk", "store"):
+        assert section in after
