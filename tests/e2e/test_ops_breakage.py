@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from admin_http import call, path_of
-from brokerproc import HOST, PAGEMQ, unique
+from brokerproc import HOST, PAGEMQ, cli_into_head, unique
 
 
 def test_a_move_body_that_is_not_utf8_is_a_400_not_a_500(broker, stomp_client):
@@ -52,14 +52,7 @@ def test_queue_list_piped_into_head_ends_quietly(broker, stomp_client):
     prefix = unique("piped")
     for n in range(400):  # --json: some 200 KB, more than a pipe holds
         producer.send(f"/queue/{prefix}.{n:04d}", "m", receipt=n == 399)
-    lister = subprocess.Popen([PAGEMQ, "queue", "list", "--json", "--url", f"http://{HOST}:{broker.http_port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert lister.stdout is not None and lister.stderr is not None
-    first = lister.stdout.readline()  # what `head -1` does: one line, then it goes away
-    lister.stdout.close()
-    code = lister.wait(30)
-    stderr = lister.stderr.read().decode()
-    lister.stderr.close()
+    first, code, stderr = cli_into_head("queue", "list", "--json", "--url", f"http://{HOST}:{broker.http_port}")
     assert first.strip() == b"{"
     assert code == 0, stderr
     assert stderr == "", stderr
