@@ -237,6 +237,17 @@ def _health_answer(request: web.Request, *, live_only: bool) -> web.Response:
                              status=200 if ok else 503)
 
 
+HEALTH_PATHS = frozenset({"/health", "/health/ready", "/health/live"})
+
+
+def is_health_probe(method: str, path: str) -> bool:
+    """A GET/HEAD of a health check: public when security is enabled, as an orchestrator's
+    probe (Kubernetes' httpGet, a load balancer's check) carries no credentials and a 401
+    would read as "unhealthy" and restart the broker. The answer says only starting, ready
+    or stopping."""
+    return method in ("GET", "HEAD") and path in HEALTH_PATHS
+
+
 async def health(request: web.Request) -> web.Response:
     """Readiness (what a load balancer or Kubernetes' readinessProbe asks): 200 once ready,
     503 while starting or stopping."""

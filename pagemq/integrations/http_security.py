@@ -1,6 +1,7 @@
 """HTTP Basic authentication and the `view` / `manage` permissions, as an aiohttp middleware.
 
-Registered by `make_app` only when security is enabled. Every request needs credentials
+Registered by `make_app` only when security is enabled. Every request but the console's
+files and the health checks (`/health`, `/health/ready`, `/health/live`) needs credentials
 (none or wrong: 401 with `WWW-Authenticate`, the same answer for an unknown user and a
 wrong password, after the same growing delay per peer address as STOMP). A GET or HEAD
 needs `view` or `manage`, anything else `manage` (403 otherwise); `/metrics` is a GET like
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from pagemq.integrations.admin_api import is_health_probe
 from pagemq.integrations.console_api import is_console_asset
 from pagemq.security.access import AUTHENTICATION_FAILED, Access
 from pagemq.security.permissions import MANAGEMENT_ADDRESS
@@ -63,6 +65,8 @@ def security_middleware(access: Access) -> Middleware:
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if is_console_asset(request.method, request.path):
             return await handler(request)  # the console's files: no broker data in them
+        if is_health_probe(request.method, request.path):
+            return await handler(request)  # orchestrators' probes carry no credentials
         credentials = _credentials(request.headers.get("Authorization"))
         if credentials is None:
             return _unauthorized(request, "authentication required (HTTP Basic)")

@@ -10,6 +10,7 @@ import time
 
 from admin_http import call, path_of
 from brokerproc import HOST, PAGEMQ, cli_into_head, unique
+from security_helpers import start_secured
 
 
 def test_a_move_body_that_is_not_utf8_is_a_400_not_a_500(broker, stomp_client):
@@ -56,3 +57,17 @@ def test_queue_list_piped_into_head_ends_quietly(broker, stomp_client):
     assert first.strip() == b"{"
     assert code == 0, stderr
     assert stderr == "", stderr
+
+
+def test_health_checks_answer_without_credentials_when_security_is_on(tmp_path):
+    proc = start_secured(tmp_path / "secured")
+    try:
+        for path in ("/health", "/health/ready", "/health/live"):
+            status, answer, _ = call(proc, "GET", path)  # a Kubernetes httpGet probe: no credentials
+            assert (status, answer["status"]) == (200, "ready"), (path, answer)
+        # everything else still needs them
+        for path in ("/api/broker", "/metrics", "/api/queues", "/health/../api/broker"):
+            assert call(proc, "GET", path)[0] == 401, path
+        assert call(proc, "DELETE", "/health")[0] == 401
+    finally:
+        proc.stop()
