@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import time
 
+import test_paging_helpers as paging
 from admin_http import call, path_of
 from brokerproc import HOST, PAGEMQ, cli_into_head, unique
 from security_helpers import start_secured
@@ -71,3 +72,23 @@ def test_health_checks_answer_without_credentials_when_security_is_on(tmp_path):
         assert call(proc, "DELETE", "/health")[0] == 401
     finally:
         proc.stop()
+
+
+def test_browsing_with_after_goes_on_when_that_message_was_consumed_meanwhile(broker, stomp_client):
+    name = unique("browse-after")
+    producer = stomp_client(broker)
+    for i in range(30):
+        producer.send(f"/queue/{name}", f"m{i}", headers={"persistent": "true", "i": i}, receipt=i == 29)
+    first = call(broker, "GET", path_of("queues", name, "messages") + "?limit=10")[1]
+    assert [m["headers"]["i"] for m in first["messages"]] == [str(i) for i in range(10)]
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{name}", ack="client-individual")
+    for frame in paging.wait_frames(consumer, 30)[:15]:  # the first page and five more, gone
+        consumer.ack(frame)
+    consumer.disconnect()
+    broker.wait_queue(name, messages=15)
+
+    rest = call(broker, "GET", path_of("queues", name, "messages") + f"?limit=100&after={first['next_after']}")[1]
+
+    assert [m["headers"]["i"] for m in rest["messages"]] == [str(i) for i in range(15, 30)]
+    assert rest["more"] is False
