@@ -88,7 +88,8 @@ def test_browsing_with_after_goes_on_when_that_message_was_consumed_meanwhile(br
     consumer.disconnect()
     broker.wait_queue(name, messages=15)
 
-    rest = call(broker, "GET", path_of("queues", name, "messages") + f"?limit=100&after={first['next_after']}")[1]
+    query = f"?limit=100&after={first['next_after']}"
+    rest = call(broker, "GET", path_of("queues", name, "messages") + query)[1]
 
     assert [m["headers"]["i"] for m in rest["messages"]] == [str(i) for i in range(15, 30)]
     assert rest["more"] is False
