@@ -48,15 +48,14 @@ class BrokerSummary:
             "version": self.version,
             "started_at": round(self.started_at, 3),
             "uptime_seconds": round(now - self.started_at, 3),
-            "connections": self._connections(),
+            **self._connections(),
             "rates": self._rates(now),
         }
 
-    def _connections(self) -> dict[str, int] | None:
-        if self.connections is None:
-            return None
-        open_now, opened, closed = self.connections()
-        return {"open": open_now, "opened": opened, "closed": closed}
+    def _connections(self) -> dict[str, int | None]:
+        """`connections` is the number open now, as in the history's samples."""
+        open_now, opened, closed = self.connections() if self.connections is not None else (None, None, None)
+        return {"connections": open_now, "connections_opened": opened, "connections_closed": closed}
 
     def _rates(self, now: float) -> dict[str, object]:
         totals = self.broker.totals()
