@@ -68,13 +68,9 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help=str(kwargs.get("help")))
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        from pagemq.version import package_version
 
-        try:
-            text = version("pagemq")
-        except PackageNotFoundError:
-            text = "unknown (not installed as a package)"
-        print(f"pagemq {text}")
+        print(f"pagemq {package_version()}")
         parser.exit(0)
 
 
@@ -129,15 +125,8 @@ def _data(args: argparse.Namespace) -> int:
         paging_dir = broker.paging_directory
     if args.data_command == "check":
         return data_commands.check(data_dir, journal_dir=journal_dir, paging_dir=paging_dir)
-    try:
-        return data_commands.print_data(data_dir, args.address, records=args.records,
-                                        journal_dir=journal_dir, paging_dir=paging_dir)
-    except BrokenPipeError:
-        # Piped into `head`, which has stopped reading: end quietly, as `cat` does. Python
-        # would flush stdout again at exit and fail on the same pipe: point it at /dev/null.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+    return data_commands.print_data(data_dir, args.address, records=args.records,
+                                    journal_dir=journal_dir, paging_dir=paging_dir)
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -157,6 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_CONFIG if exc.code not in (0, None) else 0
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        # Piped into `head`, which has stopped reading (`pagemq data print | head`, `pagemq
+        # queue list | head`): end quietly, as `cat` does. Python would flush stdout again at
+        # exit and fail on the same pipe: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "config":

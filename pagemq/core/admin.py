@@ -374,7 +374,8 @@ class Admin:
                selector_text: str | None = None) -> tuple[list[dict[str, object]], bool]:
         """Up to `limit` messages of the queue in queue order (delivering ones, then pending,
         then paged), after the message with id `after`; and whether more follow. Nothing is
-        taken. When `after` is no longer in memory the paged ones with a higher id follow."""
+        taken. When `after` has left the queue meanwhile (a consumer acknowledged it), the
+        listing goes on with the messages with a higher id, in memory and paged."""
         queue = self.queue(name)
         selector = compile_filter(selector_text)
         shown: list[dict[str, object]] = []
@@ -390,7 +391,10 @@ class Admin:
         memory = [(ref, True) for ref in delivering] + [(ref, False) for ref in queue]
         if after is not None:
             ids = [ref.message.message_id for ref, _ in memory]
-            memory = memory[ids.index(after) + 1:] if after in ids else []
+            if after in ids:
+                memory = memory[ids.index(after) + 1:]
+            else:  # acknowledged (or moved) meanwhile: go on with what came after it
+                memory = [(ref, in_flight) for ref, in_flight in memory if ref.message.message_id > after]
         for ref, in_flight in memory:
             if _matches(selector, ref.message):
                 yield _view(ref.message, paged=ref.page_pos is not None, delivering=in_flight)

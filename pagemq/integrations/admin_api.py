@@ -87,12 +87,12 @@ def _int_param(request: web.Request, name: str, default: int | None, *, maximum:
 async def _json_body(request: web.Request) -> dict[str, object]:
     if not request.can_read_body:
         return {}
-    text = await request.text()
-    if not text.strip():
+    data = await request.read()
+    if not data.strip():
         return {}
-    try:
-        body = json.loads(text)
-    except ValueError as exc:
+    try:  # bytes, not request.text(): a body that is not UTF-8 is the client's mistake (400)
+        body = json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
         raise BadRequest(f"body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
@@ -235,6 +235,17 @@ def _health_answer(request: web.Request, *, live_only: bool) -> web.Response:
     ok = (live_only and state != "stopped") or ready
     return web.json_response({"status": state, "ready": ready, "live": state != "stopped"},
                              status=200 if ok else 503)
+
+
+HEALTH_PATHS = frozenset({"/health", "/health/ready", "/health/live"})
+
+
+def is_health_probe(method: str, path: str) -> bool:
+    """A GET/HEAD of a health check: public when security is enabled, as an orchestrator's
+    probe (Kubernetes' httpGet, a load balancer's check) carries no credentials and a 401
+    would read as "unhealthy" and restart the broker. The answer says only starting, ready
+    or stopping."""
+    return method in ("GET", "HEAD") and path in HEALTH_PATHS
 
 
 async def health(request: web.Request) -> web.Response:

@@ -19,6 +19,7 @@ from pagemq.core.errors import BrokerError
 from pagemq.core.views import disk_info, memory_info
 from pagemq.integrations import admin_api, console_api
 from pagemq.integrations.admin_api import ConnectionsView, HealthView
+from pagemq.integrations.broker_summary import BrokerSummary
 from pagemq.integrations.console_api import HistoryView
 from pagemq.integrations.metrics import BrokerCollector, ConnectionFigures, collect, process_collectors, write
 from pagemq.integrations.stream_api import StreamCollector, add_stream_routes
@@ -36,6 +37,8 @@ LoopFigures = Callable[[float | None], dict[str, object]]
 LOOP_KEY: web.AppKey[LoopFigures | None] = web.AppKey("loop")
 # what /metrics renders: the broker's collector, then the process metrics
 METRICS_KEY: web.AppKey[Sequence[Collector]] = web.AppKey("metrics")
+# version, uptime, connections and rates at the top of /api/broker (integrations/broker_summary.py)
+SUMMARY_KEY: web.AppKey[BrokerSummary] = web.AppKey("summary")
 
 
 def _error(exc: BrokerError) -> web.Response:
@@ -76,6 +79,7 @@ async def get_broker(request: web.Request) -> web.Response:
         return web.json_response({"error": f"since: not a unix time: {since_text!r}"}, status=400)
     broker = request.app[BROKER_KEY]
     figures: dict[str, object] = {
+        **request.app[SUMMARY_KEY].figures(),
         "memory": memory_info(broker.memory),
         "disk": disk_info(broker.disk),
         "store": request.app[STATS_KEY](),
@@ -112,6 +116,7 @@ def make_app(broker: Broker, stats: Callable[[], dict[str, int]],
     app[BROKER_KEY] = broker
     app[STATS_KEY] = stats
     app[LOOP_KEY] = loop
+    app[SUMMARY_KEY] = BrokerSummary(broker, connections, history)
     app[METRICS_KEY] = [BrokerCollector(broker, stats, loop, connections), StreamCollector(broker),
                         *process_collectors()]
     app.router.add_get("/api/broker", get_broker)

@@ -1,6 +1,7 @@
 """HTTP Basic authentication and the `view` / `manage` permissions, as an aiohttp middleware.
 
-Registered by `make_app` only when security is enabled. Every request needs credentials
+Registered by `make_app` only when security is enabled. Every request but the console's
+files and the health checks (`/health`, `/health/ready`, `/health/live`) needs credentials
 (none or wrong: 401 with `WWW-Authenticate`, the same answer for an unknown user and a
 wrong password, after the same growing delay per peer address as STOMP). A GET or HEAD
 needs `view` or `manage`, anything else `manage` (403 otherwise); `/metrics` is a GET like
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from pagemq.integrations.admin_api import is_health_probe
 from pagemq.integrations.console_api import is_console_asset
 from pagemq.integrations.stream_access import stream_needs
 from pagemq.security.access import AUTHENTICATION_FAILED, Access
@@ -38,7 +40,6 @@ __all__ = ["security_middleware"]
 
 REALM = 'Basic realm="pagemq", charset="UTF-8"'
 _READS = frozenset({"GET", "HEAD"})
-OPEN_PATHS = frozenset({"/health", "/health/live", "/health/ready"})  # probes: no credentials
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -78,8 +79,8 @@ def security_middleware(access: Access, broker: Broker | None = None) -> Middlew
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if is_console_asset(request.method, request.path):
             return await handler(request)  # the console's files: no broker data in them
-        if request.path in OPEN_PATHS and request.method in _READS:
-            return await handler(request)
+        if is_health_probe(request.method, request.path):
+            return await handler(request)  # orchestrators' probes carry no credentials
         credentials = _credentials(request.headers.get("Authorization"))
         if credentials is None:
             return _unauthorized(request, "authentication required (HTTP Basic)")

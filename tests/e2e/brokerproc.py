@@ -853,6 +853,19 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 30.0) -> subpr
     )
 
 
+def cli_into_head(*args: str, timeout: float = 30.0) -> tuple[bytes, int, str]:
+    """Run `pagemq ARGS...` as `| head -1` does: read one line, close the pipe, wait.
+    Returns (that line, exit code, stderr)."""
+    proc = subprocess.Popen([PAGEMQ, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    code = proc.wait(timeout)
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    return first, code, stderr
+
+
 def now_ms() -> int:
     """Milliseconds since the epoch (the unit of the STOMP `expires` header)."""
     return int(time.time() * 1000)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from importlib.metadata import version
 
-from brokerproc import PAGEMQ, run_cli
+from brokerproc import PAGEMQ, cli_into_head, run_cli
 
 
 def test_version_is_the_installed_package_version():
@@ -60,14 +60,7 @@ def test_data_print_piped_into_head_ends_quietly(start_broker, stomp_client):
         producer.send("/queue/many", f"message {n}", headers={"persistent": "true"}, receipt=n % 100 == 99)
     producer.disconnect()
     proc.stop()
-    printer = subprocess.Popen([PAGEMQ, "data", "print", "--records", "--data-dir", str(proc.data_dir)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert printer.stdout is not None and printer.stderr is not None
-    first = printer.stdout.readline()  # what `head -1` does: one line, then it goes away
-    printer.stdout.close()
-    code = printer.wait(30)
-    stderr = printer.stderr.read().decode()
-    printer.stderr.close()
+    first, code, stderr = cli_into_head("data", "print", "--records", "--data-dir", str(proc.data_dir))
     assert first.startswith(b"data directory")
     assert code == 0, stderr
     assert stderr == "", stderr
