@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from pagemq.core.errors import BrokerError
+from pagemq.integrations.http_params import BadRequest, int_param
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -40,10 +41,6 @@ HEALTH_KEY: web.AppKey[HealthView | None] = web.AppKey("health")
 BROWSE_LIMIT = 100
 BROWSE_MAX = 10_000
 LIST_MAX = 10_000
-
-
-class BadRequest(Exception):
-    """A parameter or body the API cannot use: 400 with its message."""
 
 
 def _bad(message: str) -> web.Response:
@@ -66,22 +63,6 @@ def _guarded(handler: Handler) -> Handler:
             return _broker_error(exc)
 
     return guarded
-
-
-def _int_param(request: web.Request, name: str, default: int | None, *, maximum: int | None = None
-               ) -> int | None:
-    text = request.query.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadRequest(f"{name}: not an integer: {text!r}") from None
-    if value < 0:
-        raise BadRequest(f"{name}: must be zero or more, got {value}")
-    if maximum is not None and value > maximum:
-        raise BadRequest(f"{name}: at most {maximum}, got {value}")
-    return value
 
 
 async def _json_body(request: web.Request) -> dict[str, object]:
@@ -120,8 +101,8 @@ def listing(request: web.Request, key: str, names: Iterable[str],
     parameters the answer is the whole list, sorted by name, as before.
     """
     try:
-        offset = _int_param(request, "offset", 0) or 0
-        limit = _int_param(request, "limit", None, maximum=LIST_MAX)
+        offset = int_param(request, "offset", 0) or 0
+        limit = int_param(request, "limit", None, maximum=LIST_MAX)
         order = request.query.get("order", "asc")
         if order not in ("asc", "desc"):
             raise BadRequest(f"order: 'asc' or 'desc', got {order!r}")
@@ -159,8 +140,8 @@ def _sort_key(value: object) -> tuple[int, object]:
 @_guarded
 async def browse_messages(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    limit = _int_param(request, "limit", BROWSE_LIMIT, maximum=BROWSE_MAX)
-    after = _int_param(request, "after", None)
+    limit = int_param(request, "limit", BROWSE_LIMIT, maximum=BROWSE_MAX)
+    after = int_param(request, "after", None)
     selector = request.query.get("selector") or None
     assert limit is not None
     messages, more = request.app[ADMIN_BROKER_KEY].admin.browse(

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from pagemq.integrations.admin_api import Handler, _guarded, _int_param, refuse_other_methods
+from pagemq.integrations.admin_api import Handler, _guarded, refuse_other_methods
+from pagemq.integrations.http_params import int_param
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -86,8 +87,8 @@ async def broker_history(request: web.Request) -> web.Response:
 
 def _window(request: web.Request, answer: dict[str, object]) -> web.Response:
     """`offset` / `limit` over the answer's `pages`, with `total` (all of them)."""
-    offset = _int_param(request, "offset", 0) or 0
-    limit = _int_param(request, "limit", None, maximum=PAGES_MAX)
+    offset = int_param(request, "offset", 0) or 0
+    limit = int_param(request, "limit", None, maximum=PAGES_MAX)
     pages = answer["pages"]
     assert isinstance(pages, list)
     answer["total"] = len(pages)

@@ -43,6 +43,7 @@ from pagemq.core.message import Message
 from pagemq.core.selector import compile_filter
 from pagemq.core.selector.properties import message_view
 from pagemq.core.stream import PagedRange, commit_step, memory_messages, paged_range, reader_of
+from pagemq.integrations.http_params import BadRequest, int_param
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
@@ -64,10 +65,6 @@ _BROKER_KEY: web.AppKey[Broker] = web.AppKey("stream_broker")
 _LOCKS_KEY: web.AppKey[dict[str, asyncio.Lock]] = web.AppKey("stream_commit_locks")
 
 
-class _BadRequest(Exception):
-    pass
-
-
 def _json_error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
@@ -81,24 +78,11 @@ def _queue(request: web.Request) -> Queue:
     return queue
 
 
-def _int(request: web.Request, name: str, default: int | None = None) -> int | None:
-    text = request.query.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise _BadRequest(f"{name}: not an integer: {text!r}") from None
-    if value < 0:
-        raise _BadRequest(f"{name}: must not be negative: {text!r}")
-    return value
-
-
 def _selector(text: str | None) -> Selector | None:
     try:
         return compile_filter(text or None)
     except InvalidSelector as exc:
-        raise _BadRequest(f"selector: {exc.message}") from None
+        raise BadRequest(f"selector: {exc.message}") from None
 
 
 def _ids(messages: list[Message]) -> Iterator[int]:
@@ -178,10 +162,10 @@ class _Slicer:
 async def offsets(request: web.Request) -> web.Response:
     queue = _queue(request)
     try:
-        after = _int(request, "after")
-        limit = _int(request, "max")
-        size = _int(request, "size")
-    except _BadRequest as exc:
+        after = int_param(request, "after")
+        limit = int_param(request, "max")
+        size = int_param(request, "size")
+    except BadRequest as exc:
         return _json_error(400, str(exc))
     reader = reader_of(queue, request.query.get("reader") or DEFAULT_READER)
     memory = [m.message_id for m in memory_messages(queue, 0, None)]
@@ -213,10 +197,10 @@ def _splits(memory: list[tuple[int, int]], paged: PagedRange | None, after: int,
 async def splits(request: web.Request) -> web.Response:
     queue = _queue(request)
     try:
-        after = _int(request, "after", 0)
-        upto = _int(request, "upto")
-        size = _int(request, "size", 100_000)
-    except _BadRequest as exc:
+        after = int_param(request, "after", 0)
+        upto = int_param(request, "upto")
+        size = int_param(request, "size", 100_000)
+    except BadRequest as exc:
         return _json_error(400, str(exc))
     assert after is not None and size is not None
     if upto is None or upto < after:
@@ -296,11 +280,11 @@ async def read_range(request: web.Request) -> web.StreamResponse:
     except ImportError:
         return _json_error(501, "range reads need pyarrow on the broker (pip install 'pagemq[spark]')")
     try:
-        after = _int(request, "after", 0)
-        upto = _int(request, "upto")
-        from_page = _int(request, "from_page", 0)
+        after = int_param(request, "after", 0)
+        upto = int_param(request, "upto")
+        from_page = int_param(request, "from_page", 0)
         selector = _selector(request.query.get("selector"))
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _json_error(400, str(exc))
     assert after is not None and from_page is not None
     if upto is None or upto < after:
@@ -333,9 +317,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _BadRequest("the body must be a JSON object") from None
+        raise BadRequest("the body must be a JSON object") from None
     if not isinstance(body, dict):
-        raise _BadRequest("the body must be a JSON object")
+        raise BadRequest("the body must be a JSON object")
     return body
 
 
@@ -345,9 +329,9 @@ async def commit(request: web.Request) -> web.Response:
         body = await _body(request)
         offset = body.get("offset")
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise _BadRequest(f"offset: a non-negative integer, not {offset!r}")
+            raise BadRequest(f"offset: a non-negative integer, not {offset!r}")
         selector = _selector(body.get("selector"))
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _json_error(400, str(exc))
     broker = request.app[_BROKER_KEY]
     reader = reader_of(queue, str(body.get("reader") or DEFAULT_READER))
@@ -383,9 +367,9 @@ async def subscription(request: web.Request) -> web.Response:
         selector_text = body.get("selector") or None
         for key, value in (("address", address_name), ("subscription", name), ("client_id", client_id)):
             if not isinstance(value, str) or not value:
-                raise _BadRequest(f"{key}: a non-empty string, not {value!r}")
+                raise BadRequest(f"{key}: a non-empty string, not {value!r}")
         _selector(selector_text)
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _json_error(400, str(exc))
     queue_name = f"{client_id}.{name}"
     try:
@@ -412,7 +396,7 @@ def _guarded(handler: Any) -> Any:
         try:
             response: web.StreamResponse = await handler(request)
             return response
-        except _BadRequest as exc:
+        except BadRequest as exc:
             return _json_error(400, str(exc))
 
     return run
