@@ -203,6 +203,8 @@ class Journal:
         self._fileio = fileio
         self._files: dict[int, _DataFile] = {}
         self._records: dict[int, _Live] = {}
+        # DELETEs of this loop turn, written as one record at its end: see delete().
+        self._deleting: dict[int, None] = {}
         self._cur: _DataFile | None = None
         self._next_seq = 1
         self._next_file_no = 1
@@ -455,17 +457,49 @@ class Journal:
     def update(
         self, id: int, type: int, payload: bytes, *, sync: bool = False
     ) -> asyncio.Future[None] | None:
-        if id not in self._records:
+        if id not in self._records or id in self._deleting:
             raise UnknownRecordError(f"journal record {id} is not live: cannot update it")
         return self._write_op(OpKind.UPDATE, id, type, payload, sync)
 
     def delete(self, id: int, *, sync: bool = False) -> asyncio.Future[None] | None:
-        if id not in self._records:
+        """A DELETE without `sync` is gathered and written with the loop turn's others as
+        one record (one frame, one CRC, one hand-over to the writer) when the turn ends,
+        or before any other op, flush or cleanup, so the journal's order is kept. A burst
+        of ACK frames then costs a fraction of a record each; what an unsynced DELETE
+        promised (nothing, until a flush) is unchanged."""
+        if id not in self._records or id in self._deleting:
             raise UnknownRecordError(f"journal record {id} is not live: cannot delete it")
-        return self._write_op(OpKind.DELETE, id, 0, b"", sync)
+        if sync:
+            return self._write_op(OpKind.DELETE, id, 0, b"", sync)
+        self._writer.check()
+        deleting = self._deleting
+        deleting[id] = None
+        if len(deleting) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.write_deletes)
+            except RuntimeError:  # no loop (tools, recovery): at once
+                self.write_deletes()
+        return None
+
+    def write_deletes(self) -> None:
+        """Write the gathered DELETEs (one TRANSACTION record when there are several)."""
+        if not self._deleting or self._closed and not self._writer.running:
+            return
+        ids, self._deleting = list(self._deleting), {}
+        if len(ids) == 1:
+            self._write_op(OpKind.DELETE, ids[0], 0, b"", False)
+            return
+        seq = self._next_seq
+        data = rec.encode_deletes(seq, ids)
+        file, _offset = self._place(len(data))
+        for i, id in enumerate(ids):
+            self._apply_delete(file, seq + i, id)
+        self._append(file, data, seq + len(ids) - 1, False)
 
     def _write_op(self, kind: OpKind, id: int, type: int, payload: bytes, sync: bool
                   ) -> asyncio.Future[None] | None:
+        if self._deleting:
+            self.write_deletes()  # they came first
         seq = self._next_seq
         data = rec.encode_op(kind, seq, id, type, payload)
         file, offset = self._place(len(data))
@@ -476,6 +510,8 @@ class Journal:
         """All ops in one framed record: after a crash, all of them or none."""
         if not ops:
             return self.flush() if sync else None
+        if self._deleting:
+            self.write_deletes()
         self._check_transaction(ops)
         seq = self._next_seq
         record = rec.TransactionRecord(seq, tuple(
@@ -507,6 +543,8 @@ class Journal:
 
     def flush(self) -> asyncio.Future[None]:
         """Resolves once everything appended so far is durable."""
+        if self._deleting:
+            self.write_deletes()
         return self._writer.flush_future()
 
     def _place(self, length: int) -> tuple[_DataFile, int]:
@@ -629,6 +667,8 @@ class Journal:
     def _cleanup_steps(self, compact: bool) -> CleanupSteps:
         """One cleanup: index decisions here (loop), each piece of file work yielded as a
         callable over plain data and run by `run_inline` or `run_in_thread`."""
+        if self._deleting:
+            self.write_deletes()
         self._since_cleanup = 0
         self._last_cleanup = time.monotonic()
         report = CleanupReport()
@@ -827,6 +867,8 @@ class Journal:
         its failure was logged and handed to every waiting future when it happened."""
         if self._closed:
             return
+        if self._deleting and self._writer.error is None:
+            self.write_deletes()
         self._closed = True
         if self._cleaning is not None:
             await asyncio.wait([self._cleaning])  # its failure, if any, was its caller's
@@ -843,6 +885,8 @@ class Journal:
         await self._writer.stop()
 
     def stats(self) -> dict[str, int]:
+        if self._deleting and self._writer.error is None:
+            self.write_deletes()
         return {
             "files": len(self._files),
             "bytes": sum(file.size for file in self._files.values()),
@@ -865,6 +909,8 @@ class Journal:
 
     def files(self) -> list[DataFileInfo]:
         """Per-file index summary, for `pagemq data print` and tests."""
+        if self._deleting and self._writer.error is None:
+            self.write_deletes()
         return [
             DataFileInfo(f.file_no, f.path, f.size, f.ops, f.live,
                          sum(len(e) for e in f.kills.values()), f.first_seq, f.last_seq,

@@ -21,7 +21,7 @@ import enum
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -249,6 +249,15 @@ class TransactionRecord:
         if position != len(payload):
             raise CorruptRecord("transaction payload has trailing bytes", offset)
         return tuple(ops)
+
+
+def encode_deletes(seq: int, ids: Sequence[int]) -> bytes:
+    """`TransactionRecord(seq, DELETE of each id).encode()`, without an object per op: the
+    journal writes a loop turn's ACKs this way (see `Journal.delete`)."""
+    delete = OP_HEADER.pack
+    kind = OpKind.DELETE
+    payload = b"".join([COUNT.pack(len(ids)), *[delete(kind, id, 0, 0) for id in ids]])
+    return _frame(RecordKind.TRANSACTION, seq, 0, 0, payload)
 
 
 @dataclass(frozen=True, slots=True)

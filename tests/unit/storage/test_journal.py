@@ -139,6 +139,44 @@ def test_non_sync_appends_return_none_and_are_written_in_order(tmp_path: Path) -
     assert reload(tmp_path) == [LiveRecord(1, 1, b"a", [(2, b"b")]), LiveRecord(2, 1, b"c", [])]
 
 
+def test_deletes_of_one_loop_turn_are_written_as_one_record_in_order(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = await started(tmp_path)
+        for id in range(1, 6):
+            journal.add(id, 1, b"x")
+        await journal.flush()
+        written = journal.stats()["records_written"]
+        for id in (1, 2, 3):
+            assert journal.delete(id) is None
+        with pytest.raises(UnknownRecordError):
+            journal.update(2, 1, b"")  # deleted, even if not yet written
+        with pytest.raises(UnknownRecordError):
+            journal.delete(3)
+        await asyncio.sleep(0)  # the loop turn ends
+        assert journal.stats()["records_written"] == written + 1
+        journal.delete(4)
+        journal.add(6, 1, b"y")  # a later op: the gathered DELETE goes first
+        assert journal.stats()["records_written"] == written + 3
+        await journal.flush()
+        await journal.close()
+
+    run(body)
+    assert [record.id for record in reload(tmp_path)] == [5, 6]
+
+
+def test_a_gathered_delete_is_durable_once_a_flush_resolves(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = await started(tmp_path)
+        journal.add(1, 1, b"x")
+        journal.add(2, 1, b"x")
+        journal.delete(1)
+        await journal.flush()  # what a RECEIPT for the ACK waits for
+        assert reload(tmp_path) == [LiveRecord(2, 1, b"x", [])]
+        await journal.close()
+
+    run(body)
+
+
 def test_flush_with_nothing_pending_resolves_at_once(tmp_path: Path) -> None:
     async def body() -> None:
         journal = await started(tmp_path)
