@@ -117,7 +117,7 @@ def parse_file_number(name: str) -> int | None:
     return int(digits)
 
 
-def _check_fields(id: int, type: int) -> None:
+def check_fields(id: int, type: int) -> None:
     if not 0 <= id <= MAX_ID:
         raise ValueError(f"record id {id} is outside 0..2**64-1")
     if not 0 <= type <= MAX_TYPE:
@@ -127,7 +127,7 @@ def _check_fields(id: int, type: int) -> None:
 def encode_op(kind: OpKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
     """One ADD, UPDATE or DELETE record (an op kind equals its record kind). The journal's
     append path calls this directly rather than building a record object to encode."""
-    _check_fields(id, type)
+    check_fields(id, type)
     return _frame(RecordKind(kind), seq, id, type, payload)
 
 
@@ -215,7 +215,7 @@ class TransactionRecord:
     def encode(self) -> bytes:
         parts = [COUNT.pack(len(self.ops))]
         for op in self.ops:
-            _check_fields(op.id, op.type)
+            check_fields(op.id, op.type)
             parts.append(OP_HEADER.pack(op.kind, op.id, op.type, len(op.payload)))
             parts.append(op.payload)
         return _frame(RecordKind.TRANSACTION, self.seq, 0, 0, b"".join(parts))
