@@ -553,7 +553,7 @@ class Journal:
             if sync:
                 future.set_exception(exc)  # type: ignore[union-attr]
             raise
-        if sync and written is not None:
+        if future is not None and sync and written is not None:
             written.add_done_callback(partial(_pass_on, future))
 
     def _write_op(self, kind: OpKind, id: int, type: int, payload: bytes, sync: bool
@@ -609,7 +609,7 @@ class Journal:
         A record larger than `file_size` gets a file of its own.
         """
         cur = self._cur
-        if self._rolls_for(length):
+        if cur is None or self._rolls_for(length):
             cur = self._roll()
         offset = cur.size
         cur.size += length
