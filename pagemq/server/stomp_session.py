@@ -258,7 +258,8 @@ class StompSession:
         return self._committing is not None or self._authenticating is not None
 
     def _accept(self, events: Sequence[ev.Event | _Failure]) -> None:
-        if self._backlog or self._held or not self._writable:
+        if (self._backlog or self._blocked_retry is not None or self._committing is not None
+                or self._authenticating is not None or not self._writable):  # _held, inlined
             self._hold(events)
             return
         for index, event in enumerate(events):
@@ -273,8 +274,8 @@ class StompSession:
             if isinstance(event, _Failure):
                 self.fail(event.message, event.receipt_id)
                 return
-            if self._backlog or self._waiting:
-                self._hold_one(event)
+            if self._backlog or self._committing is not None or self._authenticating is not None:
+                self._hold_one(event)  # held (_waiting, inlined: this runs for every frame)
             elif not self._run(event):
                 size = _size(event)
                 self._backlog.append((event, size))
@@ -396,26 +397,7 @@ class StompSession:
         return True
 
     def _handle(self, event: ev.Event) -> None:
-        if isinstance(event, ev.Send):
-            self._on_send(event)
-        elif isinstance(event, ev.Ack):
-            self._on_ack(event)
-        elif isinstance(event, ev.Nack):
-            self._on_nack(event)
-        elif isinstance(event, ev.Subscribe):
-            self._on_subscribe(event)
-        elif isinstance(event, ev.Unsubscribe):
-            self._on_unsubscribe(event)
-        elif isinstance(event, ev.Begin):
-            self._on_begin(event)
-        elif isinstance(event, ev.Commit):
-            self._on_commit(event)
-        elif isinstance(event, ev.Abort):
-            self._on_abort(event)
-        elif isinstance(event, ev.Connect):
-            self._on_connect(event)
-        elif isinstance(event, ev.Disconnect):
-            self._on_disconnect(event)
+        _HANDLERS[type(event)](self, event)  # one lookup, not a chain of isinstance checks
 
     def _commit_applied(self, _applied: asyncio.Future[None]) -> None:
         tx = self._committing
@@ -858,10 +840,9 @@ class StompSession:
             if future is not None:
                 if not future.done():
                     return
-                problem = _failure_of(future)
-                if problem is not None:
+                if future.cancelled() or future.exception() is not None:
                     replies.popleft()
-                    self._note_error(f"message could not be stored: {problem}", receipt_id)
+                    self._note_error(f"message could not be stored: {_failure_of(future)}", receipt_id)
                     continue
             replies.popleft()
             self.write(frame)
@@ -962,6 +943,20 @@ class StompSession:
 
 
 _GOES_AHEAD = (ev.Ack, ev.Nack)
+
+# Each frame event's handler; `_handle` looks it up by the event's exact type.
+_HANDLERS: dict[type, Callable[[StompSession, Any], None]] = {
+    ev.Send: StompSession._on_send,
+    ev.Ack: StompSession._on_ack,
+    ev.Nack: StompSession._on_nack,
+    ev.Subscribe: StompSession._on_subscribe,
+    ev.Unsubscribe: StompSession._on_unsubscribe,
+    ev.Begin: StompSession._on_begin,
+    ev.Commit: StompSession._on_commit,
+    ev.Abort: StompSession._on_abort,
+    ev.Connect: StompSession._on_connect,
+    ev.Disconnect: StompSession._on_disconnect,
+}
 
 _OWN_HEADERS = frozenset(
     {"message-id", "destination", "subscription", "ack", "redelivered", "receipt",

@@ -534,21 +534,25 @@ class Journal:
         self._gathered, self._gathered_ids, self._gathered_future = [], {}, None
         self._gathered_size = 0
         sync = future is not None and not future.cancelled()
-        encode, apply = rec.encode_op, self._apply
+        frame, apply = rec.frame_op, self._apply  # fields were checked when gathered
         seq = self._next_seq
         chunk: list[bytes] = []
         file = self._cur
         try:
             for kind, id, type, payload in ops:
-                data = encode(kind, seq, id, type, payload)
-                if chunk and self._rolls_for(len(data)):  # the last file's share goes first
-                    self._append(file, b"".join(chunk), seq - 1, False, len(chunk))  # type: ignore[arg-type]
-                    chunk = []
-                file, offset = self._place(len(data))
+                data = frame(kind, seq, id, type, payload)
+                if file is None or self._rolls_for(len(data)):
+                    if file is not None and chunk:  # the last file's share goes first
+                        self._append(file, b"".join(chunk), seq - 1, False, len(chunk))
+                        chunk = []
+                    file = self._roll()
+                offset = file.size
+                file.size += len(data)
                 apply(file, seq, kind, id, type, offset + _PAYLOAD_AT, len(payload))
                 chunk.append(data)
                 seq += 1
-            written = self._append(file, b"".join(chunk), seq - 1, sync, len(chunk))  # type: ignore[arg-type]
+            assert file is not None
+            written = self._append(file, b"".join(chunk), seq - 1, sync, len(chunk))
         except OSError as exc:  # the writer failed meanwhile (it logged why)
             if sync:
                 future.set_exception(exc)  # type: ignore[union-attr]

@@ -128,10 +128,16 @@ def encode_op(kind: OpKind, seq: int, id: int, type: int, payload: bytes | memor
     """One ADD, UPDATE or DELETE record (an op kind equals its record kind). The journal's
     append path calls this directly rather than building a record object to encode."""
     check_fields(id, type)
-    return _frame(RecordKind(kind), seq, id, type, payload)
+    return _frame(kind, seq, id, type, payload)
 
 
-def _frame(kind: RecordKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
+def frame_op(kind: OpKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
+    """`encode_op` of fields already checked (`check_fields`): the journal checks an op
+    when it is handed in and frames it when the loop turn's ops are written."""
+    return _frame(kind, seq, id, type, payload)
+
+
+def _frame(kind: int, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
     header = RECORD_HEADER.pack(kind, len(payload), seq, id, type)
     crc = zlib.crc32(payload, zlib.crc32(header))
     return b"".join((header, payload, RECORD_CRC.pack(crc)))
