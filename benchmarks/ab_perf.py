@@ -41,14 +41,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_broker(tree: Path, data: Path, port: int, *serve_args: str) -> subprocess.Popen[bytes]:
+def start_broker(tree: Path, data: Path, port: int, *serve_args: str,
+                 launcher: tuple[str, ...] = (PAGEMQ,)) -> subprocess.Popen[bytes]:
     """`pagemq serve` of `tree` on `data`, STOMP on `port`; returns once it logs ready.
-    `serve_args`: more flags (`--http`, `--config`); without `--http`, a free port."""
+    `serve_args`: more flags (`--http`, `--config`); without `--http`, a free port.
+    `launcher`: what runs `pagemq` (e.g. benchmarks/stall_probe.py with its flags)."""
     if "--http" not in serve_args:
         serve_args = (*serve_args, "--http", f"127.0.0.1:{free_port()}")
     env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.Popen(
-        [PAGEMQ, "serve", "--data-dir", str(data), "--stomp", f"127.0.0.1:{port}", *serve_args],
+        [*launcher, "serve", "--data-dir", str(data), "--stomp", f"127.0.0.1:{port}", *serve_args],
         env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     assert proc.stderr is not None

@@ -35,7 +35,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -67,17 +67,17 @@ from pagemq.security.users import User
 from pagemq.server.destinations import Destination, parse_destination
 from pagemq.server.management_requests import answer_request, is_management_send, management_permissions
 from pagemq.server.stomp_access import durable_subscription, send_permissions, subscribe_permissions
+from pagemq.server.turn_budget import TurnBudget
 
 log = logging.getLogger("pagemq.stomp")
 
 _session_ids = itertools.count(1)
 OUTPUT_HIGH_WATER = 1 << 20
 READ_AHEAD_BYTES = 1 << 20  # held frames (about) past which the socket is no longer read
-# Frames carried out per callback (a socket read, a deferred share) before the rest waits for
-# a later loop turn, so one connection's burst cannot hold the loop for long. Each deferral
-# costs a loop turn, and a turn flushes every connection's output: at 64 the drain of a
-# 4+4 benchmark lost ~5 % of its rate to the extra writes, so the share is a normal read's
-# worth of frames and only bursts beyond it are split.
+# Frames carried out per callback (a socket read, a deferred share) at most before the rest
+# waits for a later loop turn. What bounds a callback is time: the loop turn's share for
+# frames (`turn_budget.TurnBudget`, 10 ms for all connections together); this cap is a
+# normal read's worth, for a loop without the time bound (tests' manual loop).
 FRAMES_PER_TURN = 1024
 DEFERRED_FRAMES = 16_384  # frames waiting for their turn past which the socket is not read
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
@@ -153,9 +153,12 @@ class StompSession:
     """Server side of one STOMP connection, bound to a broker."""
 
     def __init__(self, broker: Broker, protocol: StompConnection, transport: Transport,
-                 scheduler: Scheduler | None = None, access: SessionAccess | None = None) -> None:
+                 scheduler: Scheduler | None = None, access: SessionAccess | None = None,
+                 turn: TurnBudget | None = None) -> None:
         """`access`: None when security is disabled; else CONNECT authenticates through it
-        and each frame's permissions are checked with it (docs/security.md)."""
+        and each frame's permissions are checked with it (docs/security.md). `turn`: the
+        loop turn's time for frames, shared by the loop's connections (None: the frame cap
+        alone bounds a callback)."""
         self.broker = broker
         self.access = access
         # CONNECT's password being verified (in a thread): later frames wait behind it.
@@ -163,6 +166,7 @@ class StompSession:
         self.protocol = protocol
         self.transport = transport
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
+        self._turn = turn if turn is not None else TurnBudget(self._loop, None)
         self.session_id = f"pagemq-{next(_session_ids)}"
         self.client_id: str | None = None
         # CONNECT's login header (with security: only once verified, so the log and
@@ -229,11 +233,11 @@ class StompSession:
             self._accept(getattr(exc, "events", ()))
             if self.closing:
                 return
-            if self._backlog:
+            if self._deferred:  # the read's own frames went past the turn's share
+                self._defer([_Failure(exc.message, exc.receipt_id)])
+            elif self._backlog:
                 self._backlog.append((_Failure(exc.message, exc.receipt_id), 0))
                 self._schedule_drain()  # held only by the write side: carried out at once
-            elif self._deferred:  # the read's own frames went past the turn's share
-                self._defer([_Failure(exc.message, exc.receipt_id)])
             else:
                 self.fail(exc.message, exc.receipt_id)
             return
@@ -258,17 +262,14 @@ class StompSession:
         return self._committing is not None or self._authenticating is not None
 
     def _accept(self, events: Sequence[ev.Event | _Failure]) -> None:
+        self._turn.begin()
         if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
         for index, event in enumerate(events):
             if self.closing:
                 return
-            if index == FRAMES_PER_TURN:
-                # This callback's share is done: the rest on a later loop turn, first in line.
-                self._deferred.appendleft(events[index:])
-                self._deferred_frames += len(events) - index
-                self._schedule_deferred()
+            if self._turn_over(events, index):
                 break
             if isinstance(event, _Failure):
                 self.fail(event.message, event.receipt_id)
@@ -280,6 +281,16 @@ class StompSession:
                 self._backlog.append((event, size))
                 self._backlog_bytes += size
         self._check_read_ahead()
+
+    def _turn_over(self, events: Sequence[ev.Event | _Failure], index: int) -> bool:
+        """Whether this callback's share is done before `events[index]`: then the rest goes
+        to a later loop turn, first in line."""
+        if index != FRAMES_PER_TURN and not self._turn.spent(index):
+            return False
+        self._deferred.appendleft(events[index:])
+        self._deferred_frames += len(events) - index
+        self._schedule_deferred()
+        return True
 
     def _defer(self, events: Sequence[ev.Event | _Failure]) -> None:
         """A read's frames wait behind those deferred before them (no per-frame work: a
@@ -314,10 +325,14 @@ class StompSession:
             self._reading_paused = False
             self.transport.resume_reading()
 
-    def _hold(self, events: Iterable[ev.Event | _Failure]) -> None:
-        for event in events:
+    def _hold(self, events: Sequence[ev.Event | _Failure]) -> None:
+        """Held frames wait behind the backlog; but ACKs/NACKs go ahead (`_hold_one`), so
+        holding a read's frames takes the turn's share too."""
+        for index, event in enumerate(events):
             if self.closing:
                 return
+            if self._turn_over(events, index):
+                break
             self._hold_one(event)
         self._check_read_ahead()
 
@@ -355,14 +370,16 @@ class StompSession:
         is reached even while the peer does not read: it is what closes the connection)."""
         self._drain_scheduled = False
         backlog = self._backlog
-        budget = FRAMES_PER_TURN
+        turn = self._turn
+        turn.begin()
+        done = 0
         while backlog and not self.closing and not self._held:
             if not self._writable and not self._input_closed:
                 break
-            if budget <= 0:
+            if done == FRAMES_PER_TURN or turn.spent(done):
                 self._schedule_drain()  # a later turn goes on (others get theirs meanwhile)
                 break
-            budget -= 1
+            done += 1
             event, size = backlog.popleft()
             self._backlog_bytes -= size
             if isinstance(event, _Failure):
