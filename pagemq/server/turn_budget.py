@@ -9,17 +9,23 @@ spent running on the loop thread, most of them in one `data_received`). A cap on
 cannot bound that: an ACK, a persistent SEND to a queue with consumers and a SEND that pages
 cost from a few to 200 microseconds each.
 
-So the bound is time, and it is the turn's, not a callback's: the first callback of a turn
-that carries out frames starts the turn's clock (`begin`), and each asks after every frame
-whether the turn's `seconds` are spent (`spent`). A callback past them leaves its remaining
-frames, in order, to a later turn (the session's deferred share). Each callback still carries
-out `floor` frames however late the turn is, so every connection progresses in every turn
-it is ready in, and a connection that was cut short comes back behind those that were
-waiting (the loop's ready queue is first in, first out).
+So the bound is time, and it is the turn's: about `seconds` (10 ms) for the frames of every
+connection together, shared out equally. Each callback that carries out frames calls
+`begin`, which gives it a slice of the turn: `seconds` divided by the number of such
+callbacks in the previous turn (at least `MIN_SLICE`), and asks after every frame whether
+its slice is over (`spent`); then it leaves the rest of its frames, in order, to a later turn
+(the session's deferred share). Equal slices, not first come first served: with one shared
+deadline the connection whose callback comes first in the loop's ready queue would take the
+whole turn, every turn (a deferred share is queued again in the order it ran), and the
+others would crawl (B's end-to-end p50 went from 0.5 s to 5.7 s that way). A callback still
+carries out `floor` frames whatever the clock says, so every connection progresses; and no
+slice runs past twice `seconds` from the turn's first frame, however many connections share
+the turn (then each gets its floor).
 
 A new turn is noticed with one `call_soon` per turn that had frames: it runs at the start
-of the next turn and lets the next `begin` start the clock again. The time costs one
-`perf_counter` call per frame (~60 ns against 5-200 us of the frame's own work).
+of the next turn, counts the callbacks of the turn that ended, and lets the next `begin`
+start the turn's clock again. The time costs one `perf_counter` call per frame (~60 ns
+against 5-200 us of the frame's own work).
 
 Loop-only.
 """
@@ -31,14 +37,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["TURN_FLOOR", "TURN_SECONDS", "TurnBudget", "loop_budget"]
+__all__ = ["MIN_SLICE", "TURN_FLOOR", "TURN_SECONDS", "TurnBudget", "loop_budget"]
 
 # Frames' share of a loop turn. The turn's other work (writing each connection's output,
 # group-commit completions, page reads handed back, timers) comes on top, and a stall is
 # 50 ms. Smaller shares cost throughput: every deferral is a loop turn, and every turn
 # flushes each connection's output (many small writes).
 TURN_SECONDS = 0.010
-TURN_FLOOR = 8  # frames a callback carries out however much of the turn others spent
+MIN_SLICE = 0.0005  # a callback's slice however many share the turn (a frame is <= 0.2 ms)
+TURN_FLOOR = 8  # frames a callback carries out however late its turn
 
 
 class _CallSoon(Protocol):
@@ -46,12 +53,14 @@ class _CallSoon(Protocol):
 
 
 class TurnBudget:
-    """The time frames may take in one loop turn, shared by every connection on the loop.
+    """The time frames may take in one loop turn, shared equally by the callbacks (one per
+    connection with frames) that run in it.
 
     `seconds=None`: no time bound (only the callers' own frame caps apply), for a manual loop
     whose tests count frames, not microseconds."""
 
-    __slots__ = ("_armed", "_clock", "_deadline", "_scheduler", "deferrals", "floor", "seconds", "turns")
+    __slots__ = ("_armed", "_callbacks", "_clock", "_deadline", "_scheduler", "_slice", "_turn_end",
+                 "deferrals", "floor", "seconds", "turns")
 
     def __init__(self, scheduler: _CallSoon, seconds: float | None = TURN_SECONDS, *,
                  floor: int = TURN_FLOOR, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -60,18 +69,25 @@ class TurnBudget:
         self.floor = max(1, floor)  # a callback always progresses
         self._clock = clock
         self._armed = False  # this turn's clock runs (a call_soon will end the turn)
-        self._deadline = 0.0
+        self._slice = seconds or 0.0  # a callback's share of the turn
+        self._callbacks = 0  # callbacks with frames in this turn
+        self._turn_end = 0.0  # no slice runs past it
+        self._deadline = 0.0  # the running callback's
         self.turns = 0  # turns that carried out frames
         self.deferrals = 0  # callbacks that left frames to a later turn
 
     def begin(self) -> None:
-        """A callback is about to carry out frames: start the turn's clock if it is the
-        turn's first."""
-        if not self._armed and self.seconds is not None:
+        """A callback is about to carry out frames: its slice of the turn starts."""
+        if self.seconds is None:
+            return
+        now = self._clock()
+        if not self._armed:
             self._armed = True
             self.turns += 1
-            self._deadline = self._clock() + self.seconds
+            self._turn_end = now + 2 * self.seconds
             self._scheduler.call_soon(self._next_turn)
+        self._callbacks += 1
+        self._deadline = min(now + self._slice, self._turn_end)
 
     def spent(self, done: int) -> bool:
         """Whether a callback that has carried out `done` frames must leave the rest to a
@@ -82,7 +98,10 @@ class TurnBudget:
         return True
 
     def _next_turn(self) -> None:
+        assert self.seconds is not None
         self._armed = False
+        self._slice = max(MIN_SLICE, self.seconds / max(1, self._callbacks))
+        self._callbacks = 0
 
 
 _BUDGETS: weakref.WeakKeyDictionary[Any, TurnBudget] = weakref.WeakKeyDictionary()
