@@ -224,7 +224,10 @@ class StompSession:
         """Bytes from the socket; any protocol or broker error ends the connection."""
         if self.closing or self._input_closed:
             return
+        self._turn.begin()
         self._parse(data)
+        if self._unparsed:
+            self._schedule_deferred()
 
     def _parse(self, data: bytes) -> None:
         """Parse up to `FRAMES_PER_TURN` frames of what was read (none while earlier bytes wait
@@ -253,9 +256,8 @@ class StompSession:
             else:
                 self.fail(exc.message, exc.receipt_id)
             return
-        if share and len(events) == share:  # more frames may be buffered: a later turn
+        if share and len(events) == share:  # more frames may be buffered: parsed later
             self._unparsed = True
-            self._schedule_deferred()
         if self._unparsed and self.protocol.buffered > READ_AHEAD_BYTES:
             self._pause_reading()
         if not events:
@@ -281,7 +283,6 @@ class StompSession:
         return self._committing is not None or self._authenticating is not None
 
     def _accept(self, events: Sequence[ev.Event | _Failure]) -> None:
-        self._turn.begin()
         if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
@@ -304,7 +305,7 @@ class StompSession:
     def _turn_over(self, events: Sequence[ev.Event | _Failure], index: int) -> bool:
         """Whether this callback's share is done before `events[index]`: then the rest goes
         to a later loop turn, first in line."""
-        if index != FRAMES_PER_TURN and not self._turn.spent(index):
+        if index != FRAMES_PER_TURN and not self._turn.spent():
             return False
         self._deferred.appendleft(events[index:])
         self._deferred_frames += len(events) - index
@@ -329,16 +330,19 @@ class StompSession:
         """The next deferred share (up to the turn's share of frames), or once none is left
         the next frames parsed from the bytes read; then a later turn again."""
         self._deferred_scheduled = False
-        if self.closing:
-            return
-        if self._deferred:
-            events = self._deferred.popleft()
-            self._deferred_frames -= len(events)
-            self._accept(events)
-        elif self._unparsed:
-            self._unparsed = False
-            if not self._input_closed:
+        self._turn.begin()
+        while not self.closing and not self._deferred_scheduled:  # until the share is done
+            if self._deferred:
+                events = self._deferred.popleft()
+                self._deferred_frames -= len(events)
+                self._accept(events)
+            elif self._unparsed and not self._input_closed:
+                self._unparsed = False
                 self._parse(b"")
+            else:
+                break
+            if self._backlog or self._turn.over():  # held (the rest waits for the drain), or time
+                break
         if (self._deferred or self._unparsed) and not self._deferred_scheduled and not self.closing:
             self._schedule_deferred()
         self._maybe_resume_reading()
@@ -402,7 +406,7 @@ class StompSession:
         while backlog and not self.closing and not self._held:
             if not self._writable and not self._input_closed:
                 break
-            if done == FRAMES_PER_TURN or turn.spent(done):
+            if done == FRAMES_PER_TURN or turn.spent():
                 self._schedule_drain()  # a later turn goes on (others get theirs meanwhile)
                 break
             done += 1

@@ -17,10 +17,9 @@ its slice is over (`spent`); then it leaves the rest of its frames, in order, to
 (the session's deferred share). Equal slices, not first come first served: with one shared
 deadline the connection whose callback comes first in the loop's ready queue would take the
 whole turn, every turn (a deferred share is queued again in the order it ran), and the
-others would crawl (B's end-to-end p50 went from 0.5 s to 5.7 s that way). A callback still
-carries out `floor` frames whatever the clock says, so every connection progresses; and no
-slice runs past twice `seconds` from the turn's first frame, however many connections share
-the turn (then each gets its floor).
+others would crawl. A callback still carries out `floor` frames whatever the clock says, so
+every connection progresses; and no slice runs past twice `seconds` from the turn's first
+frame, however many connections share the turn (then each gets its floor).
 
 A new turn is noticed with one `call_soon` per turn that had frames: it runs at the start
 of the next turn, counts the callbacks of the turn that ended, and lets the next `begin`
@@ -59,7 +58,7 @@ class TurnBudget:
     `seconds=None`: no time bound (only the callers' own frame caps apply), for a manual loop
     whose tests count frames, not microseconds."""
 
-    __slots__ = ("_armed", "_callbacks", "_clock", "_deadline", "_scheduler", "_slice", "_turn_end",
+    __slots__ = ("_armed", "_callbacks", "_clock", "_deadline", "_done", "_scheduler", "_slice", "_turn_end",
                  "deferrals", "floor", "seconds", "turns")
 
     def __init__(self, scheduler: _CallSoon, seconds: float | None = TURN_SECONDS, *,
@@ -73,6 +72,7 @@ class TurnBudget:
         self._callbacks = 0  # callbacks with frames in this turn
         self._turn_end = 0.0  # no slice runs past it
         self._deadline = 0.0  # the running callback's
+        self._done = 0  # frames the running callback was let carry out
         self.turns = 0  # turns that carried out frames
         self.deferrals = 0  # callbacks that left frames to a later turn
 
@@ -87,15 +87,23 @@ class TurnBudget:
             self._turn_end = now + 2 * self.seconds
             self._scheduler.call_soon(self._next_turn)
         self._callbacks += 1
+        self._done = 0
         self._deadline = min(now + self._slice, self._turn_end)
 
-    def spent(self, done: int) -> bool:
-        """Whether a callback that has carried out `done` frames must leave the rest to a
-        later turn (it counts as a deferral when so)."""
+    def spent(self) -> bool:
+        """Asked before each frame: whether the running callback must leave it (and the rest)
+        to a later turn (it counts as a deferral when so)."""
+        done = self._done
         if done < self.floor or not self._armed or self._clock() < self._deadline:
+            self._done = done + 1
             return False
         self.deferrals += 1
         return True
+
+    def over(self) -> bool:
+        """Whether the running callback's slice is over, whatever it has done (without a
+        time bound: always, so a callback carries out one share of frames)."""
+        return self.seconds is None or (self._armed and self._clock() >= self._deadline)
 
     def _next_turn(self) -> None:
         assert self.seconds is not None
