@@ -166,7 +166,8 @@ class Probe:
                  f"({sum(1 for s in stalls if s.cpu >= self.stall)} with >= {self.stall * 1000:.0f} ms "
                  f"of loop-thread CPU)"]
         slow_gcs = [g for g in self.gcs if g[2] >= 0.010]
-        lines.append(f"{len(self.gcs)} collections, {len(slow_gcs)} of 10 ms or more: "
+        lines.append(f"{len(self.gcs)} collections (start-up's full one included), {len(slow_gcs)} of "
+                     "10 ms or more (wall time): "
                      + ", ".join(f"gen{g} {s * 1000:.0f} ms ({c} freed)" for _, g, s, c in slow_gcs[:30]))
         lines.append(f"frame callbacks {dict(self.callbacks)}; {len(self.slow)} used "
                      f">= {self.stall * 250:.1f} ms CPU:")
