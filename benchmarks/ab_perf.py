@@ -4,7 +4,9 @@ The machine's speed drifts by ±15-20 % from minute to minute, so one run of eac
 little. This runs ROUNDS rounds; in each, both trees' brokers are started in turn (the order
 alternates from round to round) on a fresh data directory and loaded by the same `pagemq
 perf` client (this tree's), and per round the ratio after/before is taken, so slow minutes
-hit both sides. Printed: each run, the medians, and the median of the per-round ratios.
+hit both sides. Printed: each run, the medians, and the median of the per-round ratios;
+`broker_cpu_s` is the CPU time the broker used for the run (lower is better), which moves
+much less with the machine's load than the rates.
 
     git worktree add /tmp/before <rev>
     .venv/bin/python benchmarks/ab_perf.py --before /tmp/before --rounds 8 \
@@ -88,6 +90,15 @@ def run_perf(port: int, destination: str, perf_args: list[str]) -> dict[str, Any
     return perf_document(out.stdout)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _run(tree: Path, perf_args: list[str], round_no: int) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="ab-perf-"))
     port = free_port()
@@ -98,6 +109,9 @@ def _run(tree: Path, perf_args: list[str], round_no: int) -> dict[str, float]:
         for result in document["results"]:
             rates[f"{result['phase']}/{result['role']}"] = result["msgs_per_s"]
             rates["peak_rss_mib"] = max(rates.get("peak_rss_mib", 0.0), result["broker_peak_rss_mib"] or 0)
+        # CPU the broker used for the same work: moves far less with the machine's load than
+        # a rate does (lower is better; start-up included)
+        rates["broker_cpu_s"] = _cpu_seconds(proc.pid)
         return rates
     finally:
         proc.terminate()
