@@ -134,15 +134,17 @@ def main() -> None:
         for name in order:
             rates = _run(trees[name], perf_args, round_no)
             runs[name].append(rates)
-            shown = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(rates.items()))
+            shown = ", ".join(f"{k} {v:,.0f}" if v >= 100 else f"{k} {v:.2f}"
+                              for k, v in sorted(rates.items()))
             print(f"round {round_no + 1} {name:6}: {shown}", flush=True)
     print()
     for key in sorted(runs["after"][0]):
         before = [r[key] for r in runs["before"]]
         after = [r[key] for r in runs["after"]]
         ratios = [a / b for a, b in zip(after, before, strict=True) if b]
-        print(f"{key:22} median before {statistics.median(before):>10,.0f}  after "
-              f"{statistics.median(after):>10,.0f}  ratio of medians "
+        digits = 0 if statistics.median(before) >= 100 else 2
+        print(f"{key:22} median before {statistics.median(before):>10,.{digits}f}  after "
+              f"{statistics.median(after):>10,.{digits}f}  ratio of medians "
               f"{statistics.median(after) / statistics.median(before):6.1%}  median per-round "
               f"ratio {statistics.median(ratios):6.1%}")
 

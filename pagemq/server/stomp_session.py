@@ -77,7 +77,7 @@ READ_AHEAD_BYTES = 1 << 20  # held frames (about) past which the socket is no lo
 # Frames parsed, and carried out, per callback (a socket read, a deferred share) at most;
 # the rest waits for a later loop turn (unparsed bytes in the parser). Parsing a whole
 # 256 KiB read of ACKs (~6,000 frames) took ~20 ms before the first was carried out. What
-# bounds the carrying out is time: the loop turn's share for frames (`turn_budget`, 10 ms
+# bounds the carrying out is time: the loop turn's share for frames (`turn_budget`, 20 ms
 # for all connections together); this cap alone bounds it on a loop without the time
 # bound (tests' manual loop). Reads of a 4+4 `pagemq perf` run rarely bring more.
 FRAMES_PER_TURN = 256

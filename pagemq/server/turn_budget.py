@@ -9,7 +9,7 @@ spent running on the loop thread, most of them in one `data_received`). A cap on
 cannot bound that: an ACK, a persistent SEND to a queue with consumers and a SEND that pages
 cost from a few to 200 microseconds each.
 
-So the bound is time, and it is the turn's: about `seconds` (10 ms) for the frames of every
+So the bound is time, and it is the turn's: about `seconds` (20 ms) for the frames of every
 connection together, shared out equally. Each callback that carries out frames calls
 `begin`, which gives it a slice of the turn: `seconds` divided by the number of such
 callbacks in the previous turn (at least `MIN_SLICE`), and asks after every frame whether
@@ -18,8 +18,8 @@ its slice is over (`spent`); then it leaves the rest of its frames, in order, to
 deadline the connection whose callback comes first in the loop's ready queue would take the
 whole turn, every turn (a deferred share is queued again in the order it ran), and the
 others would crawl. A callback still carries out `floor` frames whatever the clock says, so
-every connection progresses; and no slice runs past twice `seconds` from the turn's first
-frame, however many connections share the turn (then each gets its floor).
+every connection progresses; and no slice runs past 1.5 times `seconds` from the turn's
+first frame, however many connections share the turn (then each gets its floor).
 
 A new turn is noticed with one `call_soon` per turn that had frames: it runs at the start
 of the next turn, counts the callbacks of the turn that ended, and lets the next `begin`
@@ -41,8 +41,10 @@ __all__ = ["MIN_SLICE", "TURN_FLOOR", "TURN_SECONDS", "TurnBudget", "loop_budget
 # Frames' share of a loop turn. The turn's other work (writing each connection's output,
 # group-commit completions, page reads handed back, timers) comes on top, and a stall is
 # 50 ms. Smaller shares cost throughput: every deferral is a loop turn, and every turn
-# flushes each connection's output (many small writes).
-TURN_SECONDS = 0.010
+# flushes each connection's output (many small writes). The broker's CPU for a 4+4 `pagemq
+# perf` run against the tree before (2 rounds each, loaded machine, noise ~3 %): 10 ms +8 %,
+# 20 ms +7 %, no time bound (1 s) +4 % (benchmarks/README.md).
+TURN_SECONDS = 0.020
 MIN_SLICE = 0.0005  # a callback's slice however many share the turn (a frame is <= 0.2 ms)
 TURN_FLOOR = 8  # frames a callback carries out however late its turn
 
@@ -84,7 +86,7 @@ class TurnBudget:
         if not self._armed:
             self._armed = True
             self.turns += 1
-            self._turn_end = now + 2 * self.seconds
+            self._turn_end = now + 1.5 * self.seconds
             self._scheduler.call_soon(self._next_turn)
         self._callbacks += 1
         self._done = 0
