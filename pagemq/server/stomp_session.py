@@ -341,7 +341,9 @@ class StompSession:
                 self._parse(b"")
             else:
                 break
-            if self._backlog or self._turn.over():  # held (the rest waits for the drain), or time
+            if self._backlog:  # held: the rest waits for the drain
+                break
+            if (self._deferred or self._unparsed) and self._turn.over():
                 break
         if (self._deferred or self._unparsed) and not self._deferred_scheduled and not self.closing:
             self._schedule_deferred()

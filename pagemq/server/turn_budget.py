@@ -10,19 +10,22 @@ cannot bound that: an ACK, a persistent SEND to a queue with consumers and a SEN
 cost from a few to 200 microseconds each.
 
 So the bound is time, and it is the turn's: about `seconds` (20 ms) for the frames of every
-connection together, shared out equally. Each callback that carries out frames calls
-`begin`, which gives it a slice of the turn: `seconds` divided by the number of such
-callbacks in the previous turn (at least `MIN_SLICE`), and asks after every frame whether
-its slice is over (`spent`); then it leaves the rest of its frames, in order, to a later turn
-(the session's deferred share). Equal slices, not first come first served: with one shared
-deadline the connection whose callback comes first in the loop's ready queue would take the
-whole turn, every turn (a deferred share is queued again in the order it ran), and the
-others would crawl. A callback still carries out `floor` frames whatever the clock says, so
-every connection progresses; and no slice runs past 1.5 times `seconds` from the turn's
-first frame, however many connections share the turn (then each gets its floor).
+connection together, shared out equally among the connections that have more to do than
+that. Each callback that carries out frames calls `begin`, which gives it a slice of the
+turn: `seconds` divided by the number of callbacks the previous turn cut short (at least
+`MIN_SLICE`; callbacks that finish early, a read of a few frames, are not counted: they
+leave their time to the busy ones, and fewer, longer slices mean fewer turns, and so fewer
+small writes), and asks before every frame whether its slice is over (`spent`); then it
+leaves the rest of its frames, in order, to a later turn (the session's deferred share).
+Equal slices, not first come first served: with one shared deadline the connection whose
+callback comes first in the loop's ready queue would take the whole turn, every turn (a
+deferred share is queued again in the order it ran), and the others would crawl. A callback
+still carries out `floor` frames whatever the clock says, so every connection progresses;
+and no slice runs past 1.5 times `seconds` from the turn's first frame, however many
+connections share the turn (then each gets its floor).
 
-A new turn is noticed with one `call_soon` per turn that had frames: it runs at the start
-of the next turn, counts the callbacks of the turn that ended, and lets the next `begin`
+A new turn is noticed with one `call_soon` per turn that had frames: it runs at the start of
+the next turn, counts the callbacks the turn that ended cut short, and lets the next `begin`
 start the turn's clock again. The time costs one `perf_counter` call per frame (~60 ns
 against 5-200 us of the frame's own work).
 
@@ -55,12 +58,12 @@ class _CallSoon(Protocol):
 
 class TurnBudget:
     """The time frames may take in one loop turn, shared equally by the callbacks (one per
-    connection with frames) that run in it.
+    connection with frames) that have more to do than fits.
 
     `seconds=None`: no time bound (only the callers' own frame caps apply), for a manual loop
     whose tests count frames, not microseconds."""
 
-    __slots__ = ("_armed", "_callbacks", "_clock", "_deadline", "_done", "_scheduler", "_slice", "_turn_end",
+    __slots__ = ("_armed", "_clock", "_cut", "_deadline", "_done", "_scheduler", "_slice", "_turn_end",
                  "deferrals", "floor", "seconds", "turns")
 
     def __init__(self, scheduler: _CallSoon, seconds: float | None = TURN_SECONDS, *,
@@ -71,7 +74,7 @@ class TurnBudget:
         self._clock = clock
         self._armed = False  # this turn's clock runs (a call_soon will end the turn)
         self._slice = seconds or 0.0  # a callback's share of the turn
-        self._callbacks = 0  # callbacks with frames in this turn
+        self._cut = 0  # callbacks this turn cut short
         self._turn_end = 0.0  # no slice runs past it
         self._deadline = 0.0  # the running callback's
         self._done = 0  # frames the running callback was let carry out
@@ -88,7 +91,6 @@ class TurnBudget:
             self.turns += 1
             self._turn_end = now + 1.5 * self.seconds
             self._scheduler.call_soon(self._next_turn)
-        self._callbacks += 1
         self._done = 0
         self._deadline = min(now + self._slice, self._turn_end)
 
@@ -100,18 +102,25 @@ class TurnBudget:
             self._done = done + 1
             return False
         self.deferrals += 1
+        self._cut += 1
         return True
 
     def over(self) -> bool:
-        """Whether the running callback's slice is over, whatever it has done (without a
-        time bound: always, so a callback carries out one share of frames)."""
-        return self.seconds is None or (self._armed and self._clock() >= self._deadline)
+        """Asked between shares of frames by a callback with more to do: whether its slice
+        is over, whatever it has done (it counts as cut short when so). Without a time
+        bound: always, so a callback carries out one share."""
+        if self.seconds is None:
+            return True
+        if self._armed and self._clock() >= self._deadline:
+            self._cut += 1
+            return True
+        return False
 
     def _next_turn(self) -> None:
         assert self.seconds is not None
         self._armed = False
-        self._slice = max(MIN_SLICE, self.seconds / max(1, self._callbacks))
-        self._callbacks = 0
+        self._slice = max(MIN_SLICE, self.seconds / max(1, self._cut))
+        self._cut = 0
 
 
 _BUDGETS: weakref.WeakKeyDictionary[Any, TurnBudget] = weakref.WeakKeyDictionary()

@@ -58,7 +58,7 @@ def _deliver(h: Harness, session: StompSession, transport: RecordingTransport, q
     return b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in messages)
 
 
-def test_the_first_turn_gives_its_callback_the_whole_time_and_later_ones_share_it_equally() -> None:
+def test_the_turns_time_is_shared_equally_by_the_callbacks_that_have_more_to_do() -> None:
     loop, clock = ManualLoop(), StepClock(0.0)
     turn = TurnBudget(loop, 0.010, floor=1, clock=clock)
     turn.begin()
@@ -66,9 +66,14 @@ def test_the_first_turn_gives_its_callback_the_whole_time_and_later_ones_share_i
     clock.now = 0.0099
     assert not turn.spent()
     clock.now = 0.0101
-    assert turn.spent()
-    for _ in range(3):  # three more callbacks in this turn...
+    assert turn.spent()  # cut short
+    for _ in range(3):  # three more callbacks cut short in this turn, and one that is not...
         turn.begin()
+        assert not turn.spent()
+        clock.now += 0.1
+        assert turn.spent()
+    turn.begin()
+    assert not turn.spent()
     loop.run_once()  # ...the turn ends
     start = clock.now = 1.0
     turn.begin()  # ...so each of the next turn's gets a quarter
@@ -95,7 +100,10 @@ def test_slices_have_a_minimum_and_no_slice_outlasts_one_and_a_half_turns() -> N
     turn = TurnBudget(loop, 0.010, floor=1, clock=clock)
     for _ in range(1_000):
         turn.begin()
-    loop.run_once()  # a turn of 1,000 callbacks: the next ones get MIN_SLICE, not 10 us
+        assert not turn.spent()
+        clock.now += 0.1
+        assert turn.spent()
+    loop.run_once()  # a turn that cut 1,000 callbacks short: the next ones get MIN_SLICE, not 10 us
     clock.now = 5.0
     turn.begin()
     assert not turn.spent()
