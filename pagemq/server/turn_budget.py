@@ -45,8 +45,9 @@ __all__ = ["MIN_SLICE", "TURN_FLOOR", "TURN_SECONDS", "TurnBudget", "loop_budget
 # group-commit completions, page reads handed back, timers) comes on top, and a stall is
 # 50 ms. Smaller shares cost throughput: every deferral is a loop turn, and every turn
 # flushes each connection's output (many small writes). The broker's CPU for a 4+4 `pagemq
-# perf` run against the tree before (2 rounds each, loaded machine, noise ~3 %): 10 ms +8 %,
-# 20 ms +7 %, no time bound (1 s) +4 % (benchmarks/README.md).
+# perf` run against the tree before (2 rounds each, loaded machine, noise ~3 %): +4 % as
+# now, as with no time bound (1 s); +8 % with 10 ms shared by all callbacks, not only the
+# busy ones (benchmarks/README.md).
 TURN_SECONDS = 0.020
 MIN_SLICE = 0.0005  # a callback's slice however many share the turn (a frame is <= 0.2 ms)
 TURN_FLOOR = 8  # frames a callback carries out however late its turn
