@@ -10,12 +10,16 @@ all); in addition:
   loop is stalled, and every look takes the loop thread's Python stack
   (`sys._current_frames`) and its CPU time (`time.pthread_getcpuclockid`). When the loop
   runs again, a stall of `--stall-ms` (50) or more is kept with its samples;
-- `gc.callbacks` times every collection (generation, duration, objects collected).
+- `gc.callbacks` times every collection (generation, duration, objects collected);
+- the callbacks that carry out STOMP frames (`StompServerProtocol.data_received`,
+  `StompSession._run_deferred`) are wrapped: each one's loop-thread CPU time, and for those
+  of `--stall-ms` / 4 or more the frames it carried out, by kind.
 
 At SIGTERM/SIGINT (as `pagemq serve` stops) the report is written: each stall (wall time,
 loop-thread CPU, GCs inside it, the callback it was in: the outermost broker frame of its
 samples, and the innermost), then per outermost callback and per innermost pagemq
-function, how many samples of stalls fell there. asyncio's debug mode says which handle was
+function, how many samples of stalls fell there ("?": the loop thread was in C code, inside
+uvloop: waiting for the GIL, or for a CPU on a loaded machine). asyncio's debug mode says which handle was
 slow too, but costs far more and does not run under uvloop; sampling 500 times a second
 costs the loop the GIL hand-overs to one thread that mostly sleeps.
 """
@@ -212,7 +216,8 @@ def _outermost(sample: tuple[str, ...]) -> str:
     modules, whose `Handle._run` calls it when uvloop is not installed)."""
     start = 0
     for index, entry in enumerate(sample):
-        if entry.startswith(("runners.py:", "base_events.py:", "events.py:", "selector_events.py:")):
+        if entry.startswith(("runners.py:", "base_events.py:", "events.py:", "selector_events.py:",
+                             "stall_probe.py:")):
             start = index + 1
     return sample[start].rsplit(":", 1)[0] if start < len(sample) else "?"
 
