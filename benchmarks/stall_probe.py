@@ -217,7 +217,7 @@ def _outermost(sample: tuple[str, ...]) -> str:
     start = 0
     for index, entry in enumerate(sample):
         if entry.startswith(("runners.py:", "base_events.py:", "events.py:", "selector_events.py:",
-                             "stall_probe.py:")):
+                             "stall_probe.py:run:")):
             start = index + 1
     return sample[start].rsplit(":", 1)[0] if start < len(sample) else "?"
 
