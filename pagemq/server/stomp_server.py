@@ -35,6 +35,7 @@ from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.security.listener import ListenerPolicy
 from pagemq.server.connection_log import ConnectionLog, format_peer
 from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
+from pagemq.server.turn_budget import TurnBudget, loop_budget
 
 if TYPE_CHECKING:
     import ssl
@@ -54,7 +55,9 @@ WRITE_LOW_WATER = 1 << 18
 class StompServerProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, limits: StompConfig, connections: set[StompServerProtocol],
                  scheduler: Scheduler | None = None, policy: ListenerPolicy | None = None,
-                 connection_log: ConnectionLog | None = None) -> None:
+                 connection_log: ConnectionLog | None = None, turn: TurnBudget | None = None) -> None:
+        """`turn`: the loop turn's time for frames (by default the running loop's shared one;
+        none, so frame caps alone, when a test's `scheduler` is given)."""
         self._broker = broker
         self._policy = policy if policy is not None else ListenerPolicy("stomp")
         self._connect_timer: Cancellable | None = None
@@ -65,6 +68,7 @@ class StompServerProtocol(asyncio.Protocol):
         self._limits = limits
         self._connections = connections
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
+        self._turn = turn if turn is not None or scheduler is not None else loop_budget(self._loop)
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         self._paused_writing = False
@@ -98,7 +102,7 @@ class StompServerProtocol(asyncio.Protocol):
             max_header_length=self._limits.max_header_length,
         )
         access = None if policy.access is None else policy.access.for_peer(_peer(transport))
-        self.session = StompSession(self._broker, protocol, self, self._loop, access)
+        self.session = StompSession(self._broker, protocol, self, self._loop, access, self._turn)
         self._connections.add(self)
         self.peer = transport.get_extra_info("peername")
         self.connected_at = time.time()
