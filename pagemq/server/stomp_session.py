@@ -287,10 +287,12 @@ class StompSession:
                 or self._authenticating is not None or not self._writable):  # _held, inlined
             self._hold(events)
             return
+        spent = self._turn.spent
         for index, event in enumerate(events):
             if self.closing:
                 return
-            if self._turn_over(events, index):
+            if index == FRAMES_PER_TURN or spent():
+                self._leave_rest(events, index)
                 break
             if isinstance(event, _Failure):
                 self.fail(event.message, event.receipt_id)
@@ -303,15 +305,12 @@ class StompSession:
                 self._backlog_bytes += size
         self._check_read_ahead()
 
-    def _turn_over(self, events: Sequence[ev.Event | _Failure], index: int) -> bool:
-        """Whether this callback's share is done before `events[index]`: then the rest goes
-        to a later loop turn, first in line."""
-        if index != FRAMES_PER_TURN and not self._turn.spent():
-            return False
+    def _leave_rest(self, events: Sequence[ev.Event | _Failure], index: int) -> None:
+        """This callback's share is done before `events[index]` (FRAMES_PER_TURN frames, or
+        its slice of the turn spent): the rest goes to a later loop turn, first in line."""
         self._deferred.appendleft(events[index:])
         self._deferred_frames += len(events) - index
         self._schedule_deferred()
-        return True
 
     def _defer(self, events: Sequence[ev.Event | _Failure]) -> None:
         """A read's frames wait behind those deferred before them (no per-frame work: a
@@ -361,10 +360,12 @@ class StompSession:
     def _hold(self, events: Sequence[ev.Event | _Failure]) -> None:
         """Held frames wait behind the backlog; but ACKs/NACKs go ahead (`_hold_one`), so
         holding a read's frames takes the turn's share too."""
+        spent = self._turn.spent
         for index, event in enumerate(events):
             if self.closing:
                 return
-            if self._turn_over(events, index):
+            if index == FRAMES_PER_TURN or spent():
+                self._leave_rest(events, index)
                 break
             self._hold_one(event)
         self._check_read_ahead()
