@@ -113,7 +113,7 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
             stop = pos + FRAME_HEADER.size + row[2]
             if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] == 1
                     and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
-                    and row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT
+                    and row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT >= CODEC_HEAD.size
                     and crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1]):
                 append_row(row)
                 append_end(stop)
