@@ -78,6 +78,7 @@ class ScanOptions:
     selector: str | None
     fail_on_data_loss: bool
     include_archived: bool
+    include_headers: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
@@ -93,7 +94,8 @@ class ScanOptions:
         include_archived = flag(options, "includeArchived", True)
         selector = option_selector(options)
         scan = cls(address, paging, archive / "paging", (journal, archive / "journal"), selector,
-                   flag(options, "failOnDataLoss", True), include_archived)
+                   flag(options, "failOnDataLoss", True), include_archived,
+                   flag(options, "includeHeaders", True))
         if scan.folder() is None and scan.archive_folder() is None:
             where = f"{paging}" + (f" or {archive / 'paging'}" if include_archived else "")
             raise PagemqOptionError("address", f"no page folder for address {address!r} in {where} (the "
@@ -121,6 +123,7 @@ class FileTask:
     selector: str | None
     fail_on_data_loss: bool
     moved_to: str | None = None  # where the file is once archived, if archiving may move it
+    include_headers: bool = True  # false: the headers column is null (not decoded)
 
 
 @dataclass(slots=True)
@@ -161,7 +164,7 @@ def plan_scan(scan: ScanOptions, bounds: Bounds) -> ScanPlan:
         moved_to = None if was_archived else str(archive_to / page.path.name)
         plan.tasks.append(FileTask(str(page.path), page.page_no, page.size, page.summary is not None,
                                    committed, scan.address, facts.queue_names, scan.selector,
-                                   scan.fail_on_data_loss, moved_to))
+                                   scan.fail_on_data_loss, moved_to, scan.include_headers))
     return plan
 
 
@@ -209,7 +212,8 @@ def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
     base = task.page_no << ORDINAL_BITS
     for start in range(0, len(rows), BATCH_ROWS):
         batch, problems = build_batch(data, rows[start:start + BATCH_ROWS], ends[start:start + BATCH_ROWS],
-                                      address=task.address, seq_base=base, queue_name=names)
+                                      address=task.address, seq_base=base, queue_name=names,
+                                      include_headers=task.include_headers)
         for problem in problems:
             _data_loss(task, f"{path}: record {problem.ordinal} (message {problem.message_id}) does not "
                              f"decode: {problem.reason}")
