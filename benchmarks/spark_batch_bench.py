@@ -54,7 +54,7 @@ SOURCE, TARGET = "spark-bench-in", "spark-bench-out"
 
 
 def _proc_stats() -> dict[int, tuple[int, str, float]]:
-    """pid -> (parent pid, command name, CPU seconds) of every process now."""
+    """pid -> (parent pid, command name, CPU seconds: its own and its reaped children's)."""
     tick = os.sysconf("SC_CLK_TCK")
     stats = {}
     for entry in os.listdir("/proc"):
@@ -67,18 +67,23 @@ def _proc_stats() -> dict[int, tuple[int, str, float]]:
             continue
         name = raw[raw.index("(") + 1:raw.rindex(")")]
         fields = raw[raw.rindex(")") + 2:].split()
-        stats[int(entry)] = (int(fields[1]), name, (int(fields[11]) + int(fields[12])) / tick)
+        # its own CPU and that of the children it reaped (Python workers that exited)
+        stats[int(entry)] = (int(fields[1]), name, sum(int(f) for f in fields[11:15]) / tick)
     return stats
 
 
+_NOT_SPARK: set[int] = set()  # the broker's pid: a child of this process, not Spark's
+
+
 def spark_cpu() -> dict[str, float]:
-    """CPU seconds so far of this process's descendants: Spark's JVM, its Python workers."""
+    """CPU seconds so far of this process's descendants but the broker: Spark's JVM, its
+    Python workers."""
     stats = _proc_stats()
     children: dict[int, list[int]] = {}
     for pid, (parent, _name, _cpu) in stats.items():
         children.setdefault(parent, []).append(pid)
     totals = {"jvm": 0.0, "python": 0.0}
-    todo = list(children.get(os.getpid(), []))
+    todo = [pid for pid in children.get(os.getpid(), []) if pid not in _NOT_SPARK]
     while todo:
         pid = todo.pop()
         _parent, name, cpu = stats[pid]
@@ -242,6 +247,7 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="spark-bench-"))
     broker = Broker(workdir, args.page_size)
+    _NOT_SPARK.add(broker.proc.pid)
     n = args.messages
     try:
         fill_rate = fill(broker, n, args.size)
@@ -279,6 +285,7 @@ def main() -> None:
 
         bodies = parquet.select("body").repartition(2).cache()
         bodies.count()
+        sink(broker, bodies.limit(2000), TARGET + "-warm-up", 2000)  # the write path's JIT, workers
         results["sink"] = sink(broker, bodies, TARGET, n)
         results["sink_one_by_one"] = sink(broker, bodies, TARGET + "-1by1", n, transactionSize="0")
         spark.stop()
