@@ -9,18 +9,24 @@ What it does:
    messages of `--size` bytes (the sink's own STOMP sender, receipts pipelined);
 2. scan: `spark.read.format("pagemq")` over the page files, materialised with Spark's `noop`
    sink (every row read, converted and dropped), `--rounds` times after one warm-up round;
-   rows/s is messages / the median time;
+   rows/s is messages / the median time; then the same with `includeHeaders=false`;
 3. the same rows written once as Parquet, then `spark.read.parquet` over them, measured the
    same way: the reference a columnar file format sets on the same machine and session;
-4. floor: a Python data source that yields the same number of rows, of the same schema and
-   body size, from Arrow batches it built once: what Spark's Python Data Source API costs by
-   itself on this machine (the scan can only approach it);
+4. floor: a Python data source with as many partitions and rows, of the same schema and
+   body size, yielding Arrow batches of 8,192 rows it built once per Python worker (so the
+   rounds measure no building at all): what Spark's Python Data Source API costs by itself
+   on this machine, with and without a `headers` map; the scan can only approach it;
 5. sink: those Parquet rows' `body` column written to another queue with
-   `df.write.format("pagemq")` (persistent, one connection per task, receipts pipelined,
-   `_AMQ_DUPL_ID` stamped), rows/s over the whole save(); the queue's count is checked.
+   `df.write.format("pagemq")` (persistent, one connection per task, `_AMQ_DUPL_ID`
+   stamped), rows/s over the whole save(), with the default transactions and with
+   `transactionSize=0` (one receipted SEND per row); each queue's count is checked.
 
-Targets for later (the issue's, not met yet by this version, printed for comparison):
-scan >= 500,000 rows/s, sink >= 30,000 rows/s. Keep `--messages` small on a shared machine.
+Beside each rate: CPU µs per row of Spark's JVM and of its Python workers (this process's
+descendants, from /proc), and for the sink the broker's CPU µs per message, so what costs
+what can be told apart on a loaded machine, where rates alone swing.
+
+The issue's targets, printed for comparison: scan >= 500,000 rows/s, sink >= 30,000 rows/s.
+Keep `--messages` small on a shared machine.
 """
 
 from __future__ import annotations
@@ -45,6 +51,49 @@ from pagemq.spark.stomp_sender import StompSender
 HOST = "127.0.0.1"
 PAGEMQ = str(Path(sys.executable).with_name("pagemq"))
 SOURCE, TARGET = "spark-bench-in", "spark-bench-out"
+
+
+def _proc_stats() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, CPU seconds: its own and its reaped children's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                raw = file.read()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2:].split()
+        # its own CPU and that of the children it reaped (Python workers that exited)
+        stats[int(entry)] = (int(fields[1]), name, sum(int(f) for f in fields[11:15]) / tick)
+    return stats
+
+
+_NOT_SPARK: set[int] = set()  # the broker's pid: a child of this process, not Spark's
+
+
+def spark_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's descendants but the broker: Spark's JVM, its
+    Python workers."""
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _name, _cpu) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    totals = {"jvm": 0.0, "python": 0.0}
+    todo = [pid for pid in children.get(os.getpid(), []) if pid not in _NOT_SPARK]
+    while todo:
+        pid = todo.pop()
+        _parent, name, cpu = stats[pid]
+        totals["jvm" if name == "java" else "python"] += cpu
+        todo += children.get(pid, [])
+    return totals
+
+
+def broker_cpu(broker: Broker) -> float:
+    return _proc_stats().get(broker.proc.pid, (0, "", 0.0))[2]
 
 
 def free_port() -> int:
@@ -105,22 +154,37 @@ def floor_source(files: int, rows_per_file: int, size: int) -> Any:
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+    def build(n: int, headers: bool) -> pa.RecordBatch:
+        header_type = ARROW_SCHEMA.field("headers").type
+        columns = [
+            pa.array([str(i) for i in range(n)], pa.string()), pa.array([SOURCE] * n, pa.string()),
+            pa.array([SOURCE] * n, pa.string()), pa.array(range(n), pa.int64()),
+            pa.array(range(n), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array([4] * n, pa.int32()), pa.array([True] * n, pa.bool_()),
+            pa.MapArray.from_arrays(pa.array(range(0, 2 * n + 1, 2), pa.int32()),
+                                    pa.array(["persistent", "n"] * n), pa.array(["true", "12345"] * n)
+                                    ).cast(header_type) if headers else pa.nulls(n, header_type),
+            pa.array([b"x" * size] * n, pa.binary()),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
     class FloorReader(DataSourceReader):
+        def __init__(self, headers: bool) -> None:
+            self.headers = headers
+
         def partitions(self) -> list[InputPartition]:
             return [InputPartition(n) for n in range(files)]
 
         def read(self, partition: InputPartition) -> Any:
-            n = rows_per_file
-            columns = [
-                pa.array([str(i) for i in range(n)], pa.string()), pa.array([SOURCE] * n, pa.string()),
-                pa.array([SOURCE] * n, pa.string()), pa.array(range(n), pa.int64()),
-                pa.array(range(n), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                pa.array([4] * n, pa.int32()), pa.array([True] * n, pa.bool_()),
-                pa.MapArray.from_arrays(pa.array(range(0, 2 * n + 1, 2), pa.int32()), pa.array(["n"] * 2 * n),
-                                        pa.array(["v"] * 2 * n)).cast(ARROW_SCHEMA.field("headers").type),
-                pa.array([b"x" * size] * n, pa.binary()),
-            ]
-            yield pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+            # built once per Python worker (kept in sys, which outlives the unpickled task)
+            cache = sys.__dict__.setdefault("_pagemq_bench_floor", {})
+            key = (min(rows_per_file, 8192), self.headers)
+            if key not in cache:
+                cache[key] = build(*key)
+            batch, left = cache[key], rows_per_file
+            while left > 0:
+                yield batch if left >= batch.num_rows else batch.slice(0, left)
+                left -= batch.num_rows
 
     class FloorSource(DataSource):
         @classmethod
@@ -131,19 +195,39 @@ def floor_source(files: int, rows_per_file: int, size: int) -> Any:
             return READ_SCHEMA
 
         def reader(self, schema: Any) -> DataSourceReader:
-            return FloorReader()
+            return FloorReader(self.options.get("headers", "true") == "true")
 
     return FloorSource
 
 
-def timed(action: Any, rounds: int) -> float:
+def timed(action: Any, rounds: int, rows: int) -> tuple[float, dict[str, float]]:
+    """Median seconds of `rounds` runs after a warm-up, and Spark's CPU µs per row over them."""
     action()  # warm-up: Python workers started, modules imported
     times = []
+    before = spark_cpu()
     for _ in range(rounds):
         started = time.monotonic()
         action()
         times.append(time.monotonic() - started)
-    return statistics.median(times)
+    after = spark_cpu()
+    per_row = {k: round((after[k] - before[k]) * 1e6 / (rounds * rows), 2) for k in after}
+    return statistics.median(times), per_row
+
+
+def sink(broker: Broker, frame: Any, target: str, rows: int, **options: str
+         ) -> tuple[float, dict[str, float]]:
+    """rows/s of one save() into `target`, and CPU µs per row (Spark's, the broker's)."""
+    before, broker_before, started = spark_cpu(), broker_cpu(broker), time.monotonic()
+    writer = frame.write.format("pagemq").option("url", f"stomp://{HOST}:{broker.stomp_port}")
+    writer.option("address", target).options(**options).mode("append").save()
+    elapsed = time.monotonic() - started
+    after, broker_after = spark_cpu(), broker_cpu(broker)
+    stored = broker.queue(target).get("messages")
+    if stored != rows:
+        raise RuntimeError(f"sink stored {stored} of {rows} rows in {target}")
+    cpu = {k: round((after[k] - before[k]) * 1e6 / rows, 2) for k in after}
+    cpu["broker"] = round((broker_after - broker_before) * 1e6 / rows, 2)
+    return rows / elapsed, cpu
 
 
 def main() -> None:
@@ -163,8 +247,10 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="spark-bench-"))
     broker = Broker(workdir, args.page_size)
+    _NOT_SPARK.add(broker.proc.pid)
+    n = args.messages
     try:
-        fill_rate = fill(broker, args.messages, args.size)
+        fill_rate = fill(broker, n, args.size)
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.shuffle.partitions", "2").getOrCreate())
@@ -173,47 +259,63 @@ def main() -> None:
         pages = (spark.read.format("pagemq").option("path", str(broker.data_dir))
                  .option("address", SOURCE).load())
         files = pages.rdd.getNumPartitions()
-        scan = timed(lambda: pages.write.format("noop").mode("overwrite").save(), args.rounds)
+
+        def noop(frame: Any) -> Any:
+            return lambda: frame.write.format("noop").mode("overwrite").save()
+
+        results: dict[str, tuple[float, dict[str, float]]] = {}
+        scan, cpu = timed(noop(pages), args.rounds, n)
+        results["scan"] = (n / scan, cpu)
+        bare = pages.sparkSession.read.format("pagemq").option("path", str(broker.data_dir)).option(
+            "address", SOURCE).option("includeHeaders", "false").load()
+        scan, cpu = timed(noop(bare), args.rounds, n)
+        results["scan_no_headers"] = (n / scan, cpu)
 
         parquet_dir = workdir / "parquet"
         pages.write.parquet(str(parquet_dir))
         parquet = spark.read.parquet(str(parquet_dir))
-        parquet_time = timed(lambda: parquet.write.format("noop").mode("overwrite").save(), args.rounds)
+        took, cpu = timed(noop(parquet), args.rounds, n)
+        results["parquet"] = (n / took, cpu)
 
-        spark.dataSource.register(floor_source(files, -(-args.messages // files), args.size))
-        floor = spark.read.format("pagemq-bench-floor").load()
-        floor_time = timed(lambda: floor.write.format("noop").mode("overwrite").save(), args.rounds)
+        spark.dataSource.register(floor_source(files, -(-n // files), args.size))
+        for headers in ("true", "false"):
+            floor = spark.read.format("pagemq-bench-floor").option("headers", headers).load()
+            took, cpu = timed(noop(floor), args.rounds, n)
+            results["floor" if headers == "true" else "floor_no_headers"] = (n / took, cpu)
 
-        bodies = parquet.select("body").repartition(2)
-        started = time.monotonic()
-        (bodies.write.format("pagemq").option("url", f"stomp://{HOST}:{broker.stomp_port}")
-         .option("address", TARGET).mode("append").save())
-        sink_time = time.monotonic() - started
-        stored = broker.queue(TARGET).get("messages")
+        bodies = parquet.select("body").repartition(2).cache()
+        bodies.count()
+        sink(broker, bodies.limit(2000), TARGET + "-warm-up", 2000)  # the write path's JIT, workers
+        results["sink"] = sink(broker, bodies, TARGET, n)
+        results["sink_one_by_one"] = sink(broker, bodies, TARGET + "-1by1", n, transactionSize="0")
         spark.stop()
     finally:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    figures = {
-        "messages": args.messages, "size": args.size, "page_files": files,
-        "fill_msg_per_s": round(fill_rate),
-        "scan_rows_per_s": round(args.messages / scan),
-        "parquet_rows_per_s": round(args.messages / parquet_time),
-        "python_source_floor_rows_per_s": round(args.messages / floor_time),
-        "sink_rows_per_s": round(args.messages / sink_time), "sink_stored": stored,
-    }
+    figures: dict[str, Any] = {"messages": n, "size": args.size, "page_files": files,
+                               "fill_msg_per_s": round(fill_rate), "load_average": os.getloadavg()[0]}
+    for name, (rate, cpu) in results.items():
+        figures[f"{name}_rows_per_s"] = round(rate)
+        figures[f"{name}_cpu_us_per_row"] = cpu
     if args.json:
         print(json.dumps(figures))
         return
-    print(f"{args.messages} messages of {args.size} B in {files} page files (fill {fill_rate:,.0f} msg/s)")
-    print(f"scan  spark.read.format('pagemq'):  {figures['scan_rows_per_s']:>10,} rows/s  "
-          "(target >= 500,000)")
-    print(f"      spark.read.parquet (same rows): {figures['parquet_rows_per_s']:>10,} rows/s")
-    print(f"      Python data source floor:       {figures['python_source_floor_rows_per_s']:>10,} rows/s  "
-          "(prebuilt batches, same schema)")
-    print(f"sink  df.write.format('pagemq'):    {figures['sink_rows_per_s']:>10,} rows/s  "
-          f"(target >= 30,000); {stored} stored")
+    labels = {
+        "scan": "scan  spark.read.format('pagemq')       (target >= 500,000)",
+        "scan_no_headers": "      the same, includeHeaders=false",
+        "parquet": "      spark.read.parquet (same rows)",
+        "floor": "      Python data source floor (prebuilt)",
+        "floor_no_headers": "      the floor, headers column null",
+        "sink": "sink  df.write.format('pagemq')        (target >= 30,000)",
+        "sink_one_by_one": "      the same, transactionSize=0",
+    }
+    print(f"{n} messages of {args.size} B in {files} page files (fill {fill_rate:,.0f} msg/s), "
+          f"load average {figures['load_average']:.1f}")
+    for name, label in labels.items():
+        rate, cpu = results[name]
+        spent = ", ".join(f"{who} {us:.1f}" for who, us in cpu.items())
+        print(f"{label}: {rate:>10,.0f} rows/s   CPU us/row: {spent}")
 
 
 if __name__ == "__main__":

@@ -229,8 +229,8 @@ class Transactions:
         except BaseException:
             for message, queues, _durable in held:
                 self.ledger.unhold_all(self.bindings.address_of(queues[0]), message)
-            for address_name, dup_id in dup_ids:
-                duplicates.forget(address_name, dup_id)
+            for address_name, dup_id in dup_ids:  # their records are in `ops`, not written
+                duplicates.forget(address_name, dup_id, stored=False)
             raise
         finally:
             for address in paged:

@@ -99,8 +99,10 @@ class DuplicateIds:
 
         future.add_done_callback(done)
 
-    def forget(self, address: str, dup_id: str, entry: _Entry | None = None) -> None:
-        """Drop `dup_id` (its send was not stored after all); `entry`: only if still that one."""
+    def forget(self, address: str, dup_id: str, entry: _Entry | None = None, *, stored: bool = True) -> None:
+        """Drop `dup_id` (its send was not stored after all); `entry`: only if still that one.
+        `stored=False`: its journal record was never written (a COMMIT that could not route
+        all its sends), so there is none to delete."""
         cache = self.caches.get(address)
         if cache is None:
             return
@@ -108,7 +110,7 @@ class DuplicateIds:
         if current is None or (entry is not None and current is not entry):
             return
         del cache[dup_id]
-        if current.record_id:
+        if current.record_id and stored:
             self.store.delete_record(current.record_id)
 
     def recover(self, records: Iterable[DuplicateIdRecord]) -> None:

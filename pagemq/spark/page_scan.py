@@ -37,10 +37,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -49,16 +48,13 @@ from pagemq.core.selector.properties import message_view
 from pagemq.core.selector.summary import PageSummary
 from pagemq.selector import Selector
 from pagemq.selector import compile as compile_selector
-from pagemq.spark.arrow_rows import ArrowRows
 from pagemq.spark.bounds import ORDINAL_BITS, Bounds
 from pagemq.spark.journal_facts import read_journal_facts
 from pagemq.spark.options import PagemqOptionError, flag, required, text
 from pagemq.spark.options import selector as option_selector
-from pagemq.storage.paging.page_files import PageFileInfo, address_folder, list_page_files, read_page_file
-from pagemq.storage.paging.page_format import FrameDamage, PagedRecord, folder_name
-
-if TYPE_CHECKING:
-    from pagemq.core.message import Message
+from pagemq.spark.page_decode import MESSAGE_ID, ORDINAL, Located, build_batch, locate
+from pagemq.storage.paging.page_files import PageFileInfo, address_folder, list_page_files, read_page_bytes
+from pagemq.storage.paging.page_format import FILE_HEADER, FrameDamage, folder_name
 
 __all__ = ["FileTask", "PageDamageError", "ScanOptions", "ScanPlan", "plan_scan", "read_file"]
 
@@ -82,6 +78,7 @@ class ScanOptions:
     selector: str | None
     fail_on_data_loss: bool
     include_archived: bool
+    include_headers: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
@@ -97,7 +94,8 @@ class ScanOptions:
         include_archived = flag(options, "includeArchived", True)
         selector = option_selector(options)
         scan = cls(address, paging, archive / "paging", (journal, archive / "journal"), selector,
-                   flag(options, "failOnDataLoss", True), include_archived)
+                   flag(options, "failOnDataLoss", True), include_archived,
+                   flag(options, "includeHeaders", True))
         if scan.folder() is None and scan.archive_folder() is None:
             where = f"{paging}" + (f" or {archive / 'paging'}" if include_archived else "")
             raise PagemqOptionError("address", f"no page folder for address {address!r} in {where} (the "
@@ -125,6 +123,7 @@ class FileTask:
     selector: str | None
     fail_on_data_loss: bool
     moved_to: str | None = None  # where the file is once archived, if archiving may move it
+    include_headers: bool = True  # false: the headers column is null (not decoded)
 
 
 @dataclass(slots=True)
@@ -165,7 +164,7 @@ def plan_scan(scan: ScanOptions, bounds: Bounds) -> ScanPlan:
         moved_to = None if was_archived else str(archive_to / page.path.name)
         plan.tasks.append(FileTask(str(page.path), page.page_no, page.size, page.summary is not None,
                                    committed, scan.address, facts.queue_names, scan.selector,
-                                   scan.fail_on_data_loss, moved_to))
+                                   scan.fail_on_data_loss, moved_to, scan.include_headers))
     return plan
 
 
@@ -190,32 +189,56 @@ def _selector_summary(page: PageFileInfo) -> PageSummary | None:
 
 
 def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
-    """The rows of one page file as record batches of `ARROW_SCHEMA`, in `seq` order."""
+    """The rows of one page file as record batches of `ARROW_SCHEMA`, in `seq` order.
+
+    The file is read with one read and decoded column-wise (`page_decode`); a selector is
+    evaluated on each row's decoded message, then the batch is built from the matches."""
     path = _existing(task)
     if path is None:
         return
-    selector = compile_selector(task.selector) if task.selector is not None else None
     damage: list[FrameDamage] = []
-    reported = 0
-    rows = _Rows(task)
-    for ordinal, record in read_page_file(Path(path), task.page_no, damage, limit=task.limit):
-        if len(damage) > reported:
-            reported = _report(task, path, damage, reported)
-        if record.txid and record.txid not in task.committed:
-            continue
+    page = read_page_bytes(Path(path), task.page_no, damage, limit=task.limit)
+    if page is None:
+        _report(task, path, damage, 0)
+        return
+    data, version = page
+    found = locate(data, FILE_HEADER.size, len(data), version=version, committed=task.committed,
+                   damage=damage)
+    _report(task, path, damage, 0)
+    rows, ends = found.rows, found.ends
+    if task.selector is not None:
+        rows, ends = _matching(task, path, found)
+    names = _QueueNames(task.queue_names)
+    base = task.page_no << ORDINAL_BITS
+    for start in range(0, len(rows), BATCH_ROWS):
+        batch, problems = build_batch(data, rows[start:start + BATCH_ROWS], ends[start:start + BATCH_ROWS],
+                                      address=task.address, seq_base=base, queue_name=names,
+                                      include_headers=task.include_headers)
+        for problem in problems:
+            _data_loss(task, f"{path}: record {problem.ordinal} (message {problem.message_id}) does not "
+                             f"decode: {problem.reason}")
+        if batch.num_rows:
+            yield batch
+
+
+def _matching(task: FileTask, path: str, found: Located) -> tuple[list[tuple], list[int]]:  # type: ignore[type-arg]
+    """The rows whose message the task's selector matches (a row that does not decode is
+    data loss, as when the batch is built)."""
+    selector = compile_selector(task.selector) if task.selector is not None else None
+    assert selector is not None
+    rows: list[tuple] = []  # type: ignore[type-arg]
+    ends: list[int] = []
+    for i, row in enumerate(found.rows):
         try:
-            message = decode_message(record.message, task.address)
+            message = decode_message(bytes(found.message(i)), task.address)
         except CodecError as exc:
-            _data_loss(task, f"{path}: record {ordinal} (message {record.message_id}) does not decode: {exc}")
+            _data_loss(task, f"{path}: record {row[ORDINAL]} (message {row[MESSAGE_ID]}) does not "
+                             f"decode: {exc}")
             continue
-        if selector is not None and not selector.matches_headers(message_view(message)):
-            continue
-        rows.add_record(ordinal, record, message)
-        if rows.count >= BATCH_ROWS:
-            yield rows.batch()
-    _report(task, path, damage, reported)
-    if rows.count:
-        yield rows.batch()
+        if selector.matches_headers(message_view(message)):
+            rows.append(row)
+            ends.append(found.ends[i])
+    return rows, ends
 
 
 def _existing(task: FileTask) -> str | None:
@@ -244,26 +267,13 @@ def _data_loss(task: FileTask, problem: str) -> None:
     log.warning("pagemq batch read of %r: %s", task.address, problem)
 
 
-_UNKNOWN = object()
+class _QueueNames:
+    """A row's `queue` value from its queue ids: the names the journal knows, joined."""
 
+    def __init__(self, names: Mapping[int, str]) -> None:
+        self.names = names
 
-class _Rows(ArrowRows):
-    """A page file's rows: `seq` from the record's position, `queue` from its queue ids."""
-
-    def __init__(self, task: FileTask) -> None:
-        super().__init__(task.address)
-        self.task = task
-        self.base = task.page_no << ORDINAL_BITS
-        self._queue_of: dict[tuple[int, ...], object] = {}  # most records go to the same queues
-
-    def add_record(self, ordinal: int, record: PagedRecord, message: Message) -> None:
-        self.add(record.message_id, self._queue(record.queue_ids), self.base | ordinal, message,
-                 record.persistent)
-
-    def _queue(self, queue_ids: tuple[int, ...]) -> str | None:
-        queue = self._queue_of.get(queue_ids, _UNKNOWN)
-        if queue is _UNKNOWN:
-            names = self.task.queue_names
-            known = [names[qid] for qid in queue_ids if qid in names]
-            queue = self._queue_of[queue_ids] = ",".join(known) if known else None
-        return queue  # type: ignore[return-value]
+    def __call__(self, queue: Hashable) -> str | None:
+        ids = queue if isinstance(queue, tuple) else (queue,)
+        known = [self.names[qid] for qid in ids if qid in self.names]
+        return ",".join(known) if known else None

@@ -13,6 +13,14 @@ per `save()` on the driver (so every attempt of every task of one save shares it
 batch is 0. The row is the row's index in its partition. A retried task therefore stamps
 the same ids on the same rows (as long as the partition's rows come in the same order, as
 they do from a deterministic plan), and a broker with duplicate detection stores each once.
+
+Rows go out in STOMP transactions of `transactionSize` rows (at most `TRANSACTION_BYTES` of
+bodies, and never more than `receiptWindow`), each a BEGIN, the SENDs and a COMMIT asking
+for a receipt, several in flight at once: the broker stores a transaction's messages with
+one write and checks their duplicate ids at COMMIT, and the frames are encoded by Arrow
+(`send_frames`), not row by row. A task that dies leaves its open transaction uncommitted:
+the broker drops it, and the retry sends those rows again. `transactionSize=0` sends each
+row as its own receipted SEND instead.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -32,6 +41,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from pagemq.spark.options import PagemqOptionError, flag, number, required, text
+from pagemq.spark.send_frames import OWN_HEADERS, SendTemplate, body_column, encode_sends, split_rows
 from pagemq.spark.stomp_sender import StompSender, parse_stomp_url
 
 __all__ = ["DUPLICATE_ID_HEADER", "BatchWriter", "SentRows", "SinkOptions", "StreamWriter", "duplicate_id"]
@@ -39,8 +49,8 @@ __all__ = ["DUPLICATE_ID_HEADER", "BatchWriter", "SentRows", "SinkOptions", "Str
 log = logging.getLogger("pagemq.spark")
 
 DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"
-# Headers the sink sets itself; a `headers` column entry by these names is not sent.
-_OWN_HEADERS = frozenset({"destination", "receipt", "content-length", "transaction", DUPLICATE_ID_HEADER})
+_OWN_HEADERS = frozenset(OWN_HEADERS)
+TRANSACTION_BYTES = 1 << 20  # bodies per transaction: what the broker stages until COMMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +67,7 @@ class SinkOptions:
     timeout: float
     job_id: str | None
     has_headers: bool
+    transaction_size: int = 200
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -78,7 +89,8 @@ class SinkOptions:
                    flag(options, "persistent", True),
                    int(number(options, "receiptWindow", 1000, minimum=1, integer=True)),
                    number(options, "receiptTimeout", 30.0, minimum=0.001),
-                   text(options, "jobId"), _check_columns(schema))
+                   text(options, "jobId"), _check_columns(schema),
+                   int(number(options, "transactionSize", 200, minimum=0, integer=True)))
 
 
 def _check_columns(schema: StructType) -> bool:
@@ -107,7 +119,7 @@ class SentRows(WriterCommitMessage):
     rows: int
 
 
-def duplicate_id(job: str, batch: int | str, partition: int, row: int) -> str:
+def duplicate_id(job: str, batch: int | str, partition: int, row: int | str) -> str:
     return f"spark:{job}:{batch}:{partition}:{row}"
 
 
@@ -116,34 +128,50 @@ def send_partition(options: SinkOptions, batches: Iterator[pa.RecordBatch], job:
     """Send every row of this task's partition; return once the broker confirmed them all."""
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
-    persistent = [("persistent", "true")] if options.persistent else []
+    template = SendTemplate(options.destination, persistent=options.persistent,
+                            duplicate_prefix=duplicate_id(job, batch, partition, ""))
+    rows_per_transaction = min(options.transaction_size, options.window)
     row = 0
     with StompSender(options.host, options.port, login=options.login, passcode=options.passcode,
                      window=options.window, timeout=options.timeout) as sender:
         for record_batch in batches:
-            bodies = record_batch.column("body").to_pylist()
-            header_maps = (record_batch.column("headers").to_pylist() if options.has_headers
-                           else [None] * len(bodies))
-            for body, pairs in zip(bodies, header_maps, strict=True):
-                # the first of a repeated header wins: a row's own `persistent` beats the option
-                headers = [*_user_headers(pairs), *persistent,
-                           (DUPLICATE_ID_HEADER, duplicate_id(job, batch, partition, row))]
-                sender.send(options.destination, headers, _body_bytes(body))
-                row += 1
+            if not rows_per_transaction:
+                row = _send_one_by_one(options, sender, record_batch, template, row)
+                continue
+            bodies = body_column(record_batch)
+            headers = record_batch.column("headers") if options.has_headers else None
+            lengths = pc.binary_length(bodies).to_pylist()
+            for start, stop in split_rows(lengths, rows_per_transaction, TRANSACTION_BYTES):
+                transaction = sender.next_transaction()
+                frames = encode_sends(template, bodies.slice(start, stop - start),
+                                      None if headers is None else headers.slice(start, stop - start),
+                                      row + start, transaction)
+                sender.send_transaction(transaction, frames, stop - start)
+            row += len(bodies)
         sender.flush()
     return SentRows(partition, row)
+
+
+def _send_one_by_one(options: SinkOptions, sender: StompSender, record_batch: pa.RecordBatch,
+                     template: SendTemplate, row: int) -> int:
+    """`transactionSize=0`: each row its own SEND with a receipt; the next row's index."""
+    persistent = [("persistent", "true")] if options.persistent else []
+    bodies = body_column(record_batch).to_pylist()
+    header_maps = (record_batch.column("headers").to_pylist() if options.has_headers
+                   else [None] * len(bodies))
+    for body, pairs in zip(bodies, header_maps, strict=True):
+        # the first of a repeated header wins: a row's own `persistent` beats the option
+        headers = [*_user_headers(pairs), *persistent,
+                   (DUPLICATE_ID_HEADER, f"{template.duplicate_prefix}{row}")]
+        sender.send(options.destination, headers, body)
+        row += 1
+    return row
 
 
 def _user_headers(pairs: list[tuple[str, str | None]] | None) -> list[tuple[str, str]]:
     if not pairs:
         return []
     return [(key, value) for key, value in pairs if value is not None and key not in _OWN_HEADERS]
-
-
-def _body_bytes(body: bytes | str | None) -> bytes:
-    if body is None:
-        return b""
-    return body.encode("utf-8") if isinstance(body, str) else body
 
 
 class BatchWriter(DataSourceArrowWriter):

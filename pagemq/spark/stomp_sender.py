@@ -7,6 +7,11 @@ while more SENDs go out (frames are written in batches), so the broker's fsync l
 paid once per window, not per row. pagemq answers receipts in frame order (docs/stomp.md),
 so receipt `n` confirms every SEND up to `n`.
 
+`send_transaction` sends many SENDs as one STOMP transaction (BEGIN, the SENDs, a COMMIT
+asking for the receipt): the broker stores them with one page or journal write and answers
+one receipt, which costs it less than half the CPU per message of receipted SENDs one by
+one; several transactions are in flight at once, up to `window` messages.
+
 A task must fail loudly rather than report rows it did not store: an ERROR frame, the
 broker closing the connection, or no progress on receipts for `timeout` seconds (also a
 broker that stops reading our SENDs) raise `StompSendError` naming what was unconfirmed.
@@ -18,6 +23,7 @@ from __future__ import annotations
 import select
 import socket
 import time
+from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -56,8 +62,11 @@ class StompSender:
         self.host, self.port = host, port
         self.window = max(1, window)
         self.timeout = timeout
-        self.sent = 0  # SENDs written or queued
-        self.confirmed = 0  # SENDs whose receipt came (in order: receipt n confirms 1..n)
+        self.sent = 0  # messages written or queued
+        self.confirmed = 0  # messages whose receipt came (receipts come in order)
+        self._receipts = 0  # receipt ids handed out
+        self._awaited: deque[tuple[int, int]] = deque()  # (receipt id, messages sent up to it)
+        self._transactions = 0
         self._login, self._passcode = login, passcode
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -109,15 +118,43 @@ class StompSender:
 
     def send(self, destination: str, headers: Sequence[tuple[str, str]], body: bytes) -> None:
         """Queue one SEND (with a receipt); blocks while `window` receipts are outstanding."""
-        self.sent += 1
-        receipt = ("receipt", str(self.sent))
-        frame = encode_frame("SEND", [("destination", destination), *headers, receipt], body)
-        self._out.append(frame)
-        self._out_bytes += len(frame)
+        frame = encode_frame("SEND", [("destination", destination), *headers,
+                                      ("receipt", self._receipt_for(1))], body)
+        self._queue(frame)
         if self._out_bytes >= _WRITE_BYTES or self.sent - self.confirmed >= self.window:
             self._push()
         while self.sent - self.confirmed >= self.window:
             self._await_receipts()
+
+    def next_transaction(self) -> str:
+        """A transaction name not used yet on this connection, for `send_transaction`."""
+        self._transactions += 1
+        return f"t{self._transactions}"
+
+    def send_transaction(self, transaction: str, sends: bytes, messages: int) -> None:
+        """Queue BEGIN, `sends` (`messages` encoded SEND frames, each with the header
+        `transaction:<transaction>`, none asking for a receipt) and a receipted COMMIT.
+        Blocks first while the messages unconfirmed and these would exceed `window`."""
+        while self.sent > self.confirmed and self.sent - self.confirmed + messages > self.window:
+            self._push()
+            if self.sent - self.confirmed + messages > self.window:
+                self._await_receipts()
+        self._queue(encode_frame("BEGIN", [("transaction", transaction)]))
+        self._queue(sends)
+        self._queue(encode_frame("COMMIT", [("transaction", transaction),
+                                            ("receipt", self._receipt_for(messages))]))
+        if self._out_bytes >= _WRITE_BYTES:
+            self._push()
+
+    def _receipt_for(self, messages: int) -> str:
+        self.sent += messages
+        self._receipts += 1
+        self._awaited.append((self._receipts, self.sent))
+        return str(self._receipts)
+
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_bytes += len(data)
 
     def flush(self) -> None:
         """Return once the broker has confirmed every SEND so far."""
@@ -151,12 +188,14 @@ class StompSender:
         if frame.command == "RECEIPT":
             receipt = frame.headers.get("receipt-id", "")
             if receipt.isdigit():
-                self.confirmed = max(self.confirmed, int(receipt))
+                number, awaited = int(receipt), self._awaited
+                while awaited and awaited[0][0] <= number:
+                    self.confirmed = awaited.popleft()[1]
             return
         if frame.command == "ERROR":
             message = frame.headers.get("message") or frame.body.decode("utf-8", "replace")
             which = frame.headers.get("receipt-id")
-            about = f" (SEND {which})" if which else ""
+            about = f" (receipt {which})" if which else ""
             raise StompSendError(f"broker ERROR{about}: {message}; {self.sent - self.confirmed} of "
                                  f"{self.sent} message(s) unconfirmed")
 

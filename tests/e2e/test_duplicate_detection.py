@@ -3,6 +3,8 @@ has seen lately is dropped and still receipted, across restarts, transactions an
 
 from __future__ import annotations
 
+import time
+
 from brokerproc import bodies, unique
 
 DUP = "_AMQ_DUPL_ID"
@@ -156,3 +158,32 @@ def test_a_topic_duplicate_reaches_no_subscriber_twice(start_broker, stomp_clien
     for client in subscribers:
         assert bodies(client.wait_for(1)) == ["one"]
         client.listener.assert_no_more(1)
+
+
+def test_a_commit_held_by_block_keeps_its_duplicate_ids_and_commits_once_there_is_room(
+        start_broker, stomp_client):
+    """A COMMIT refused for now (BLOCK: the address fills up part-way through its sends)
+    forgets the ids it had begun to remember without touching the journal (their records
+    were never written), and goes through once a consumer makes room: every message once,
+    and the ids remembered."""
+    queue = unique("dupblock")
+    proc = start_broker({"address-settings": {
+        queue: {"max-size-bytes": "8KiB", "address-full-policy": "BLOCK"}}})
+    producer = stomp_client(proc)
+    for n in range(3):
+        _send(producer, queue, f"p{n}|" + "x" * 1000, f"id-p{n}")
+    producer.begin("tx1")
+    for n in range(4):
+        producer.send(f"/queue/{queue}", f"t{n}|" + "x" * 1000,
+                      headers={**PERSISTENT, DUP: f"id-t{n}", "transaction": "tx1"})
+    producer.commit("tx1", receipt=False)
+    producer.send(f"/queue/{queue}", "after", headers={**PERSISTENT, DUP: "id-after"})
+    time.sleep(0.5)  # the COMMIT meets the full address and waits
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{queue}", ack="auto")
+    frames = consumer.wait_for(8)
+    consumer.listener.assert_no_more(8)
+    assert [frame.body.split("|")[0] for frame in frames] == [
+        *(f"p{n}" for n in range(3)), *(f"t{n}" for n in range(4)), "after"]
+    _send(producer, queue, "dup", "id-t2")  # remembered by the COMMIT that went through
+    assert proc.queue(queue)["messages"] == 0

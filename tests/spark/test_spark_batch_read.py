@@ -92,6 +92,13 @@ def test_every_paged_message_is_read_once_in_seq_order_with_the_exact_schema(spa
     assert first.timestamp <= last.timestamp
 
 
+def test_include_headers_false_leaves_the_headers_column_null_and_the_rest_as_it_was(spark, broker, orders):
+    full = read(spark, broker, orders.address).drop("headers").collect()
+    bare = read(spark, broker, orders.address, includeHeaders="false")
+    assert bare.filter(bare.headers.isNotNull()).count() == 0
+    assert bare.drop("headers").collect() == full
+
+
 def test_a_seq_range_reads_only_the_page_files_it_can_touch(spark, broker, orders):
     df = read(spark, broker, orders.address)
     seqs = [row.seq for row in df.select("seq").collect()]
@@ -209,6 +216,7 @@ def test_register_turns_filter_pushdown_on_and_may_be_called_again(spark, broker
     ({"path": "/nonexistent/pagemq-data", "address": "x"}, "path"),
     ({"path": "DATA", "address": "ADDRESS", "selector": "color = "}, "selector"),
     ({"path": "DATA", "address": "ADDRESS", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ({"path": "DATA", "address": "ADDRESS", "includeHeaders": "maybe"}, "includeHeaders"),
 ])
 def test_bad_options_raise_at_load_naming_the_option(spark, broker, orders, options, option):
     values = {key: value.replace("DATA", str(broker.data_dir)).replace("ADDRESS", orders.address)

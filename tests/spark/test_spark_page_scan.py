@@ -3,6 +3,7 @@ append in progress, damage, transactional batches, a file gone), then read as Ar
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import subprocess
 import sys
@@ -80,6 +81,9 @@ def test_rows_carry_the_record_and_its_message(tmp_path):
     assert first["priority"] == 9 and first["persistent"] is True and first["body"] == b"body-1"
     assert first["headers"] == [("n", "1")]
     assert first["timestamp"] == datetime.datetime(2023, 11, 14, 22, 13, 20, 1000, tzinfo=datetime.UTC)
+    without = rows(dataclasses.replace(task(path, 3, complete=True), include_headers=False))
+    assert [row["headers"] for row in without] == [None] * 3
+    assert [{**row, "headers": None} for row in got] == without
 
 
 def test_an_append_in_progress_ends_the_live_page_quietly_but_is_damage_in_a_closed_one(tmp_path):

@@ -31,7 +31,7 @@ from pagemq.storage.paging.page_format import (
 )
 from pagemq.storage.paging.page_writer import ADDRESS_FILE
 
-__all__ = ["PageFileInfo", "address_folder", "list_page_files", "read_page_file"]
+__all__ = ["PageFileInfo", "address_folder", "list_page_files", "read_page_bytes", "read_page_file"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +103,28 @@ def read_page_file(path: Path, page_no: int, damage: list[FrameDamage], *, limit
     Damage is read past (`page_format.read_frames`) and noted in `damage`; a last entry with
     `torn` set is bytes no intact frame follows, which is what an append in progress looks
     like as much as a torn tail: the caller tells the two apart (a page whose valid summary
-    covers those bytes was complete). A file shorter than its header is a page just created:
-    no record, no damage. A damaged or foreign file header is noted as damage at offset 0 and
-    the frames after it are read all the same, as recovery does. FileNotFoundError if the
-    file is gone.
+    covers those bytes was complete). FileNotFoundError if the file is gone.
     """
+    page = read_page_bytes(path, page_no, damage, limit=limit)
+    if page is None:
+        return
+    data, version = page
+    for _offset, _size, first, entries in read_frames(data, FILE_HEADER.size, len(data), version=version,
+                                                      damage=damage):
+        yield from enumerate(entries, first)
+
+
+def read_page_bytes(path: Path, page_no: int, damage: list[FrameDamage], *, limit: int | None = None
+                    ) -> tuple[bytes, int] | None:
+    """A page file's bytes (one read, up to `limit`) and its format version, for a reader
+    that walks the frames itself from `FILE_HEADER.size` on; None for a file shorter than
+    its header (a page just created: no record, no damage). A damaged or foreign file
+    header is noted as damage at offset 0 and the frames after it are to be read all the
+    same, as recovery does. FileNotFoundError if the file is gone."""
     with open(path, "rb") as file:
         data = file.read() if limit is None else file.read(limit)
     if len(data) < FILE_HEADER.size:
-        return
+        return None
     version = FORMAT_VERSION
     try:
         found = decode_file_header(data)
@@ -121,6 +134,4 @@ def read_page_file(path: Path, page_no: int, damage: list[FrameDamage], *, limit
         problem = str(exc)
     if problem is not None:
         damage.append(FrameDamage(0, FILE_HEADER.size, problem, resumed=True))
-    for _offset, _size, first, entries in read_frames(data, FILE_HEADER.size, len(data), version=version,
-                                                      damage=damage):
-        yield from enumerate(entries, first)
+    return data, version

@@ -1,0 +1,354 @@
+"""Page file bytes to Arrow columns, vectorised: the Spark readers' decoder.
+
+Decoding a page record by record in Python (a `PagedRecord`, a `Message`, then one Python
+object per column value) costs ~10 µs a row, several times what Spark's Python data source
+API itself costs. Here a page's bytes are read once and:
+
+1. `locate` walks the frames with one `struct` call per record: the usual frame (a MESSAGE
+   frame of one entry routed to one queue) is checked (magic, length, ordinal, CRC, entry
+   length) and its fixed fields (frame header, entry head, queue id, message codec head)
+   are taken in that one call. Anything else (BATCH and TX_BATCH frames, several queues,
+   format-1 pages, damage, a torn tail) goes through `page_format.read_frames`, which
+   reads past damage and notes it exactly as every other page reader does; the walk then
+   goes on at the next frame.
+2. `build_batch` turns located rows into a record batch of `schema.ARROW_SCHEMA` column by
+   column: fixed fields by transposing the unpacked tuples, variable ones (body, header
+   text, header lengths) by one Arrow `take` over a binary array whose offsets cut the page
+   buffer itself into [lengths, text, body, gap] per row, so the bytes are copied once, in
+   C. Headers (the `headers` column) are decoded only when asked for.
+
+Rows hold positions into the page buffer (`data`), so the buffer must outlive the
+`Located` made from it. Pure format code over pyarrow: no broker, no Spark; the batch
+source (`page_scan`) uses it, and any reader of page-file bytes may.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Container, Hashable, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import sub
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pagemq.spark.schema import ARROW_SCHEMA
+from pagemq.storage.message_codec import CodecError, decode_headers, read_head
+from pagemq.storage.paging.page_format import (
+    BATCH_COUNT,
+    ENTRY_HEAD,
+    FORMAT_VERSION,
+    FRAME_CRC_FROM,
+    FRAME_HEADER,
+    FRAME_MAGIC,
+    MAX_FRAME,
+    TX_BATCH_HEAD,
+    V1_FRAME_HEADER,
+    FrameDamage,
+    RecordType,
+    read_frames,
+)
+
+__all__ = ["CODEC_HEAD", "Located", "RowProblem", "build_batch", "locate"]
+
+CODEC_HEAD = struct.Struct("<BBBBQqqHII")  # message_codec's fixed head (docs/formats/page.md)
+# One MESSAGE frame of one entry routed to one queue: frame header, record type, entry head,
+# the queue id, the message's codec head. Field indices below name what `Located.rows` hold.
+_FAST = struct.Struct("<4sIII" + "B" + ENTRY_HEAD.format.lstrip("<") + "Q" + CODEC_HEAD.format.lstrip("<"))
+ORDINAL, KIND, FLAGS, MESSAGE_ID, QUEUE_COUNT, MESSAGE_LENGTH, QUEUE = 3, 4, 5, 6, 7, 8, 9
+VERSION, PRIORITY, TIMESTAMP, HEADER_COUNT, HEADER_BYTES, BODY_LENGTH = 10, 12, 16, 17, 18, 19
+_ENTRY_AT = FRAME_HEADER.size + 1  # a MESSAGE frame's entry
+_MESSAGE_AT = _ENTRY_AT + ENTRY_HEAD.size + 8  # its message, when routed to one queue
+_MESSAGE_KIND = int(RecordType.MESSAGE)
+_NO_FRAME = (None,) * ORDINAL  # stands for the frame-header fields of a row found the slow way
+_BAD = -1  # VERSION of a row whose message is too short to hold a codec head
+_PERSISTENT = 0x01
+_CODEC_VERSION = 1
+
+
+@dataclass(slots=True)
+class Located:
+    """The records of one page buffer, in file (ordinal) order.
+
+    `rows[i]` is a tuple laid out as `_FAST`'s fields (indices `ORDINAL`, `MESSAGE_ID`, ...;
+    `QUEUE` holds the queue id, or the tuple of ids when the record went to zero or several
+    queues) and `ends[i]` is where its encoded message ends in the buffer (it starts
+    `rows[i][MESSAGE_LENGTH]` bytes before). `txids[i]` is set for rows of a TX_BATCH
+    only. `damage` holds what `read_frames` noted."""
+
+    data: bytes | memoryview
+    rows: list[tuple] = field(default_factory=list)  # type: ignore[type-arg]
+    ends: list[int] = field(default_factory=list)
+    txids: dict[int, int] = field(default_factory=dict)
+    damage: list[FrameDamage] = field(default_factory=list)
+
+    def message(self, i: int) -> memoryview:
+        """Row `i`'s encoded message (the `message_codec` bytes)."""
+        end = self.ends[i]
+        return memoryview(self.data)[end - self.rows[i][MESSAGE_LENGTH]:end]
+
+
+def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FORMAT_VERSION,
+           ordinal: int = 0, committed: Container[int] | None = None,
+           damage: list[FrameDamage] | None = None) -> Located:
+    """Every record of the intact frames in `data[start:end]` (see the module doc).
+
+    `committed`, when given, keeps only the TX_BATCH records whose transaction is in it.
+    Damage is read past and noted in `damage` (the list `Located.damage` is): `end` must be
+    the end of the readable data, and bytes after the last complete frame are noted as a
+    torn tail (`FrameDamage.torn`), which for a page still being written is an append in
+    progress; the caller tells the two apart."""
+    found = Located(data, damage=damage if damage is not None else [])
+    view = memoryview(data)
+    rows, ends = found.rows, found.ends
+    append_row, append_end = rows.append, ends.append
+    unpack, crc32, fast_size = _FAST.unpack_from, zlib.crc32, _FAST.size
+    pos = start
+    fast = version >= 2
+    while pos < end:
+        if fast and pos + fast_size <= end:  # the usual frame, inline
+            row = unpack(view, pos)
+            stop = pos + FRAME_HEADER.size + row[2]
+            if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] == 1
+                    and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
+                    and row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT >= CODEC_HEAD.size
+                    and crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1]):
+                append_row(row)
+                append_end(stop)
+                ordinal = row[ORDINAL] + 1
+                pos = stop
+                continue
+        frames = read_frames(view, pos, end, version=version, ordinal=ordinal, damage=found.damage)
+        frame = next(frames, None)
+        if frame is None:
+            break
+        offset, size, first, entries = frame
+        _add_frame(found, view, offset, version, first, committed)
+        pos, ordinal = offset + size, first + len(entries)
+    return found
+
+
+def _add_frame(found: Located, view: memoryview, offset: int, version: int, ordinal: int,
+               committed: Container[int] | None) -> None:
+    """The rows of one intact frame (any record type) that `read_frames` returned."""
+    body = offset + (FRAME_HEADER.size if version >= 2 else V1_FRAME_HEADER.size)
+    kind = view[body]
+    txid = 0
+    if kind == RecordType.MESSAGE:
+        count, pos = 1, body + 1
+    elif kind == RecordType.BATCH:
+        (count,), pos = BATCH_COUNT.unpack_from(view, body + 1), body + 1 + BATCH_COUNT.size
+    else:
+        txid, count = TX_BATCH_HEAD.unpack_from(view, body + 1)
+        pos = body + 1 + TX_BATCH_HEAD.size
+    keep = not txid or committed is None or txid in committed
+    for n in range(count):
+        flags, message_id, queues, length = ENTRY_HEAD.unpack_from(view, pos)
+        pos += ENTRY_HEAD.size
+        queue: int | tuple[int, ...] = struct.unpack_from(f"<{queues}Q", view, pos)
+        pos += 8 * queues
+        if queues == 1:
+            queue = queue[0]  # type: ignore[index]
+        head = CODEC_HEAD.unpack_from(view, pos) if length >= CODEC_HEAD.size else (_BAD,) + (0,) * 9
+        pos += length
+        if keep:
+            if txid:
+                found.txids[len(found.rows)] = txid
+            found.rows.append((*_NO_FRAME, ordinal + n, kind, flags, message_id, queues,
+                               length, queue, *head))
+            found.ends.append(pos)
+
+
+@dataclass(frozen=True, slots=True)
+class RowProblem:
+    """A located row whose message does not decode: left out of the batch."""
+
+    ordinal: int
+    message_id: int
+    reason: str
+
+
+_HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
+_HEADER_PAIRS: dict[int, struct.Struct] = {}
+
+
+def build_batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int], *,  # type: ignore[type-arg]
+                address: str, seq_base: int, queue_name: Callable[[Hashable], str | None],
+                include_headers: bool = True) -> tuple[pa.RecordBatch, list[RowProblem]]:
+    """One record batch of `ARROW_SCHEMA` from located rows (`Located.rows`/`ends`, or a
+    selection of them), and the rows left out because their message does not decode.
+
+    `seq` is `seq_base | ordinal`; `queue_name` names a row's `QUEUE` (an id, or a tuple of
+    ids), called once per distinct value. Without `include_headers` the `headers` column is
+    null and the header bytes are not read (nor checked)."""
+    problems = [] if _all_decode(rows) else _problems(rows)
+    rows, ends = _without(rows, ends, problems)
+    try:
+        return _batch(data, rows, ends, address, seq_base, queue_name, include_headers), problems
+    except _HeaderTrouble:
+        more = _header_problems(data, rows, ends)  # which rows: the slow way, only now
+        rows, ends = _without(rows, ends, more)
+        return _batch(data, rows, ends, address, seq_base, queue_name, include_headers), problems + more
+
+
+class _HeaderTrouble(ValueError):
+    """Some row's header lengths or text do not decode (which one: `_header_problems`)."""
+
+
+def _without(rows: Sequence[tuple], ends: Sequence[int], problems: list[RowProblem]  # type: ignore[type-arg]
+             ) -> tuple[Sequence[tuple], Sequence[int]]:  # type: ignore[type-arg]
+    if not problems:
+        return rows, ends
+    bad = {problem.ordinal for problem in problems}
+    keep = [i for i, row in enumerate(rows) if row[ORDINAL] not in bad]
+    return [rows[i] for i in keep], [ends[i] for i in keep]
+
+
+def _batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int], address: str,  # type: ignore[type-arg]
+           seq_base: int, queue_name: Callable[[Hashable], str | None], include_headers: bool
+           ) -> pa.RecordBatch:
+    count = len(rows)
+    if not count:
+        return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+    columns = list(zip(*rows, strict=True))
+    body_lengths, header_bytes = columns[BODY_LENGTH], columns[HEADER_BYTES]
+    header_counts = columns[HEADER_COUNT]
+    bodies_at = list(map(sub, ends, body_lengths))
+    texts_at = list(map(sub, bodies_at, header_bytes))
+    tables_at = [text - 6 * n for text, n in zip(texts_at, header_counts, strict=True)]
+    # [lengths table, header text, body, gap up to the next row's table] for every row
+    cuts: list[int] = [0] * (4 * count)
+    cuts[0::4], cuts[1::4], cuts[2::4], cuts[3::4] = tables_at, texts_at, bodies_at, ends
+    parts = _slices(data, cuts)
+    bodies = parts.take(pa.array(range(2, 4 * count, 4), pa.int32()))
+    if bodies.type != pa.binary():
+        bodies = bodies.cast(pa.binary())
+    headers = _headers(parts, count, header_counts) if include_headers else pa.nulls(count, _HEADERS_TYPE)
+    millis = pa.array(columns[TIMESTAMP], pa.int64())
+    seqs = pa.array(columns[ORDINAL], pa.int64())
+    arrays = [
+        pa.array(columns[MESSAGE_ID], pa.uint64()).cast(pa.string()),
+        pa.repeat(pa.scalar(address, pa.string()), count),
+        _queue_column(columns[QUEUE], queue_name),
+        pc.add(seqs, seq_base) if seq_base else seqs,
+        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(columns[PRIORITY], pa.int32()),
+        pc.not_equal(pc.bit_wise_and(pa.array(columns[FLAGS], pa.uint8()), _PERSISTENT), 0),
+        headers,
+        bodies,
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _all_decode(rows: Sequence[tuple]) -> bool:  # type: ignore[type-arg]
+    """Whether every row's codec head is version 1 and describes its message's length
+    exactly (the usual answer, checked column-wise; `_problems` says which rows fail)."""
+    if not rows:
+        return True
+    columns = list(zip(*rows, strict=True))
+    if columns[VERSION].count(_CODEC_VERSION) != len(rows):
+        return False
+    described = pc.add(pc.add(pc.multiply(pa.array(columns[HEADER_COUNT], pa.int64()), 6),
+                              pa.array(columns[HEADER_BYTES], pa.int64())),
+                       pc.add(pa.array(columns[BODY_LENGTH], pa.int64()), CODEC_HEAD.size))
+    return bool(pc.all(pc.equal(described, pa.array(columns[MESSAGE_LENGTH], pa.int64()))).as_py())
+
+
+def _problems(rows: Sequence[tuple]) -> list[RowProblem]:  # type: ignore[type-arg]
+    """Rows whose codec head does not describe their message's length (what
+    `message_codec.read_head` checks; the header lengths are checked with the headers)."""
+    problems = []
+    for row in rows:
+        if row[VERSION] == _CODEC_VERSION and (
+                CODEC_HEAD.size + 6 * row[HEADER_COUNT] + row[HEADER_BYTES] + row[BODY_LENGTH]
+                == row[MESSAGE_LENGTH]):
+            continue
+        if row[VERSION] == _BAD:
+            reason = f"encoded message too short: {row[MESSAGE_LENGTH]} bytes"
+        elif row[VERSION] != _CODEC_VERSION:
+            reason = f"unknown message codec version {row[VERSION]}"
+        else:
+            described = CODEC_HEAD.size + 6 * row[HEADER_COUNT] + row[HEADER_BYTES] + row[BODY_LENGTH]
+            reason = f"fields describe {described} bytes, got {row[MESSAGE_LENGTH]}"
+        problems.append(RowProblem(row[ORDINAL], row[MESSAGE_ID], reason))
+    return problems
+
+
+def _slices(data: bytes | memoryview, cuts: list[int]) -> pa.Array:
+    """A binary array over `data` itself whose elements run from each cut to the next."""
+    large = cuts[-1] >= 1 << 31
+    offsets = pa.array(cuts, pa.int64() if large else pa.int32())
+    kind = pa.large_binary() if large else pa.binary()
+    return pa.Array.from_buffers(kind, len(cuts) - 1, [None, offsets.buffers()[1], pa.py_buffer(data)])
+
+
+def _values(part: pa.Array) -> tuple[bytes, list[int]]:
+    """A binary array's bytes and its offsets, rebased to 0."""
+    wide = part.type == pa.large_binary()
+    offsets = memoryview(part.buffers()[1]).cast("q" if wide else "i")
+    offsets = offsets[part.offset:part.offset + len(part) + 1]
+    first, last = offsets[0], offsets[-1]
+    data = part.buffers()[2]
+    blob = memoryview(data)[first:last].tobytes() if data is not None else b""
+    return blob, [offset - first for offset in offsets] if first else offsets.tolist()
+
+
+def _headers(parts: pa.Array, count: int, header_counts: Sequence[int]) -> pa.Array:
+    """The `headers` map column from the rows' lengths tables and header texts;
+    `_HeaderTrouble` if some row's do not decode."""
+    tables, _ = _values(parts.take(pa.array(range(0, 4 * count, 4), pa.int32())))
+    total = sum(header_counts)
+    pairs = _HEADER_PAIRS.get(total)
+    if pairs is None:
+        pairs = struct.Struct("<" + "HI" * total)
+        if total <= 64:
+            _HEADER_PAIRS[total] = pairs
+    lengths = pairs.unpack(tables)
+    text, text_offsets = _values(parts.take(pa.array(range(1, 4 * count, 4), pa.int32())))
+    token_offsets = list(accumulate(lengths, initial=0))
+    if token_offsets[-1] >= 1 << 31:
+        raise _HeaderTrouble("header text of one batch past 2 GiB")
+    map_offsets = pa.array(accumulate(header_counts, initial=0), pa.int32())
+    token_array = pa.array(token_offsets, pa.int32())
+    # each row's tokens fill its header text exactly (message_codec's check)
+    row_starts = token_array.take(pc.multiply(map_offsets, 2))
+    if not pc.all(pc.equal(row_starts, pa.array(text_offsets, pa.int32()))).as_py():
+        raise _HeaderTrouble("header lengths do not add up")
+    offsets = token_array.buffers()[1]
+    tokens = pa.Array.from_buffers(pa.binary(), 2 * total, [None, offsets, pa.py_buffer(text)])
+    try:
+        keys = tokens.take(pa.array(range(0, 2 * total, 2), pa.int32())).cast(pa.string())
+        values = tokens.take(pa.array(range(1, 2 * total, 2), pa.int32())).cast(pa.string())
+    except pa.ArrowInvalid as exc:  # not UTF-8 (or a lone surrogate, which Arrow strings cannot hold)
+        raise _HeaderTrouble(str(exc)) from exc
+    headers = pa.MapArray.from_arrays(map_offsets, keys, values)
+    return headers.cast(_HEADERS_TYPE)
+
+
+def _header_problems(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int]  # type: ignore[type-arg]
+                     ) -> list[RowProblem]:
+    """The rows whose headers `message_codec` would not decode, or Arrow not hold."""
+    view = memoryview(data)
+    problems = []
+    for row, end in zip(rows, ends, strict=True):
+        message = view[end - row[MESSAGE_LENGTH]:end]
+        try:
+            _f, _p, _i, _e, _t, lengths, text_at, body_at = read_head(message)
+            decode_headers(message[text_at:body_at], lengths)
+            str(message[text_at:body_at], "utf-8")
+        except CodecError as exc:
+            problems.append(RowProblem(row[ORDINAL], row[MESSAGE_ID], str(exc)))
+        except UnicodeDecodeError as exc:
+            problems.append(RowProblem(row[ORDINAL], row[MESSAGE_ID], f"header text is not UTF-8: {exc}"))
+    return problems
+
+
+def _queue_column(queues: Sequence[Hashable], queue_name: Callable[[Hashable], str | None]) -> pa.Array:
+    names = {queue: queue_name(queue) for queue in set(queues)}
+    if len(names) == 1:
+        (name,) = names.values()
+        return pa.repeat(pa.scalar(name, pa.string()), len(queues))
+    return pa.array(list(map(names.__getitem__, queues)), pa.string())
+
