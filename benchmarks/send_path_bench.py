@@ -105,7 +105,8 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
     print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}): "
           f"{', paged' if paging else ''}{', delivered' if deliver else ''}"
           f"{'' if latency or not deliver else ' (no latency histogram)'}: "
-          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; {loop_cpu / messages * 1e6:.1f} the loop's), "
+          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; "
+          f"{loop_cpu / messages * 1e6:.1f} the loop's), "
           f"{messages / wall:,.0f}/s wall")
     if consume:
         await drain(session, transport, messages, batch)
@@ -137,7 +138,8 @@ async def drain(session: StompSession, transport: NullTransport, messages: int, 
         acked += len(ids)
     cpu, wall, loop_cpu = time.process_time() - cpu, time.perf_counter() - wall, time.thread_time() - loop_cpu
     print(f"{messages} consumed (client-individual ACKs): "
-          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; {loop_cpu / messages * 1e6:.1f} the loop's), "
+          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; "
+          f"{loop_cpu / messages * 1e6:.1f} the loop's), "
           f"{messages / wall:,.0f}/s wall")
 
 
