@@ -948,6 +948,10 @@ class Journal:
             flushed.add_done_callback(lambda done: done.cancelled() or done.exception())
             while not flushed.done() and self._writer.stalled is None:
                 await asyncio.wait([flushed], timeout=0.25)
+        if self._gathered and self._writer.error is None and self._writer.running:
+            # ops handed in while the flush above was awaited: written before the writer
+            # stops (stop() refuses more at once, so none can come after this)
+            self.write_gathered()
         await self._writer.stop()
 
     def stats(self) -> dict[str, int]:

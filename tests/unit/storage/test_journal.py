@@ -181,6 +181,21 @@ def test_a_sync_add_resolves_once_its_gathered_record_is_durable(tmp_path: Path)
     run(body)
 
 
+def test_ops_handed_in_while_the_journal_closes_are_written_before_it_stops(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = await started(tmp_path)
+        journal.add(1, 1, b"a", sync=True)
+        closing = asyncio.ensure_future(journal.close())
+        await asyncio.sleep(0)  # close() waits for its flush
+        journal.add(2, 1, b"b")
+        journal.delete(1)
+        await closing
+        await asyncio.sleep(0.01)  # nothing is left for the turn's end to write
+
+    run(body)
+    assert [record.id for record in reload(tmp_path)] == [2]
+
+
 def test_a_gathered_delete_is_durable_once_a_flush_resolves(tmp_path: Path) -> None:
     async def body() -> None:
         journal = await started(tmp_path)
