@@ -203,13 +203,12 @@ class _RangeRows:
     def __init__(self, queue: Queue, memory: list[Message], paged: PagedRange | None, after: int,
                  upto: int, from_page: int, selector: Selector | None, include_headers: bool) -> None:
         from pagemq.core.message_codec import decode_message
-        from pagemq.spark.arrow_rows import ArrowRows
+        from pagemq.spark.encoded_rows import EncodedRows
 
         self._decode = decode_message
-        self.queue_name = queue.name
         self.address = queue.address_name
         self.selector = selector
-        self.rows = ArrowRows(queue.address_name, include_headers=include_headers)
+        self.rows = EncodedRows(queue.address_name, queue.name, include_headers=include_headers)
         in_memory = ((m.message_id, 0, 0, m, True) for m in memory)
         on_disk = self._paged(paged, after, upto, from_page)
         self._merged = heapq.merge(in_memory, on_disk, key=lambda item: item[0])
@@ -222,28 +221,26 @@ class _RangeRows:
             yield record.message_id, page_no, ordinal, record.message, record.persistent
 
     def chunk(self) -> tuple[bytes, _Served] | None:
-        """The next record batch as IPC bytes and what it served; None at the end."""
+        """The next record batch as IPC bytes and what it served; None at the end. Rows are
+        built from the stored bytes in bulk (`EncodedRows`); a message in memory is encoded
+        first, and a record is decoded only for a selector to look at."""
+        from pagemq.storage.message_codec import encode_message
+
         rows = self.rows
         served = _Served()
         selector = self.selector
         for message_id, page_no, ordinal, item, persistent in self._merged:
-            if not isinstance(item, Message):
-                if selector is None:  # straight from the stored bytes
-                    rows.add_encoded(message_id, self.queue_name, message_id, item, persistent)
-                    served.paged(page_no, ordinal, message_id)
-                    if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
-                        break
+            if isinstance(item, Message):
+                if selector is not None and not selector.matches_headers(message_view(item)):
                     continue
-                message = self._decode(item, self.address)
-            else:
-                message, persistent = item, item.persistent
-            if selector is not None and not selector.matches_headers(message_view(message)):
-                continue
-            rows.add(message_id, self.queue_name, message_id, message, persistent)
-            if page_no:
-                served.paged(page_no, ordinal, message_id)
-            else:
+                rows.add(message_id, encode_message(item), item.persistent)
                 served.ids.append(message_id)
+            else:
+                if selector is not None and not selector.matches_headers(
+                        message_view(self._decode(item, self.address))):
+                    continue
+                rows.add(message_id, item, persistent)
+                served.paged(page_no, ordinal, message_id)
             if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
                 break
         if not rows.count:
