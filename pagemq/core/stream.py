@@ -91,13 +91,16 @@ class PagedRange:
     # only a read can tell (the read position's page, the live page, an undecided transaction).
     spans: tuple[PageSpan | None, ...] = ()
 
-    def records(self, after: int, upto: int | None, from_page: int = 0
+    def records(self, after: int, upto: int | None, from_page: int = 0, to_page: int | None = None
                 ) -> Iterator[tuple[int, int, PagedRecord]]:
         """(page, ordinal, record) with `after < id <= upto`, in order (ids grow along the
-        pages: reading stops at the first id above `upto`)."""
+        pages: reading stops at the first id above `upto`), of the pages from `from_page`
+        (to `to_page`)."""
         for page_no, first in self.pages:
             if page_no < from_page:
                 continue
+            if to_page is not None and page_no > to_page:
+                return
             for ordinal, record in self.read(page_no, first):
                 if record.txid and self.pending_tx(record.txid):
                     continue

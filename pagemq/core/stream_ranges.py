@@ -52,7 +52,7 @@ def segments(memory: Sequence[int], paged: PagedRange | None, after: int, upto: 
 
     if paged is not None:
         spans = paged.spans or (None,) * len(paged.pages)
-        for (page_no, first), span in zip(paged.pages, spans, strict=True):
+        for (page_no, _first), span in zip(paged.pages, spans, strict=True):
             if span is not None:
                 if span.last_id <= after:
                     continue
@@ -65,15 +65,9 @@ def segments(memory: Sequence[int], paged: PagedRange | None, after: int, upto: 
                         yield from memory_to(span.last_id)
                         yield span.last_id, span.records, page_no
                         continue
-            for _ordinal, record in paged.read(page_no, first):
-                if record.txid and paged.pending_tx(record.txid):
-                    continue
+            # (Reading stops at an id above `upto`: so do the later pages, ids growing.)
+            for _page, _ordinal, record in paged.records(after, upto, page_no, page_no):
                 message_id = record.message_id
-                if message_id <= after:
-                    continue
-                if message_id > bound:
-                    yield from memory_to(bound)
-                    return
                 yield from memory_to(message_id)
                 yield message_id, 1, page_no
     yield from memory_to(bound)

@@ -80,11 +80,16 @@ def ack(queue: PagedQueue, entries: list[Entry], *, journal: bool = True) -> Non
 # -- appending and reading -----------------------------------------------------------------
 
 
-@each_store
-async def test_each_queue_reads_its_own_records_in_order(h: Harness) -> None:
-    for n in range(1, 11):
+async def fill_alternating(h: Harness, count: int) -> None:
+    """Messages 1 to `count`: odd ones for A and B, even ones for A only, written."""
+    for n in range(1, count + 1):
         append(h.store, n, A, B) if n % 2 else append(h.store, n, A)
     await h.settle()
+
+
+@each_store
+async def test_each_queue_reads_its_own_records_in_order(h: Harness) -> None:
+    await fill_alternating(h, 10)
     a, b = h.store.queue(A), h.store.queue(B)
     assert (a.unread, b.unread, h.store.messages_paged()) == (10, 5, 15)
     assert ids(take_all(a)) == list(range(1, 11))
@@ -537,9 +542,7 @@ def ordinals_of(queue: PagedQueue, page_no: int) -> list[int]:
 
 @each_store
 async def test_span_counts_a_queues_records_on_disk_without_reading_the_page(h: Harness) -> None:
-    for n in range(1, 13):
-        append(h.store, n, A, B) if n % 2 else append(h.store, n, A)
-    await h.settle()
+    await fill_alternating(h, 12)
     a, b = h.store.queue(A), h.store.queue(B)
     pages = h.page_numbers()
     spans = [a.span(p) for p in pages]
