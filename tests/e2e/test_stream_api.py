@@ -167,6 +167,9 @@ def test_a_commit_completes_whole_served_pages_and_keeps_a_record_a_selective_co
     stomp = stomp_client(proc)
     stomp.subscribe(f"/queue/{name}")
     assert [f.body for f in stomp.wait_for(1)] == ["m150"]
+    # its auto ack and its page's deletion done before the broker stops
+    proc.wait_queue(name, messages=0)
+    wait_until(lambda: proc.address(name)["page_files"] == 0, timeout=10)
 
 
 def test_an_uncommitted_range_reads_the_same_after_a_broker_restart(start_broker):
