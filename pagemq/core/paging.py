@@ -29,7 +29,7 @@ import bisect
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import MessageRef
@@ -399,7 +399,26 @@ class PageCursor:
         book = self.book
         page_no, ordinal = book.position()
         pages = tuple((number, ordinal if number == page_no else 0) for number in book.pages_from(page_no))
-        return pages, book.read, self.pager.store.is_pending
+        spans = tuple(book.span(number) for number, _first in pages)
+        return pages, book.read, self.pager.store.is_pending, spans
+
+    def complete_served(self, pages: Iterable[tuple[int, Collection[int]]]) -> int:
+        """Pages whose records a streaming reader was served (by ordinal) and committed: each
+        one those are all the queue still has of, none in memory, is done with as a whole,
+        with one "page complete" record instead of an ack per record
+        (`PagedQueue.complete_served`). Returns how many records that acknowledged."""
+        book = self.book
+        queue = self.queue
+        done = 0
+        for page_no, ordinals in pages:
+            done += book.complete_served(page_no, ordinals)
+        if done:
+            queue.counters.acknowledged += done
+            if queue.held:
+                self._release_due()
+            if book.unread <= 0:
+                self.pager.maybe_leave_paging()
+        return done
 
 
     def acknowledge_through(self, offset: int, served: Callable[[int], bool], selector: Selector | None,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import Consumer, MessageRef
@@ -44,11 +44,13 @@ if TYPE_CHECKING:
     from pagemq.core.settings import AddressSettings
     from pagemq.core.stream_reader import StreamReader
     from pagemq.storage.paging.page_format import PagedRecord
+    from pagemq.storage.paging.queue_store import PageSpan
 
     # A range read's view of the page files (core.stream.PagedRange): pages from the read
-    # position with their first ordinal, the reading of one page, "is this transaction undecided".
+    # position with their first ordinal, the reading of one page, "is this transaction
+    # undecided", and each page as counted without reading it (None: read it).
     StreamPlan = tuple[tuple[tuple[int, int], ...], Callable[[int, int], Iterator[tuple[int, PagedRecord]]],
-                       Callable[[int], bool]]
+                       Callable[[int], bool], tuple[PageSpan | None, ...]]
 
 PRIORITIES = 10
 _FEW = 64  # take_pending: up to this many refs are removed one by one
@@ -92,6 +94,7 @@ class PagedSource(Protocol):
     def stream_plan(self) -> StreamPlan: ...
     def acknowledge_through(self, offset: int, served: Callable[[int], bool], selector: Selector | None,
                             budget: int) -> tuple[int, int, str]: ...
+    def complete_served(self, pages: Iterable[tuple[int, Collection[int]]]) -> int: ...
 
 
 class QueueCounters:

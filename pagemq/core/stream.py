@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pagemq.core.queue import PagedSource, Queue
     from pagemq.core.selector import Selector
     from pagemq.storage.paging.page_format import PagedRecord
+    from pagemq.storage.paging.queue_store import PageSpan
 
 __all__ = ["CommitProgress", "PagedRange", "StreamReader", "commit_step", "memory_messages",
            "paged_range", "reader_of"]
@@ -86,14 +87,20 @@ class PagedRange:
     pages: tuple[tuple[int, int], ...]  # (page number, first ordinal) in order
     read: Callable[[int, int], Iterator[tuple[int, PagedRecord]]]
     pending_tx: Callable[[int], bool]
+    # Per page of `pages`: counted from the bookkeeping (core/stream_ranges.py), or None:
+    # only a read can tell (the read position's page, the live page, an undecided transaction).
+    spans: tuple[PageSpan | None, ...] = ()
 
-    def records(self, after: int, upto: int | None, from_page: int = 0
+    def records(self, after: int, upto: int | None, from_page: int = 0, to_page: int | None = None
                 ) -> Iterator[tuple[int, int, PagedRecord]]:
         """(page, ordinal, record) with `after < id <= upto`, in order (ids grow along the
-        pages: reading stops at the first id above `upto`)."""
+        pages: reading stops at the first id above `upto`), of the pages from `from_page`
+        (to `to_page`)."""
         for page_no, first in self.pages:
             if page_no < from_page:
                 continue
+            if to_page is not None and page_no > to_page:
+                return
             for ordinal, record in self.read(page_no, first):
                 if record.txid and self.pending_tx(record.txid):
                     continue
@@ -105,8 +112,15 @@ class PagedRange:
                 yield page_no, ordinal, record
 
     def last_id(self) -> int:
-        """The id of the queue's last paged record (0: none), reading from the last page back."""
-        for page_no, first in reversed(self.pages):
+        """The id of the queue's last paged record (0: none), reading from the last page back
+        (a page counted from the bookkeeping with records of the queue gives its last id
+        unread: a range ending there holds the same records)."""
+        spans = self.spans or (None,) * len(self.pages)
+        for (page_no, first), span in zip(reversed(self.pages), reversed(spans), strict=True):
+            if span is not None:
+                if span.records:
+                    return span.last_id
+                continue
             last = 0
             for _ordinal, record in self.read(page_no, first):
                 if not (record.txid and self.pending_tx(record.txid)):
@@ -155,6 +169,9 @@ def commit_step(queue: Queue, ledger: Ledger, reader: StreamReader, offset: int,
     if progress.acknowledged >= budget:
         return progress
     cursor = queue.cursor
+    if cursor is not None and cursor.unread > 0 and reader.pages:
+        # Whole pages the reader was served: one "page complete" record each, nothing read.
+        progress.acknowledged += cursor.complete_served(reader.pages_through(offset))
     if cursor is not None and cursor.unread > 0:
         acked, kept, state = cursor.acknowledge_through(offset, reader.was_served, selector,
                                                          budget - progress.acknowledged)

@@ -8,9 +8,22 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["StreamReader"]
+from pagemq.storage.paging.ordinal_set import OrdinalSet
+
+__all__ = ["ServedPage", "StreamReader"]
+
+
+@dataclass(slots=True)
+class ServedPage:
+    """The records of one page a reader was served this run: their ordinals (a bitmap) and
+    the highest message id among them. A commit at or above that id may complete the page
+    as a whole (`PageCursor.complete_served`) instead of acknowledging record by record."""
+
+    ordinals: OrdinalSet = field(default_factory=OrdinalSet)
+    last_id: int = 0
 
 
 @dataclass(slots=True)
@@ -29,6 +42,8 @@ class StreamReader:
     tracked_from: int | None = None
     _firsts: list[int] = field(default_factory=list)
     _lasts: list[int] = field(default_factory=list)
+    # Paged records served this run, by page number (see ServedPage).
+    pages: dict[int, ServedPage] = field(default_factory=dict)
 
     def note_read(self, after: int, upto: int) -> None:
         """A range read starts: ids above `after` count as served only when served."""
@@ -49,6 +64,20 @@ class StreamReader:
         self._firsts[low:high] = [first]
         self._lasts[low:high] = [last]
 
+    def note_served_page(self, page_no: int, ordinals: Iterable[int], last_id: int) -> None:
+        """A chunk of a range read went out holding these records of page `page_no`."""
+        served = self.pages.get(page_no)
+        if served is None:
+            served = self.pages[page_no] = ServedPage()
+        served.ordinals.update(ordinals)
+        served.last_id = max(served.last_id, last_id)
+
+    def pages_through(self, offset: int) -> list[tuple[int, OrdinalSet]]:
+        """(page, ordinals served) of the pages whose served records all lie at or below
+        `offset`, in page order."""
+        return [(page_no, served.ordinals) for page_no, served in sorted(self.pages.items())
+                if served.last_id <= offset]
+
     def was_served(self, message_id: int) -> bool:
         if self.tracked_from is None or message_id <= self.tracked_from:
             return True
@@ -64,3 +93,7 @@ class StreamReader:
         self.committed = max(self.committed, offset)
         done = bisect.bisect_right(self._lasts, self.committed)
         del self.served[:done], self._firsts[:done], self._lasts[:done]
+        # A page served below the offset is completed or acknowledged record by record now:
+        # what is served of it later is all a commit needs to know then.
+        for page_no in [p for p, served in self.pages.items() if served.last_id <= self.committed]:
+            del self.pages[page_no]

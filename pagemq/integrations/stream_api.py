@@ -31,6 +31,7 @@ import logging
 import time
 from array import array
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -43,12 +44,14 @@ from pagemq.core.message import Message
 from pagemq.core.selector import compile_filter
 from pagemq.core.selector.properties import message_view
 from pagemq.core.stream import PagedRange, commit_step, memory_messages, paged_range, reader_of
+from pagemq.core.stream_ranges import plan_range, plan_splits
 from pagemq.integrations.http_params import BadRequest, int_param
 
 if TYPE_CHECKING:
     from pagemq.core.broker import Broker
     from pagemq.core.queue import Queue
     from pagemq.core.selector import Selector
+    from pagemq.core.stream_reader import StreamReader
 
 __all__ = ["DEFAULT_READER", "StreamCollector", "add_stream_routes"]
 
@@ -103,7 +106,8 @@ def _paged_ids(paged: PagedRange | None, after: int, upto: int | None) -> Iterat
 def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, limit: int | None,
              size: int | None) -> dict[str, Any]:
     """Worker thread: earliest, latest, and the next range's end and size (and with `size`,
-    its slices, as `splits` answers: the same scan)."""
+    its slices, as `splits` answers), from the pages' counts where they can be counted
+    (core/stream_ranges.py)."""
     first_paged = next(_paged_ids(paged, 0, None), None)
     candidates = [memory[0]] if memory else []
     if first_paged is not None:
@@ -113,50 +117,14 @@ def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, lim
     answer: dict[str, Any] = {"earliest": earliest, "latest": latest}
     if after is None:
         return answer
-    end, count = after, 0
     if limit is None:
-        end = max(after, latest)
-        count = -1  # not counted: a whole backlog is not scanned for a number
-    else:
-        slicer = _Slicer(after, size)
-        in_memory = ((m, 0) for m in memory if m > after)
-        for message_id, page_no in heapq.merge(in_memory, _paged_ids(paged, after, None)):
-            if count >= limit:
-                break
-            end, count = message_id, count + 1
-            slicer.add(message_id, page_no)
-        if size is not None:
-            answer["splits"] = slicer.slices(end)
-    answer.update(end=end, messages=count)
+        answer.update(end=max(after, latest), messages=-1)  # not counted: a whole backlog
+        return answer
+    plan = plan_range(memory, paged, after, limit, size)
+    if plan.slices is not None:
+        answer["splits"] = plan.slices
+    answer.update(end=plan.end, messages=plan.messages)
     return answer
-
-
-class _Slicer:
-    """Cuts a range into slices of `size` messages as its ids go by (None: no slicing)."""
-
-    def __init__(self, after: int, size: int | None) -> None:
-        self.size = size
-        self.low, self.in_slice, self.from_page = after, 0, 0
-        self.done: list[list[int]] = []
-
-    def add(self, message_id: int, page_no: int) -> None:
-        if self.size is None:
-            return
-        if self.in_slice == 0:
-            self.from_page = page_no
-        self.in_slice += 1
-        if self.in_slice >= self.size:
-            self.done.append([self.low, message_id, self.from_page])
-            self.low, self.in_slice = message_id, 0
-
-    def slices(self, upto: int) -> list[list[int]]:
-        """`[after, upto, from_page]` slices covering the range up to `upto`."""
-        slices = [list(item) for item in self.done]
-        if self.in_slice or not slices:
-            slices.append([self.low, upto, self.from_page])
-        else:
-            slices[-1][1] = upto
-        return slices
 
 
 async def offsets(request: web.Request) -> web.Response:
@@ -183,17 +151,6 @@ async def offsets(request: web.Request) -> web.Response:
 # ----- splits ----------------------------------------------------------------------------------
 
 
-def _splits(memory: list[tuple[int, int]], paged: PagedRange | None, after: int, upto: int, size: int
-            ) -> tuple[list[list[int]], int]:
-    """Worker thread: `(after, upto]` cut into slices of `size` messages."""
-    slicer = _Slicer(after, size)
-    count = 0
-    for message_id, page_no in heapq.merge(memory, _paged_ids(paged, after, upto)):
-        count += 1
-        slicer.add(message_id, page_no)
-    return slicer.slices(upto), count
-
-
 async def splits(request: web.Request) -> web.Response:
     queue = _queue(request)
     try:
@@ -205,14 +162,38 @@ async def splits(request: web.Request) -> web.Response:
     assert after is not None and size is not None
     if upto is None or upto < after:
         return _json_error(400, "upto: required, and not below after")
-    memory = [(m.message_id, 0) for m in memory_messages(queue, after, upto)]
+    memory = [m.message_id for m in memory_messages(queue, after, upto)]
     paged = paged_range(queue.cursor)
     slices, count = await asyncio.get_running_loop().run_in_executor(
-        None, _splits, memory, paged, after, upto, max(1, size))
+        None, plan_splits, memory, paged, after, upto, max(1, size))
     return web.json_response({"queue": queue.name, "splits": slices, "messages": count})
 
 
 # ----- range reads -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Served:
+    """What one chunk of a range read served: ids (ascending), and per page the ordinals and
+    the highest id of its paged records (`StreamReader.note_served_page`)."""
+
+    ids: array[int] = field(default_factory=lambda: array("q"))
+    pages: dict[int, tuple[array[int], int]] = field(default_factory=dict)
+
+    def paged(self, page_no: int, ordinal: int, message_id: int) -> None:
+        self.ids.append(message_id)
+        held = self.pages.get(page_no)
+        if held is None:
+            self.pages[page_no] = (array("q", (ordinal,)), message_id)
+        else:
+            held[0].append(ordinal)
+            if message_id > held[1]:
+                self.pages[page_no] = (held[0], message_id)
+
+    def note(self, reader: StreamReader) -> None:
+        reader.note_served(self.ids)
+        for page_no, (ordinals, last_id) in self.pages.items():
+            reader.note_served_page(page_no, ordinals, last_id)
 
 
 class _RangeRows:
@@ -222,44 +203,44 @@ class _RangeRows:
     def __init__(self, queue: Queue, memory: list[Message], paged: PagedRange | None, after: int,
                  upto: int, from_page: int, selector: Selector | None, include_headers: bool) -> None:
         from pagemq.core.message_codec import decode_message
-        from pagemq.spark.arrow_rows import ArrowRows
+        from pagemq.spark.encoded_rows import EncodedRows
 
         self._decode = decode_message
-        self.queue_name = queue.name
         self.address = queue.address_name
         self.selector = selector
-        self.rows = ArrowRows(queue.address_name, include_headers=include_headers)
-        in_memory = ((m.message_id, 0, m, True) for m in memory)
+        self.rows = EncodedRows(queue.address_name, queue.name, include_headers=include_headers)
+        in_memory = ((m.message_id, 0, 0, m, True) for m in memory)
         on_disk = self._paged(paged, after, upto, from_page)
         self._merged = heapq.merge(in_memory, on_disk, key=lambda item: item[0])
 
     def _paged(self, paged: PagedRange | None, after: int, upto: int, from_page: int
-               ) -> Iterator[tuple[int, int, Message | bytes, bool]]:
+               ) -> Iterator[tuple[int, int, int, Message | bytes, bool]]:
         if paged is None:
             return
-        for _page, _ordinal, record in paged.records(after, upto, from_page):
-            yield record.message_id, 1, record.message, record.persistent
+        for page_no, ordinal, record in paged.records(after, upto, from_page):
+            yield record.message_id, page_no, ordinal, record.message, record.persistent
 
-    def chunk(self) -> tuple[bytes, array[int]] | None:
-        """The next record batch as IPC bytes and the ids in it; None at the end."""
+    def chunk(self) -> tuple[bytes, _Served] | None:
+        """The next record batch as IPC bytes and what it served; None at the end. Rows are
+        built from the stored bytes in bulk (`EncodedRows`); a message in memory is encoded
+        first, and a record is decoded only for a selector to look at."""
+        from pagemq.storage.message_codec import encode_message
+
         rows = self.rows
-        served = array("q")
+        served = _Served()
         selector = self.selector
-        for message_id, _kind, item, persistent in self._merged:
-            if not isinstance(item, Message):
-                if selector is None:  # straight from the stored bytes
-                    rows.add_encoded(message_id, self.queue_name, message_id, item, persistent)
-                    served.append(message_id)
-                    if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
-                        break
+        for message_id, page_no, ordinal, item, persistent in self._merged:
+            if isinstance(item, Message):
+                if selector is not None and not selector.matches_headers(message_view(item)):
                     continue
-                message = self._decode(item, self.address)
+                rows.add(message_id, encode_message(item), item.persistent)
+                served.ids.append(message_id)
             else:
-                message, persistent = item, item.persistent
-            if selector is not None and not selector.matches_headers(message_view(message)):
-                continue
-            rows.add(message_id, self.queue_name, message_id, message, persistent)
-            served.append(message_id)
+                if selector is not None and not selector.matches_headers(
+                        message_view(self._decode(item, self.address))):
+                    continue
+                rows.add(message_id, item, persistent)
+                served.paged(page_no, ordinal, message_id)
             if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
                 break
         if not rows.count:
@@ -302,7 +283,7 @@ async def read_range(request: web.Request) -> web.StreamResponse:
         while (chunk := await loop.run_in_executor(None, rows.chunk)) is not None:
             data, served = chunk
             await response.write(data)
-            reader.note_served(served)  # written out (not necessarily read: a commit says so)
+            served.note(reader)  # written out (not necessarily read: a commit says so)
         await response.write(_EOS)
         await response.write_eof()
     except ConnectionResetError:

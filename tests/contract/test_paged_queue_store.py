@@ -80,11 +80,16 @@ def ack(queue: PagedQueue, entries: list[Entry], *, journal: bool = True) -> Non
 # -- appending and reading -----------------------------------------------------------------
 
 
-@each_store
-async def test_each_queue_reads_its_own_records_in_order(h: Harness) -> None:
-    for n in range(1, 11):
+async def fill_alternating(h: Harness, count: int) -> None:
+    """Messages 1 to `count`: odd ones for A and B, even ones for A only, written."""
+    for n in range(1, count + 1):
         append(h.store, n, A, B) if n % 2 else append(h.store, n, A)
     await h.settle()
+
+
+@each_store
+async def test_each_queue_reads_its_own_records_in_order(h: Harness) -> None:
+    await fill_alternating(h, 10)
     a, b = h.store.queue(A), h.store.queue(B)
     assert (a.unread, b.unread, h.store.messages_paged()) == (10, 5, 15)
     assert ids(take_all(a)) == list(range(1, 11))
@@ -526,3 +531,76 @@ async def test_last_id_names_the_highest_message_id_of_a_page(h: Harness) -> Non
     assert [h.store.last_id(p) for p in pages] == sorted(h.store.last_id(p) for p in pages)
     assert h.store.last_id(pages[-1]) == 9 and 0 < h.store.last_id(pages[0]) < 9
     assert h.store.last_id(max(pages) + 5) == 0
+
+
+# -- streaming readers: pages counted and completed whole --------------------------------------
+
+
+def ordinals_of(queue: PagedQueue, page_no: int) -> list[int]:
+    return [ordinal for ordinal, _record in queue.read(page_no)]
+
+
+@each_store
+async def test_span_counts_a_queues_records_on_disk_without_reading_the_page(h: Harness) -> None:
+    await fill_alternating(h, 12)
+    a, b = h.store.queue(A), h.store.queue(B)
+    pages = h.page_numbers()
+    spans = [a.span(p) for p in pages]
+    assert all(s is not None for s in spans)  # every append is written: even the live page counts
+    assert sum(s.records for s in spans if s is not None) == 12
+    assert sum(s.records for p in pages if (s := b.span(p)) is not None) == 6
+    for page_no, span in zip(pages, spans, strict=True):
+        assert span is not None and (span.first_id, span.last_id) == (
+            h.store.page_views()[pages.index(page_no)].first_id, h.store.last_id(page_no))
+    first = pages[0]
+    on_first = len(ordinals_of(a, first))
+    taken = a.take()  # in memory now: not on disk only
+    assert taken is not None and taken[0] == first
+    ack(a, [taken])
+    second = a.take()
+    assert second is not None and second[0] == first
+    span = a.span(first)
+    assert span is not None and span.records == on_first - 2
+    assert b.span(first) is not None and b.span(first).records == len(ordinals_of(b, first))  # type: ignore[union-attr]
+    append(h.store, 13, A)  # appended, not yet written: only a read can tell
+    if h.store.medium.fully_readable(pages[-1]) is False:
+        assert a.span(pages[-1]) is None
+
+
+@each_store
+async def test_a_page_served_whole_completes_with_one_record_and_no_acks(h: Harness) -> None:
+    await fill(h, 12, A)
+    a = h.store.queue(A)
+    first, live = h.page_numbers()[0], h.page_numbers()[-1]
+    served = ordinals_of(a, first)
+    unread = a.unread
+
+    assert a.complete_served(first, served) == len(served)
+
+    assert a.unread == unread - len(served)
+    assert ids(take_all(a))[0] == 12 - unread + len(served) + 1  # reading starts after it
+    await h.settle()
+    assert [(c.queue_id, c.page_no) for c in h.journal.completes] == [(A, first)]
+    assert h.journal.acks == [] and first not in h.page_numbers()
+    assert a.complete_served(live, ordinals_of(a, live)) == 0  # the live page may still grow
+    recovery = await h.reopen([A])
+    assert recovery.queues[A].paged == unread - len(served)
+
+
+@each_store
+async def test_a_page_not_served_whole_or_partly_in_memory_is_left_to_record_acks(h: Harness) -> None:
+    await fill(h, 12, A, B)
+    a = h.store.queue(A)
+    first = h.page_numbers()[0]
+    served = ordinals_of(a, first)
+    assert len(served) >= 2
+    assert a.complete_served(first, served[1:]) == 0  # one the reader was not served
+    entry = a.take()  # the first one, read into memory (a STOMP consumer has it)
+    assert entry is not None and entry[1] == served[0]
+    assert a.complete_served(first, served) == 0
+    ack(a, [entry])  # acknowledged: the rest was served, the page completes
+    assert a.complete_served(first, served[1:]) == len(served) - 1
+    await h.settle()
+    assert (A, first) in [(c.queue_id, c.page_no) for c in h.journal.completes]
+    assert first in h.page_numbers()  # B still holds it
+    assert ids(take_all(h.store.queue(B)))[:len(served)] == list(range(1, len(served) + 1))

@@ -141,6 +141,37 @@ def test_a_message_a_stomp_consumer_held_during_the_read_is_not_acknowledged_by_
     assert [f.body for f in held] == ["m0", "m1"]
 
 
+def test_a_commit_completes_whole_served_pages_and_keeps_a_record_a_selective_consumer_held(
+        start_broker, stomp_client):
+    proc = start_broker({"address-settings": {"paged.#": {"max-size-bytes": 0, "page-size-bytes": "64KiB"}}})
+    name = "paged.whole"
+    send(proc, f"/queue/{name}", 400, headers=[("pad", "z" * 1000)])
+    assert proc.address(name)["page_files"] >= 5
+    consumer: StompClient = stomp_client(proc)
+    consumer.subscribe(f"/queue/{name}", ack="client-individual", headers={"selector": "n = '150'"})
+    assert [f.body for f in consumer.wait_for(1)] == ["m150"]  # claimed from the middle of the backlog
+    _, figures = api(proc, f"/api/streams/{name}/offsets?after=0&max=1000&size=100")
+    assert figures["end"] == figures["latest"] and figures["messages"] == 399
+    seen: list[str] = []
+    for low, high, from_page in figures["splits"]:
+        seen += bodies(read(proc, name, low, high, from_page=from_page))
+    assert seen == [f"m{n}" for n in range(400) if n != 150]
+    consumer.disconnect()  # m150 goes back to its page, below the stream's offset
+    proc.wait_queue(name, messages_delivering=0)
+    _, done = api(proc, f"/api/streams/{name}/commit", {"offset": figures["end"]})
+    assert done["acknowledged"] == 399
+    proc.wait_queue(name, messages=1)
+    wait_until(lambda: proc.address(name)["page_files"] <= 2, timeout=10)  # m150's page (and the live one)
+    proc.restart(kill=True)  # the pages' complete records are in the journal
+    assert proc.queue(name)["messages"] == 1
+    stomp = stomp_client(proc)
+    stomp.subscribe(f"/queue/{name}")
+    assert [f.body for f in stomp.wait_for(1)] == ["m150"]
+    # its auto ack and its page's deletion done before the broker stops
+    proc.wait_queue(name, messages=0)
+    wait_until(lambda: proc.address(name)["page_files"] == 0, timeout=10)
+
+
 def test_an_uncommitted_range_reads_the_same_after_a_broker_restart(start_broker):
     proc = start_broker(BROKER_CONFIG)
     send(proc, "/queue/paged.r", 400, headers=[("pad", "y" * 1000)])

@@ -62,6 +62,14 @@ class OrdinalSet:
         self.update(ordinals)
         return self
 
+    def count_outside(self, *others: OrdinalSet) -> int:
+        """How many of these ordinals are in none of `others` (whole bitmaps at once)."""
+        mine = int.from_bytes(self._bits, "little")
+        for other in others:
+            if other._count:
+                mine &= ~int.from_bytes(other._bits, "little")
+        return mine.bit_count()
+
     def __len__(self) -> int:
         return self._count
 

@@ -22,7 +22,7 @@ Loop-only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Protocol
 
 from pagemq.storage.api import CursorAck
@@ -30,7 +30,7 @@ from pagemq.storage.paging.ordinal_set import OrdinalSet
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadAhead, ReadSize
 from pagemq.storage.paging.page_medium import PageMedium
-from pagemq.storage.paging.queue_store import CursorJournal, Entry, Position
+from pagemq.storage.paging.queue_store import CursorJournal, Entry, PageSpan, Position
 
 _NONE: frozenset[int] = frozenset()
 
@@ -46,6 +46,8 @@ class CursorOwner(Protocol):
     def acks_gathered(self, cursor: QueueCursor) -> None: ...
 
     def waits_for_commit(self, txid: int, queue_id: int) -> bool: ...
+
+    def is_pending(self, txid: int) -> bool: ...
 
     def wake(self, queue_id: int) -> None: ...
 
@@ -297,6 +299,37 @@ class QueueCursor:
         page.count -= 1  # its bytes were damaged since it was read: never to be read again
         self._maybe_done(page_no, page)
         return False
+
+    # -- streaming readers: whole pages ----------------------------------------------------
+
+    def span(self, page_no: int) -> PageSpan | None:
+        page = self.pages.get(page_no)
+        medium = self._medium
+        info = medium.page_info(page_no)
+        if (page is None or info is None or not medium.fully_readable(page_no)
+                or any(self._owner.is_pending(txid) for txid, _first, _n in info.tx_batches)):
+            return None
+        in_memory = len(page.claimed) + (page.read.count_outside(page.acked) if page.read else 0)
+        on_disk = page.count - len(page.acked) - in_memory
+        return PageSpan(page_no, info.first_id, info.last_id, max(0, on_disk))
+
+    def complete_served(self, page_no: int, served: Collection[int]) -> int:
+        page = self.pages.get(page_no)
+        if (page is None or page.claimed or page.lost or page_no == self._medium.live_page_no()
+                or self.span(page_no) is None):
+            return 0  # (a live page may still get records for the queue)
+        if page.read and page.read.count_outside(page.acked):
+            return 0  # some are in memory: they are acknowledged one by one as they settle
+        left = page.count - len(page.acked)
+        if left <= 0:
+            return 0
+        mine = served if isinstance(served, OrdinalSet) else OrdinalSet(served)
+        if mine.count_outside(page.acked) != left:
+            return 0  # the reader was not served every one the queue still has here
+        self.unread -= left
+        # No ack stands for these records: the complete record must (as a purge's).
+        self._complete(page_no, recorded=True)
+        return left
 
     # -- acknowledgements -----------------------------------------------------------------
 

@@ -36,6 +36,7 @@ __all__ = [
     "CursorJournal",
     "CursorRecords",
     "Entry",
+    "PageSpan",
     "PageView",
     "PagedQueue",
     "PagedQueueStore",
@@ -128,6 +129,19 @@ class PageView:
     queue_acknowledged: int | None = None  # of those, acknowledged (or purged) already
 
 
+@dataclass(frozen=True, slots=True)
+class PageSpan:
+    """A page as a queue's streaming reader may count it without reading it
+    (`PagedQueue.span`): the page's message ids lie in `first_id..last_id`, and `records`
+    of them are the queue's and on disk only (not acknowledged, read into memory, claimed
+    or lost)."""
+
+    page_no: int
+    first_id: int
+    last_id: int
+    records: int
+
+
 @dataclass(slots=True)
 class RecoveredQueue:
     paged: int     # records still to read
@@ -197,6 +211,17 @@ class PagedQueue(Protocol):
         nor claimed), journaled as cursor records: pages it then holds nothing of complete
         (and go once every queue is done). Returns how many, and a future when records
         appended before the call were not yet readable (purge again once it resolves)."""
+
+    def span(self, page_no: int) -> PageSpan | None:
+        """The page counted from the bookkeeping (no read), as it is now, or None when only
+        a read can tell: records appended but not yet readable, an undecided transaction."""
+
+    def complete_served(self, page_no: int, served: Collection[int]) -> int:
+        """A streaming reader was served the page's records at `served` (ordinals) and its
+        commit covers them: if they are every record the queue still has in the page, none
+        of them in memory, and the page is closed, the queue is done with the page as a
+        whole, with one "page complete" record (no ack per record). Returns how many records
+        that acknowledged; 0 (and nothing changed) when the page does not qualify."""
 
     def acknowledge(self, page_no: int, ordinal: int, *, journal: bool) -> None:
         """The record is done with; `journal`: gather it for the next cursor-acks record

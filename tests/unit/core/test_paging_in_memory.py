@@ -23,6 +23,7 @@ from pagemq.storage.paging.queue_store import CursorRecords, PagedQueueStore
 
 def memory_broker(
     address_settings: dict[str, object] | None = None, memory: MemoryAccountant | None = None,
+    store: MemoryStore | None = None,
 ) -> tuple[Broker, dict[str, MemoryPages]]:
     """Every message pages (max-size-bytes 0) unless told otherwise; pages stay in memory."""
     settings = AddressSettingsRepository()
@@ -34,7 +35,7 @@ def memory_broker(
         pages.set_summary_builder(PageSummary)
         return MemoryPagedQueueStore(pages, records, summaries=PageSummary.from_bytes)
 
-    store = MemoryStore()
+    store = store if store is not None else MemoryStore()
     store.start(asyncio.get_running_loop())
     return Broker(settings, store=store, queue_stores=queue_store, memory=memory), opened
 
