@@ -67,6 +67,7 @@ from pagemq.storage.paging.page_format import (
 )
 from pagemq.storage.paging.page_io import PageIO, ReadSize
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
+from pagemq.storage.paging.page_sync_pool import PageSyncPool
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
 __all__ = ["PageInfo", "PageState", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
@@ -180,6 +181,7 @@ class PageStore:
         fileio: FileIO = REAL_FILE_IO,
         archive_directory: Path | None = None,
         page_io: PageIO | None = None,
+        sync_pool: PageSyncPool | None = None,
     ) -> None:
         if page_size_bytes <= FILE_HEADER.size:
             raise ValueError(f"page_size_bytes must exceed the {FILE_HEADER.size}-byte file header")
@@ -193,6 +195,8 @@ class PageStore:
             archive_directory / self.folder.name if archive_directory is not None else None
         )
         self._sync_timeout = sync_timeout
+        # Who writes and fsyncs the batches (page_sync_pool); None: the process's shared pool.
+        self._sync_pool = sync_pool
         self._pages: dict[int, PageState] = {}
         self._live = PageState(1, PageScan())
         self._builder_factory: Callable[[], SummaryBuilder] | None = None
@@ -247,12 +251,12 @@ class PageStore:
         return self.pages()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the timed writer thread; completions are delivered on `loop`."""
+        """Hand the timed writer to its sync pool; completions are delivered on `loop`."""
         if self._writer is None:
             self.open()
         assert self._writer is not None
         self._loop = loop
-        self._writer.start(loop)
+        self._writer.start(loop, self._sync_pool)
 
     def set_summary_builder(self, factory: Callable[[], SummaryBuilder]) -> None:
         """Pages started from now on carry the blob `factory().to_bytes()` in their summary."""
