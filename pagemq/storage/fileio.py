@@ -209,9 +209,14 @@ class RealFileIO:
         os.replace(src, dst)
 
     def list(self, directory: Path, suffix: str) -> list[Path]:
-        if not directory.is_dir():
+        # scandir: the entry's type comes with the listing, no stat per file (a start-up
+        # lists thousands of page folders).
+        try:
+            with os.scandir(directory) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(suffix) and e.is_file())
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(p for p in directory.iterdir() if p.name.endswith(suffix) and p.is_file())
+        return [directory / name for name in names]
 
     def mkdir(self, directory: Path) -> None:
         os.mkdir(directory)

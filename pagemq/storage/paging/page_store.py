@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -201,6 +202,7 @@ class PageStore:
         self._live = PageState(1, PageScan())
         self._builder_factory: Callable[[], SummaryBuilder] | None = None
         self._writer: PageWriter | None = None
+        self._unwritten_summaries: list[PageSummaryRecord] = []  # open(defer_summaries=True)
         self._loop: asyncio.AbstractEventLoop | None = None
         # Told, on the loop, when damage found while reading took records (see RecordsLost).
         self.on_records_lost: Callable[[RecordsLost], None] = lambda _lost: None
@@ -218,19 +220,32 @@ class PageStore:
         """Address name -> folder, for every folder holding an `address.txt` (a staging
         folder, `<name>.tmp`, is not one: see `PageWriter._create_folder`)."""
         found: dict[str, Path] = {}
-        if not paging_directory.is_dir():
+        try:
+            with os.scandir(paging_directory) as entries:  # types from the listing: no stat each
+                folders = sorted(Path(e.path) for e in entries
+                                 if e.is_dir() and not e.name.endswith(FOLDER_STAGING_SUFFIX))
+        except (FileNotFoundError, NotADirectoryError):
             return found
-        for folder in sorted(paging_directory.iterdir()):
-            marker = folder / ADDRESS_FILE
-            if folder.is_dir() and not folder.name.endswith(FOLDER_STAGING_SUFFIX) and marker.is_file():
-                found[marker.read_bytes().decode("utf-8", "surrogatepass")] = folder
+        for folder in folders:
+            try:
+                marker = (folder / ADDRESS_FILE).read_bytes()
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue
+            found[marker.decode("utf-8", "surrogatepass")] = folder
         return found
 
-    def open(self) -> list[PageInfo]:
-        """Recover the folder (page_recovery's numbered procedure); summaries only for closed pages."""
+    def open(self, *, defer_summaries: bool = False) -> list[PageInfo]:
+        """Recover the folder (page_recovery's numbered procedure); summaries only for closed pages.
+
+        `defer_summaries`: the summaries of pages that had to be scanned (the page live at a
+        kill -9) are written by the writer once started, off the caller's thread, instead of
+        now with their fsyncs (the broker's start-up: thousands of folders after a crash).
+        """
         if self._writer is not None:
             raise RuntimeError(f"page store for {self.address!r} is already open")
-        recovered = recover_folder(self.folder, self.address, self.fileio)
+        recovered = recover_folder(self.folder, self.address, self.fileio,
+                                   write_summaries=not defer_summaries)
+        self._unwritten_summaries = recovered.unwritten
         self.summaries_read = recovered.summaries_read
         self.pages_scanned = recovered.pages_scanned
         for page in recovered.pages:
@@ -257,6 +272,9 @@ class PageStore:
         assert self._writer is not None
         self._loop = loop
         self._writer.start(loop, self._sync_pool)
+        unwritten, self._unwritten_summaries = self._unwritten_summaries, []
+        for summary in unwritten:  # in order, before anything later asked of this page
+            self._writer.write_summary(summary)
 
     def set_summary_builder(self, factory: Callable[[], SummaryBuilder]) -> None:
         """Pages started from now on carry the blob `factory().to_bytes()` in their summary."""

@@ -195,6 +195,11 @@ class PageWriter:
     def close_page(self, summary: PageSummaryRecord) -> None:
         self._submit(CloseOp(summary.page_no, summary), urgent=True)
 
+    def write_summary(self, summary: PageSummaryRecord) -> None:
+        """Write the summary of a page of an earlier run that recovery scanned (a page close
+        without data to sync: the summary is written atomically, the folder fsynced)."""
+        self._submit(CloseOp(summary.page_no, summary), urgent=False)
+
     def resummarise_damaged(self, summary: PageSummaryRecord) -> None:
         """A closed page in which a reader found damage: write its summary again from what is
         readable on disk, flagged damaged and covering the whole file, so the next start
