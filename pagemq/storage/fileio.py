@@ -26,6 +26,7 @@ real sequence of steps.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import itertools
 import os
@@ -80,6 +81,10 @@ class FileIO(Protocol):
     def rename(self, src: Path, dst: Path) -> None: ...
 
     def list(self, directory: Path, suffix: str) -> list[Path]: ...
+
+    def names(self, directory: Path) -> builtins.list[str]:
+        """The names of the plain files in `directory`, sorted; [] if it does not exist."""
+        ...
 
     def mkdir(self, directory: Path) -> None:
         """Create one directory whose parent exists (FileExistsError if it is there)."""
@@ -183,7 +188,10 @@ class RealFileIO:
         return _RealAppendFile(path)
 
     def read_bytes(self, path: Path) -> bytes:
-        return path.read_bytes()
+        # Unbuffered: one open, fstat and read for the small files start-up reads by the
+        # thousand (summaries, address.txt), without pathlib's and io's buffered layers.
+        with open(path, "rb", buffering=0) as handle:
+            return handle.readall()
 
     def read_range(self, path: Path, offset: int, length: int) -> bytes:
         with open(path, "rb") as handle:
@@ -191,7 +199,7 @@ class RealFileIO:
             return handle.read(length)
 
     def size(self, path: Path) -> int:
-        return path.stat().st_size
+        return os.stat(path).st_size
 
     def truncate(self, path: Path, size: int) -> None:
         """Truncation is made durable here: recovery relies on the cut surviving a crash."""
@@ -209,14 +217,16 @@ class RealFileIO:
         os.replace(src, dst)
 
     def list(self, directory: Path, suffix: str) -> list[Path]:
+        return [directory / name for name in self.names(directory) if name.endswith(suffix)]
+
+    def names(self, directory: Path) -> builtins.list[str]:
         # scandir: the entry's type comes with the listing, no stat per file (a start-up
         # lists thousands of page folders).
         try:
             with os.scandir(directory) as entries:
-                names = sorted(e.name for e in entries if e.name.endswith(suffix) and e.is_file())
+                return sorted(entry.name for entry in entries if entry.is_file())
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return [directory / name for name in names]
 
     def mkdir(self, directory: Path) -> None:
         os.mkdir(directory)
@@ -579,6 +589,9 @@ class FaultyFileIO(FileIO):
 
     def list(self, directory: Path, suffix: str) -> list[Path]:
         return self._inner.list(directory, suffix)
+
+    def names(self, directory: Path) -> builtins.list[str]:
+        return self._inner.names(directory)
 
     def mkdir(self, directory: Path) -> None:
         self._step(f"mkdir of {directory.name}")

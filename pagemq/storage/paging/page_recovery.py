@@ -117,6 +117,8 @@ def unfinished_folder(folder: Path) -> bool:
     staging = folder.name.endswith(FOLDER_STAGING_SUFFIX)
     if not _FOLDER_NAME.match(folder.name.removesuffix(FOLDER_STAGING_SUFFIX) if staging else folder.name):
         return False
+    if not staging and os.path.lexists(folder / ADDRESS_FILE):
+        return False  # the common case, one lstat: a finished folder (no listing needed)
     try:
         with os.scandir(folder) as entries:  # the entry types come with the listing: no stats
             kinds = {entry.name: entry.is_file() for entry in entries}
@@ -163,22 +165,33 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
     size and CRC, so until it is written a start rescans the page, which is all a crash
     before then costs.
     """
-    files = fileio.list(folder, "")  # one listing, split by suffix below
-    if not files and not folder.is_dir():                              # 1
+    names = fileio.names(folder)  # one listing (plain names), split by suffix below
+    if not names and not folder.is_dir():                              # 1
         return RecoveredFolder([], 0)
     _check_address(folder, address, fileio)                            # 2
     changed = False
-    for leftover in _ending(files, ".tmp"):                            # 3
-        log.info("paging %r: removing %s left by an interrupted write", address, leftover)
-        fileio.remove(leftover)
-        changed = True
-    pages = _numbered(_ending(files, PAGE_SUFFIX))
-    summaries = _numbered(_ending(files, SUMMARY_SUFFIX))
+    pages: dict[int, Path] = {}
+    summaries: dict[int, Path] = {}
+    highest_used = 0
+    for name in names:
+        if name.endswith(".tmp"):                                      # 3
+            log.info("paging %r: removing %s left by an interrupted write", address, folder / name)
+            fileio.remove(folder / name)
+            changed = True
+        elif name.endswith(DAMAGED_SUFFIX):
+            highest_used = max(highest_used, page_number(name.removesuffix(DAMAGED_SUFFIX)) or 0)
+        elif (page_no := page_number(name)) is not None:
+            if name.endswith(PAGE_SUFFIX):
+                pages[page_no] = folder / name
+            elif name.endswith(SUMMARY_SUFFIX):
+                summaries[page_no] = folder / name
     for page_no in sorted(set(summaries) - set(pages)):                # 4
         log.info("paging %r: removing %s, its page is gone", address, summaries[page_no].name)
         fileio.remove(summaries[page_no])
         changed = True
-    result = RecoveredFolder([], _highest_used(folder, files, fileio))
+    if HIGH_WATER_FILE in names:
+        highest_used = max(highest_used, _high_water(folder, fileio))
+    result = RecoveredFolder([], highest_used)
     last = max(pages, default=0)
     for page_no in sorted(pages):
         result.highest_page = max(result.highest_page, page_no)
@@ -224,26 +237,16 @@ def _numbered(paths: list[Path]) -> dict[int, Path]:
     return numbered
 
 
-def _ending(files: list[Path], suffix: str) -> list[Path]:
-    return [path for path in files if path.name.endswith(suffix)]
-
-
-def _highest_used(folder: Path, files: list[Path], fileio: FileIO) -> int:
-    """The highest page number ever deleted or set aside as damaged in this folder (`files`:
-    its listing)."""
-    highest = 0
+def _high_water(folder: Path, fileio: FileIO) -> int:
+    """The highest page number ever deleted in this folder (`last-page`), 0 if unknown."""
     try:
-        if any(path.name == HIGH_WATER_FILE for path in files):
-            highest = int(fileio.read_bytes(folder / HIGH_WATER_FILE).decode().strip() or 0)
+        return int(fileio.read_bytes(folder / HIGH_WATER_FILE).decode().strip() or 0)
     except FileNotFoundError:
-        pass
+        return 0
     except ValueError:
         log.warning("paging: %s is unreadable; page numbers continue after the files present",
                     folder / HIGH_WATER_FILE)
-    for damaged in _ending(files, DAMAGED_SUFFIX):
-        page_no = page_number(damaged.name.removesuffix(DAMAGED_SUFFIX))
-        highest = max(highest, page_no or 0)
-    return highest
+        return 0
 
 
 def _valid_summary(
