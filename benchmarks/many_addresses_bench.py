@@ -1,7 +1,7 @@
 """Many paging addresses: how long creating them takes, and a restart to STOMP CONNECTED.
 
     .venv/bin/python benchmarks/many_addresses_bench.py [--addresses 7000] [--messages 3]
-        [--runs 3] [--tree OTHER_TREE] [--crash] [--profile] [--keep DIR]
+        [--runs 3] [--tree OTHER_TREE] [--crash] [--profile] [--keep DIR [--reuse]]
 
 Per-tenant queues: N anycast addresses `tenant.<i>` (auto-created by their first SEND), each
 in page mode from its first message (`address-settings."tenant.#"` with `max-size-bytes 0`),
@@ -19,6 +19,9 @@ has a page folder, a page file and a page writer's work behind it).
    seconds the broker had used by then, its threads and RSS then and a second later, and its
    `ready` line's recovered count (must be addresses x messages).
 4. `--profile`: one more restart under cProfile (restart_bench.PROFILED_MAIN).
+
+`--keep DIR` keeps the filled data directory; `--reuse` then skips step 1 and 2 and restarts
+the broker of `--tree` on what an earlier run filled (so two trees restart the same data).
 
 A broker with one thread per paging address shows it in the thread count (7,000 addresses:
 7,000 threads); the target is CONNECTED in <= 2 s with 7,000 paging addresses and a thread
@@ -201,6 +204,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--keep", type=Path, default=None,
                         help="work directory to keep (default: a temporary one, removed)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="restart on the data directory an earlier run left in --keep")
     args = parser.parse_args()
     tree = args.tree.resolve()
     base = args.keep or Path(tempfile.mkdtemp(prefix="pagemq-many-addresses-"))
@@ -209,9 +214,12 @@ def main() -> None:
     where = base / "filled"
     try:
         print(f"tree: {tree}; {args.addresses:,} paging addresses x {args.messages} messages", flush=True)
-        made = create(where, args, tree)
-        print(f"create: {made.seconds:.2f} s ({args.addresses / made.seconds:,.0f} addresses/s), "
-              f"{made.threads} threads, RSS {format_mib(made.rss)}", flush=True)
+        if args.reuse and (where / "data").is_dir():
+            print(f"reusing {where / 'data'}", flush=True)
+        else:
+            made = create(where, args, tree)
+            print(f"create: {made.seconds:.2f} s ({args.addresses / made.seconds:,.0f} addresses/s), "
+                  f"{made.threads} threads, RSS {format_mib(made.rss)}", flush=True)
         runs: list[Run] = []
         for number in range(1, args.runs + 1):
             run = restart(where, tree, args.cache)

@@ -138,8 +138,8 @@ def remove_unfinished_folders(paging_directory: Path, fileio: FileIO) -> list[Pa
         return []
     removed = []
     with os.scandir(paging_directory) as entries:
-        folders = sorted(Path(entry.path) for entry in entries if entry.is_dir())
-    for folder in folders:
+        names = sorted(entry.name for entry in entries if entry.is_dir())
+    for folder in (paging_directory / name for name in names):
         if not unfinished_folder(folder):
             continue
         for leftover in sorted(folder.iterdir()):

@@ -222,11 +222,12 @@ class PageStore:
         found: dict[str, Path] = {}
         try:
             with os.scandir(paging_directory) as entries:  # types from the listing: no stat each
-                folders = sorted(Path(e.path) for e in entries
-                                 if e.is_dir() and not e.name.endswith(FOLDER_STAGING_SUFFIX))
+                names = sorted(e.name for e in entries
+                               if e.is_dir() and not e.name.endswith(FOLDER_STAGING_SUFFIX))
         except (FileNotFoundError, NotADirectoryError):
             return found
-        for folder in folders:
+        for name in names:  # (sorted as strings: sorting Paths costs more than the reads)
+            folder = paging_directory / name
             try:
                 marker = (folder / ADDRESS_FILE).read_bytes()
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
