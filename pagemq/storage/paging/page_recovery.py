@@ -139,7 +139,12 @@ def remove_unfinished_folders(paging_directory: Path, fileio: FileIO) -> list[Pa
     removed = []
     with os.scandir(paging_directory) as entries:
         names = sorted(entry.name for entry in entries if entry.is_dir())
-    for folder in (paging_directory / name for name in names):
+    root = os.fspath(paging_directory)
+    for name in names:
+        if not name.endswith(FOLDER_STAGING_SUFFIX) and os.path.lexists(
+                os.path.join(root, name, ADDRESS_FILE)):
+            continue  # the common case, a finished folder: one lstat, no Path made
+        folder = paging_directory / name
         if not unfinished_folder(folder):
             continue
         for leftover in sorted(folder.iterdir()):

@@ -226,13 +226,16 @@ class PageStore:
                                if e.is_dir() and not e.name.endswith(FOLDER_STAGING_SUFFIX))
         except (FileNotFoundError, NotADirectoryError):
             return found
-        for name in names:  # (sorted as strings: sorting Paths costs more than the reads)
-            folder = paging_directory / name
+        # Plain strings until a folder is found: sorting and joining Paths cost more than the
+        # reads, with thousands of folders.
+        root = os.fspath(paging_directory)
+        for name in names:
             try:
-                marker = (folder / ADDRESS_FILE).read_bytes()
+                with open(os.path.join(root, name, ADDRESS_FILE), "rb", buffering=0) as marker:
+                    address = marker.readall()
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 continue
-            found[marker.decode("utf-8", "surrogatepass")] = folder
+            found[address.decode("utf-8", "surrogatepass")] = paging_directory / name
         return found
 
     def open(self, *, defer_summaries: bool = False) -> list[PageInfo]:
