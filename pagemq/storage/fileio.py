@@ -50,6 +50,11 @@ __all__ = [
 ]
 
 
+StrPath = str | os.PathLike[str]
+"""Where reads (`read_bytes`, `size`) also take a plain string: start-up reads thousands of
+small files, and making a Path for each costs more than the read."""
+
+
 class AppendFile(Protocol):
     """A file opened for appending; `size` counts pre-existing bytes too."""
 
@@ -68,11 +73,11 @@ class FileIO(Protocol):
 
     def open_append(self, path: Path) -> AppendFile: ...
 
-    def read_bytes(self, path: Path) -> bytes: ...
+    def read_bytes(self, path: StrPath) -> bytes: ...
 
     def read_range(self, path: Path, offset: int, length: int) -> bytes: ...
 
-    def size(self, path: Path) -> int: ...
+    def size(self, path: StrPath) -> int: ...
 
     def truncate(self, path: Path, size: int) -> None: ...
 
@@ -187,7 +192,7 @@ class RealFileIO:
     def open_append(self, path: Path) -> AppendFile:
         return _RealAppendFile(path)
 
-    def read_bytes(self, path: Path) -> bytes:
+    def read_bytes(self, path: StrPath) -> bytes:
         # Unbuffered: one open, fstat and read for the small files start-up reads by the
         # thousand (summaries, address.txt), without pathlib's and io's buffered layers.
         with open(path, "rb", buffering=0) as handle:
@@ -198,7 +203,7 @@ class RealFileIO:
             handle.seek(offset)
             return handle.read(length)
 
-    def size(self, path: Path) -> int:
+    def size(self, path: StrPath) -> int:
         return os.stat(path).st_size
 
     def truncate(self, path: Path, size: int) -> None:
@@ -537,13 +542,13 @@ class FaultyFileIO(FileIO):
             self._open.append(handle)
         return handle
 
-    def read_bytes(self, path: Path) -> bytes:
+    def read_bytes(self, path: StrPath) -> bytes:
         return self._inner.read_bytes(path)
 
     def read_range(self, path: Path, offset: int, length: int) -> bytes:
         return self._inner.read_range(path, offset, length)
 
-    def size(self, path: Path) -> int:
+    def size(self, path: StrPath) -> int:
         return self._inner.size(path)
 
     def truncate(self, path: Path, size: int) -> None:

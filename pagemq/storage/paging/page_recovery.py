@@ -173,10 +173,13 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
     names = fileio.names(folder)  # one listing (plain names), split by suffix below
     if not names and not folder.is_dir():                              # 1
         return RecoveredFolder([], 0)
-    _check_address(folder, address, fileio)                            # 2
+    base = os.fspath(folder)
+    _check_address(folder, base, address, fileio)                      # 2
     changed = False
-    pages: dict[int, Path] = {}
-    summaries: dict[int, Path] = {}
+    # Plain string paths: with thousands of folders, making a Path per file costs more than
+    # reading it.
+    pages: dict[int, str] = {}
+    summaries: dict[int, str] = {}
     highest_used = 0
     for name in names:
         if name.endswith(".tmp"):                                      # 3
@@ -187,12 +190,13 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
             highest_used = max(highest_used, page_number(name.removesuffix(DAMAGED_SUFFIX)) or 0)
         elif (page_no := page_number(name)) is not None:
             if name.endswith(PAGE_SUFFIX):
-                pages[page_no] = folder / name
+                pages[page_no] = os.path.join(base, name)
             elif name.endswith(SUMMARY_SUFFIX):
-                summaries[page_no] = folder / name
+                summaries[page_no] = os.path.join(base, name)
     for page_no in sorted(set(summaries) - set(pages)):                # 4
-        log.info("paging %r: removing %s, its page is gone", address, summaries[page_no].name)
-        fileio.remove(summaries[page_no])
+        orphan = Path(summaries[page_no])
+        log.info("paging %r: removing %s, its page is gone", address, orphan.name)
+        fileio.remove(orphan)
         changed = True
     if HIGH_WATER_FILE in names:
         highest_used = max(highest_used, _high_water(folder, fileio))
@@ -222,9 +226,9 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
     return result
 
 
-def _check_address(folder: Path, address: str, fileio: FileIO) -> None:
+def _check_address(folder: Path, base: str, address: str, fileio: FileIO) -> None:
     try:
-        recorded = fileio.read_bytes(folder / ADDRESS_FILE).decode("utf-8", "surrogatepass")
+        recorded = fileio.read_bytes(os.path.join(base, ADDRESS_FILE)).decode("utf-8", "surrogatepass")
     except FileNotFoundError:
         log.warning("paging %r: %s has no %s; writing it", address, folder, ADDRESS_FILE)
         fileio.write_atomic(folder / ADDRESS_FILE, address.encode("utf-8", "surrogatepass"))
@@ -255,7 +259,7 @@ def _high_water(folder: Path, fileio: FileIO) -> int:
 
 
 def _valid_summary(
-    page_no: int, address: str, fileio: FileIO, page: Path, summaries: dict[int, Path]
+    page_no: int, address: str, fileio: FileIO, page: str, summaries: dict[int, str]
 ) -> PageSummaryRecord | None:
     path = summaries.get(page_no)
     if path is None:
