@@ -142,7 +142,7 @@ def remove_unfinished_folders(paging_directory: Path, fileio: FileIO) -> list[Pa
     root = os.fspath(paging_directory)
     for name in names:
         if not name.endswith(FOLDER_STAGING_SUFFIX) and os.path.lexists(
-                os.path.join(root, name, ADDRESS_FILE)):
+                f"{root}/{name}/{ADDRESS_FILE}"):
             continue  # the common case, a finished folder: one lstat, no Path made
         folder = paging_directory / name
         if not unfinished_folder(folder):
@@ -190,9 +190,9 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
             highest_used = max(highest_used, page_number(name.removesuffix(DAMAGED_SUFFIX)) or 0)
         elif (page_no := page_number(name)) is not None:
             if name.endswith(PAGE_SUFFIX):
-                pages[page_no] = os.path.join(base, name)
+                pages[page_no] = f"{base}/{name}"
             elif name.endswith(SUMMARY_SUFFIX):
-                summaries[page_no] = os.path.join(base, name)
+                summaries[page_no] = f"{base}/{name}"
     for page_no in sorted(set(summaries) - set(pages)):                # 4
         orphan = Path(summaries[page_no])
         log.info("paging %r: removing %s, its page is gone", address, orphan.name)
@@ -228,7 +228,7 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
 
 def _check_address(folder: Path, base: str, address: str, fileio: FileIO) -> None:
     try:
-        recorded = fileio.read_bytes(os.path.join(base, ADDRESS_FILE)).decode("utf-8", "surrogatepass")
+        recorded = fileio.read_bytes(f"{base}/{ADDRESS_FILE}").decode("utf-8", "surrogatepass")
     except FileNotFoundError:
         log.warning("paging %r: %s has no %s; writing it", address, folder, ADDRESS_FILE)
         fileio.write_atomic(folder / ADDRESS_FILE, address.encode("utf-8", "surrogatepass"))

@@ -231,7 +231,7 @@ class PageStore:
         root = os.fspath(paging_directory)
         for name in names:
             try:
-                with open(os.path.join(root, name, ADDRESS_FILE), "rb", buffering=0) as marker:
+                with open(f"{root}/{name}/{ADDRESS_FILE}", "rb", buffering=0) as marker:
                     address = marker.readall()
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 continue
