@@ -47,7 +47,6 @@ from pathlib import Path
 from restart_bench import (
     HOST,
     PAGEMQ,
-    PYTHON,
     READY,
     START_TIMEOUT,
     _free_port,
@@ -57,8 +56,9 @@ from restart_bench import (
     broker_env,
     connected_after,
     cpu_seconds,
+    dump_profile,
     print_profile,
-    snapshot,
+    restarted,
     warm_bytecode,
 )
 from restart_bench import PROFILED_MAIN as PROFILED_MAIN_WALL
@@ -170,33 +170,15 @@ class Run:
 
 
 def restart(where: Path, tree: Path, cache: Path, profile_to: Path | None = None) -> Run:
-    work = Path(tempfile.mkdtemp(prefix="run-", dir=where))
-    try:
-        snapshot(where / "data", work / "data")
-        log = work / "broker.log"
-        port = _free_port()
-        argv = _serve_args(work / "data", where / "pagemq.toml", port)
-        command = ([PYTHON, "-c", PROFILED_MAIN, str(profile_to), *argv] if profile_to is not None
-                   else [PAGEMQ, *argv])
-        with log.open("ab") as out:
-            started = time.monotonic()
-            proc = subprocess.Popen(command, cwd=work, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=out, env=broker_env(tree, cache))
-        try:
-            connected = connected_after(port, started, proc)
-            cpu, threads, rss = cpu_seconds(proc.pid), threads_of(proc.pid), process_rss(proc.pid)
-            if profile_to is not None:
-                proc.send_signal(signal.SIGUSR1)
-                while not profile_to.exists():
-                    time.sleep(0.05)
-            ready = _wait_log(log, READY, proc, START_TIMEOUT)
-            time.sleep(1.0)
-            return Run(round(connected, 3), round(cpu, 2), threads, threads_of(proc.pid), rss,
-                       process_rss(proc.pid), int(ready.group(1)))
-        finally:
-            _stop(proc)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with restarted(where, tree, cache, profile_to=profile_to, profiled_main=PROFILED_MAIN) as (
+            proc, connected, log):
+        cpu, threads, rss = cpu_seconds(proc.pid), threads_of(proc.pid), process_rss(proc.pid)
+        if profile_to is not None:
+            dump_profile(proc, profile_to)
+        ready = _wait_log(log, READY, proc, START_TIMEOUT)
+        time.sleep(1.0)
+        return Run(round(connected, 3), round(cpu, 2), threads, threads_of(proc.pid), rss,
+                   process_rss(proc.pid), int(ready.group(1)))
 
 
 def main() -> None:
