@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -274,14 +275,19 @@ class Run:
     ready_s: float  # its `ready` line's figure: BrokerServer.start to every listener up
 
 
-def start_once(where: Path, tree: Path, cache: Path | None, *, profile_to: Path | None = None) -> Run:
+@contextlib.contextmanager
+def restarted(where: Path, tree: Path, cache: Path | None, *, profile_to: Path | None = None,
+              profiled_main: str = PROFILED_MAIN) -> Iterator[tuple[subprocess.Popen[bytes], float, Path]]:
+    """A broker of `tree` started on a fresh copy of `where/data`: (process, seconds from
+    spawn to CONNECTED, its log); stopped and its copy removed afterwards. With `profile_to`,
+    it runs under `profiled_main` (see `dump_profile`)."""
     work = Path(tempfile.mkdtemp(prefix="run-", dir=where))
     try:
         snapshot(where / "data", work / "data")
         log = work / "broker.log"
         port = _free_port()
         argv = _serve_args(work / "data", where / "pagemq.toml", port)
-        command = ([PYTHON, "-c", PROFILED_MAIN, str(profile_to), *argv] if profile_to is not None
+        command = ([PYTHON, "-c", profiled_main, str(profile_to), *argv] if profile_to is not None
                    else [PAGEMQ, *argv])
         env = broker_env(tree, cache)
         with log.open("ab") as out:
@@ -289,21 +295,30 @@ def start_once(where: Path, tree: Path, cache: Path | None, *, profile_to: Path 
             proc = subprocess.Popen(command, cwd=work, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=out, env=env)
         try:
-            connected = connected_after(port, started, proc)
-            cpu = cpu_seconds(proc.pid)
-            rss_connected = process_rss(proc.pid)
-            if profile_to is not None:
-                proc.send_signal(signal.SIGUSR1)
-                while not profile_to.exists():
-                    time.sleep(0.05)
-            ready = _wait_log(log, READY, proc, START_TIMEOUT)
-            time.sleep(1.0)
-            return Run(round(connected, 3), round(cpu, 2), rss_connected, process_rss(proc.pid),
-                       int(ready.group(1)), float(ready.group(2)))
+            yield proc, connected_after(port, started, proc), log
         finally:
             _stop(proc)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def dump_profile(proc: subprocess.Popen[bytes], profile_to: Path) -> None:
+    """Have a broker started with `profile_to` write its profile now; wait for the file."""
+    proc.send_signal(signal.SIGUSR1)
+    while not profile_to.exists():
+        time.sleep(0.05)
+
+
+def start_once(where: Path, tree: Path, cache: Path | None, *, profile_to: Path | None = None) -> Run:
+    with restarted(where, tree, cache, profile_to=profile_to) as (proc, connected, log):
+        cpu = cpu_seconds(proc.pid)
+        rss_connected = process_rss(proc.pid)
+        if profile_to is not None:
+            dump_profile(proc, profile_to)
+        ready = _wait_log(log, READY, proc, START_TIMEOUT)
+        time.sleep(1.0)
+        return Run(round(connected, 3), round(cpu, 2), rss_connected, process_rss(proc.pid),
+                   int(ready.group(1)), float(ready.group(2)))
 
 
 def print_profile(path: Path, top: int) -> None:

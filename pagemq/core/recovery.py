@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
     from pagemq.core.queue import Queue
-    from pagemq.storage.api import CursorAck, CursorComplete, MessageStore, Recovered
+    from pagemq.storage.api import CursorAck, CursorComplete, MessageStore, PageTxCommit, Recovered
 
 log = logging.getLogger("pagemq.broker")
 
@@ -102,6 +102,17 @@ class Recovery:
         bindings = self.bindings
         paged = 0
         read: set[str] = set()
+        # Each pager is handed its own queues' records only: with thousands of paging
+        # addresses, every pager going through every record was addresses x records.
+        acks_of: dict[int, list[CursorAck]] = {}
+        for ack in recovered.cursor_acks:
+            acks_of.setdefault(ack.queue_id, []).append(ack)
+        completes_of: dict[int, list[CursorComplete]] = {}
+        for complete in recovered.cursor_completes:
+            completes_of.setdefault(complete.queue_id, []).append(complete)
+        commits_of: dict[str, list[PageTxCommit]] = {}
+        for commit in recovered.page_tx_commits:
+            commits_of.setdefault(commit.address, []).append(commit)
         for name, folder in sorted(PageStore.discover(directory).items()):
             address = bindings.addresses.get(name)
             if address is None:
@@ -115,8 +126,11 @@ class Recovery:
             # Ids stay above every paged message too (the journal may no longer hold the
             # newest): the order of a queue across a restart is the order of its ids.
             self.ids.above(pager.store.last_message_id())
+            queue_ids = [queue.queue_id for queue in address.queues.values()]
             self.stale_records.extend(pager.recover(
-                recovered.cursor_acks, recovered.cursor_completes, recovered.page_tx_commits))
+                [ack for qid in queue_ids for ack in acks_of.get(qid, ())],
+                [complete for qid in queue_ids for complete in completes_of.get(qid, ())],
+                commits_of.get(name, [])))
             paged += pager.messages_paged
             read.add(name)
         # Commit records of page transactions whose address pages no more: nothing to commit.

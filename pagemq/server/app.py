@@ -41,6 +41,7 @@ from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_io import PageIOWorker
 from pagemq.storage.paging.page_recovery import remove_unfinished_folders
 from pagemq.storage.paging.page_store import PageStore
+from pagemq.storage.paging.page_sync_pool import PageSyncPool
 
 log = logging.getLogger("pagemq")
 
@@ -102,6 +103,9 @@ class BrokerServer:
         self._page_stores: list[PageStore] = []
         # Queues' page reads, for every address (storage/paging/page_io.py); made on first use.
         self._page_io: PageIOWorker | None = None
+        # Page writes and fsyncs of every address (storage/paging/page_sync_pool.py): a few
+        # threads, started on first use, not one per paging address.
+        self._page_sync = PageSyncPool()
         self._stomp: asyncio.Server | None = None
         self._connections: set[StompServerProtocol] = set()
         self.connection_log = ConnectionLog()  # open/close lines and counts (/metrics)
@@ -241,10 +245,11 @@ class BrokerServer:
             ),
             fileio=self.fileio,
             page_io=self._page_io_worker(),
+            sync_pool=self._page_sync,
         )
         store.set_summary_builder(PageSummary)
         store.on_no_space = partial(self.disk_monitor.no_space, f"paging:{address}")
-        store.open()
+        store.open(defer_summaries=True)  # a scanned page's summary: by the writer, off the loop
         store.start(asyncio.get_running_loop())
         self._page_stores.append(store)
         return store
@@ -332,8 +337,9 @@ class BrokerServer:
             await self._http.cleanup()
         await asyncio.sleep(0)
         self.broker.write_acks()
-        for page_store in self._page_stores:
-            await page_store.close()
+        # All at once: each close waits for its writer's last batch in the shared pool.
+        await asyncio.gather(*(page_store.close() for page_store in self._page_stores))
+        self._page_sync.shutdown()  # after every page store drained its writer
         if self._page_io is not None:
             self._page_io.shutdown()  # a read still in flight ends at once (its file handle)
         await self.store.close()

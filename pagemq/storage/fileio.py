@@ -26,6 +26,7 @@ real sequence of steps.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import itertools
 import os
@@ -49,6 +50,11 @@ __all__ = [
 ]
 
 
+StrPath = str | os.PathLike[str]
+"""Where reads (`read_bytes`, `size`) also take a plain string: start-up reads thousands of
+small files, and making a Path for each costs more than the read."""
+
+
 class AppendFile(Protocol):
     """A file opened for appending; `size` counts pre-existing bytes too."""
 
@@ -67,11 +73,11 @@ class FileIO(Protocol):
 
     def open_append(self, path: Path) -> AppendFile: ...
 
-    def read_bytes(self, path: Path) -> bytes: ...
+    def read_bytes(self, path: StrPath) -> bytes: ...
 
     def read_range(self, path: Path, offset: int, length: int) -> bytes: ...
 
-    def size(self, path: Path) -> int: ...
+    def size(self, path: StrPath) -> int: ...
 
     def truncate(self, path: Path, size: int) -> None: ...
 
@@ -80,6 +86,10 @@ class FileIO(Protocol):
     def rename(self, src: Path, dst: Path) -> None: ...
 
     def list(self, directory: Path, suffix: str) -> list[Path]: ...
+
+    def names(self, directory: Path) -> builtins.list[str]:
+        """The names of the plain files in `directory`, sorted; [] if it does not exist."""
+        ...
 
     def mkdir(self, directory: Path) -> None:
         """Create one directory whose parent exists (FileExistsError if it is there)."""
@@ -182,16 +192,19 @@ class RealFileIO:
     def open_append(self, path: Path) -> AppendFile:
         return _RealAppendFile(path)
 
-    def read_bytes(self, path: Path) -> bytes:
-        return path.read_bytes()
+    def read_bytes(self, path: StrPath) -> bytes:
+        # Unbuffered: one open, fstat and read for the small files start-up reads by the
+        # thousand (summaries, address.txt), without pathlib's and io's buffered layers.
+        with open(path, "rb", buffering=0) as handle:
+            return handle.readall()
 
     def read_range(self, path: Path, offset: int, length: int) -> bytes:
         with open(path, "rb") as handle:
             handle.seek(offset)
             return handle.read(length)
 
-    def size(self, path: Path) -> int:
-        return path.stat().st_size
+    def size(self, path: StrPath) -> int:
+        return os.stat(path).st_size
 
     def truncate(self, path: Path, size: int) -> None:
         """Truncation is made durable here: recovery relies on the cut surviving a crash."""
@@ -209,9 +222,16 @@ class RealFileIO:
         os.replace(src, dst)
 
     def list(self, directory: Path, suffix: str) -> list[Path]:
-        if not directory.is_dir():
+        return [directory / name for name in self.names(directory) if name.endswith(suffix)]
+
+    def names(self, directory: Path) -> builtins.list[str]:
+        # scandir: the entry's type comes with the listing, no stat per file (a start-up
+        # lists thousands of page folders).
+        try:
+            with os.scandir(directory) as entries:
+                return sorted(entry.name for entry in entries if entry.is_file())
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(p for p in directory.iterdir() if p.name.endswith(suffix) and p.is_file())
 
     def mkdir(self, directory: Path) -> None:
         os.mkdir(directory)
@@ -522,13 +542,13 @@ class FaultyFileIO(FileIO):
             self._open.append(handle)
         return handle
 
-    def read_bytes(self, path: Path) -> bytes:
+    def read_bytes(self, path: StrPath) -> bytes:
         return self._inner.read_bytes(path)
 
     def read_range(self, path: Path, offset: int, length: int) -> bytes:
         return self._inner.read_range(path, offset, length)
 
-    def size(self, path: Path) -> int:
+    def size(self, path: StrPath) -> int:
         return self._inner.size(path)
 
     def truncate(self, path: Path, size: int) -> None:
@@ -574,6 +594,9 @@ class FaultyFileIO(FileIO):
 
     def list(self, directory: Path, suffix: str) -> list[Path]:
         return self._inner.list(directory, suffix)
+
+    def names(self, directory: Path) -> builtins.list[str]:
+        return self._inner.names(directory)
 
     def mkdir(self, directory: Path) -> None:
         self._step(f"mkdir of {directory.name}")

@@ -31,8 +31,9 @@ created the folder in place, a folder with no `address.txt` and nothing but
 from __future__ import annotations
 
 import logging
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pagemq.storage.fileio import FileIO
@@ -94,6 +95,9 @@ class RecoveredFolder:
     highest_page: int
     summaries_read: int = 0
     pages_scanned: int = 0
+    # Summaries of rescanned pages not written yet (`write_summaries=False`): the caller has
+    # them written later, off the loop (they only save the next start a rescan).
+    unwritten: list[PageSummaryRecord] = field(default_factory=list)
 
 
 def scan_from_summary(summary: PageSummaryRecord) -> PageScan:
@@ -113,11 +117,15 @@ def unfinished_folder(folder: Path) -> bool:
     staging = folder.name.endswith(FOLDER_STAGING_SUFFIX)
     if not _FOLDER_NAME.match(folder.name.removesuffix(FOLDER_STAGING_SUFFIX) if staging else folder.name):
         return False
+    if not staging and os.path.lexists(folder / ADDRESS_FILE):
+        return False  # the common case, one lstat: a finished folder (no listing needed)
     try:
-        names = {entry.name for entry in folder.iterdir()}
-        plain_files = all((folder / name).is_file() for name in names)
+        with os.scandir(folder) as entries:  # the entry types come with the listing: no stats
+            kinds = {entry.name: entry.is_file() for entry in entries}
     except OSError:
         return False
+    names = set(kinds)
+    plain_files = all(kinds.values())
     if not plain_files or not names <= _CREATION_FILES:
         return False
     return staging or ADDRESS_FILE not in names
@@ -129,7 +137,14 @@ def remove_unfinished_folders(paging_directory: Path, fileio: FileIO) -> list[Pa
     if not paging_directory.is_dir():
         return []
     removed = []
-    for folder in sorted(p for p in paging_directory.iterdir() if p.is_dir()):
+    with os.scandir(paging_directory) as entries:
+        names = sorted(entry.name for entry in entries if entry.is_dir())
+    root = os.fspath(paging_directory)
+    for name in names:
+        if not name.endswith(FOLDER_STAGING_SUFFIX) and os.path.lexists(
+                f"{root}/{name}/{ADDRESS_FILE}"):
+            continue  # the common case, a finished folder: one lstat, no Path made
+        folder = paging_directory / name
         if not unfinished_folder(folder):
             continue
         for leftover in sorted(folder.iterdir()):
@@ -143,23 +158,49 @@ def remove_unfinished_folders(paging_directory: Path, fileio: FileIO) -> list[Pa
     return removed
 
 
-def recover_folder(folder: Path, address: str, fileio: FileIO) -> RecoveredFolder:
-    """Steps 1-7 of the module docstring; returns the pages in page order."""
-    if not folder.is_dir():                                            # 1
+def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summaries: bool = True
+                   ) -> RecoveredFolder:
+    """Steps 1-7 of the module docstring; returns the pages in page order.
+
+    Nothing is fsynced that was only read: the folder is fsynced once if something in it was
+    repaired (a leftover or an empty page removed, a page set aside; a cut tail is fsynced
+    by the truncation itself). A rescanned page's new summary is written (atomically, with
+    its fsyncs) here, or with `write_summaries=False` handed back in `unwritten` for the
+    caller's page writer: a summary is a cache the next start checks against the page's
+    size and CRC, so until it is written a start rescans the page, which is all a crash
+    before then costs.
+    """
+    names = fileio.names(folder)  # one listing (plain names), split by suffix below
+    if not names and not folder.is_dir():                              # 1
         return RecoveredFolder([], 0)
-    _check_address(folder, address, fileio)                            # 2
+    base = os.fspath(folder)
+    _check_address(folder, base, address, fileio)                      # 2
     changed = False
-    for leftover in fileio.list(folder, ".tmp"):                       # 3
-        log.info("paging %r: removing %s left by an interrupted write", address, leftover)
-        fileio.remove(leftover)
-        changed = True
-    pages = _numbered(fileio.list(folder, PAGE_SUFFIX))
-    summaries = _numbered(fileio.list(folder, SUMMARY_SUFFIX))
+    # Plain string paths: with thousands of folders, making a Path per file costs more than
+    # reading it.
+    pages: dict[int, str] = {}
+    summaries: dict[int, str] = {}
+    highest_used = 0
+    for name in names:
+        if name.endswith(".tmp"):                                      # 3
+            log.info("paging %r: removing %s left by an interrupted write", address, folder / name)
+            fileio.remove(folder / name)
+            changed = True
+        elif name.endswith(DAMAGED_SUFFIX):
+            highest_used = max(highest_used, page_number(name.removesuffix(DAMAGED_SUFFIX)) or 0)
+        elif (page_no := page_number(name)) is not None:
+            if name.endswith(PAGE_SUFFIX):
+                pages[page_no] = f"{base}/{name}"
+            elif name.endswith(SUMMARY_SUFFIX):
+                summaries[page_no] = f"{base}/{name}"
     for page_no in sorted(set(summaries) - set(pages)):                # 4
-        log.info("paging %r: removing %s, its page is gone", address, summaries[page_no].name)
-        fileio.remove(summaries[page_no])
+        orphan = Path(summaries[page_no])
+        log.info("paging %r: removing %s, its page is gone", address, orphan.name)
+        fileio.remove(orphan)
         changed = True
-    result = RecoveredFolder([], _highest_used(folder, fileio))
+    if HIGH_WATER_FILE in names:
+        highest_used = max(highest_used, _high_water(folder, fileio))
+    result = RecoveredFolder([], highest_used)
     last = max(pages, default=0)
     for page_no in sorted(pages):
         result.highest_page = max(result.highest_page, page_no)
@@ -171,18 +212,23 @@ def recover_folder(folder: Path, address: str, fileio: FileIO) -> RecoveredFolde
             ))
             continue
         result.pages_scanned += 1                                      # 6
-        changed = True
-        recovered = _rescan(folder, page_no, address, fileio, was_live=page_no == last)
+        recovered, repaired = _rescan(folder, page_no, address, fileio, was_live=page_no == last)
+        changed = changed or repaired
         if recovered is not None:
             result.pages.append(recovered)
+            summary = PageSummaryRecord.from_scan(page_no, recovered.stats, None)
+            if write_summaries:
+                fileio.write_atomic(folder / summary_file_name(page_no), summary.encode())
+            else:
+                result.unwritten.append(summary)
     if changed:
         fileio.fsync_directory(folder)
     return result
 
 
-def _check_address(folder: Path, address: str, fileio: FileIO) -> None:
+def _check_address(folder: Path, base: str, address: str, fileio: FileIO) -> None:
     try:
-        recorded = fileio.read_bytes(folder / ADDRESS_FILE).decode("utf-8", "surrogatepass")
+        recorded = fileio.read_bytes(f"{base}/{ADDRESS_FILE}").decode("utf-8", "surrogatepass")
     except FileNotFoundError:
         log.warning("paging %r: %s has no %s; writing it", address, folder, ADDRESS_FILE)
         fileio.write_atomic(folder / ADDRESS_FILE, address.encode("utf-8", "surrogatepass"))
@@ -200,24 +246,20 @@ def _numbered(paths: list[Path]) -> dict[int, Path]:
     return numbered
 
 
-def _highest_used(folder: Path, fileio: FileIO) -> int:
-    """The highest page number ever deleted or set aside as damaged in this folder."""
-    highest = 0
+def _high_water(folder: Path, fileio: FileIO) -> int:
+    """The highest page number ever deleted in this folder (`last-page`), 0 if unknown."""
     try:
-        highest = int(fileio.read_bytes(folder / HIGH_WATER_FILE).decode().strip() or 0)
+        return int(fileio.read_bytes(folder / HIGH_WATER_FILE).decode().strip() or 0)
     except FileNotFoundError:
-        pass
+        return 0
     except ValueError:
         log.warning("paging: %s is unreadable; page numbers continue after the files present",
                     folder / HIGH_WATER_FILE)
-    for damaged in fileio.list(folder, DAMAGED_SUFFIX):
-        page_no = page_number(damaged.name.removesuffix(DAMAGED_SUFFIX))
-        highest = max(highest, page_no or 0)
-    return highest
+        return 0
 
 
 def _valid_summary(
-    page_no: int, address: str, fileio: FileIO, page: Path, summaries: dict[int, Path]
+    page_no: int, address: str, fileio: FileIO, page: str, summaries: dict[int, str]
 ) -> PageSummaryRecord | None:
     path = summaries.get(page_no)
     if path is None:
@@ -239,7 +281,9 @@ def _valid_summary(
 
 def _rescan(
     folder: Path, page_no: int, address: str, fileio: FileIO, *, was_live: bool
-) -> RecoveredPage | None:
+) -> tuple[RecoveredPage | None, bool]:
+    """The page as read from its frames, and whether the folder changed (a page removed or
+    set aside: to fsync)."""
     path = folder / page_file_name(page_no)
     data = fileio.read_bytes(path)
     if was_live:
@@ -255,7 +299,7 @@ def _rescan(
             log.warning("paging %r: %s has a damaged file header (%s) and no readable frame; "
                         "moved to %s, not read", address, path, scan.problem, damaged.name)
             fileio.rename(path, damaged)
-            return None
+            return None, True
         log.warning("paging %r: %s has a damaged file header (%s); its frames are read anyway",
                     address, path, scan.problem)
     for damage in scan.damage:
@@ -275,10 +319,8 @@ def _rescan(
     if scan.count == 0 and not scan.damaged:
         log.info("paging %r: %s holds no record; removed", address, path)
         fileio.remove(path)
-        return None
-    summary = PageSummaryRecord.from_scan(page_no, scan, None)
-    fileio.write_atomic(folder / summary_file_name(page_no), summary.encode())
-    return RecoveredPage(page_no, scan, None, scan.damaged, scan.version)
+        return None, True
+    return RecoveredPage(page_no, scan, None, scan.damaged, scan.version), False
 
 
 def _frames_after_bad_header(data: bytes, problem: str | None) -> PageScan:

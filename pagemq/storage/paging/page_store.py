@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ from pagemq.storage.paging.page_format import (
 )
 from pagemq.storage.paging.page_io import PageIO, ReadSize
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
+from pagemq.storage.paging.page_sync_pool import PageSyncPool
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
 __all__ = ["PageInfo", "PageState", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
@@ -180,6 +182,7 @@ class PageStore:
         fileio: FileIO = REAL_FILE_IO,
         archive_directory: Path | None = None,
         page_io: PageIO | None = None,
+        sync_pool: PageSyncPool | None = None,
     ) -> None:
         if page_size_bytes <= FILE_HEADER.size:
             raise ValueError(f"page_size_bytes must exceed the {FILE_HEADER.size}-byte file header")
@@ -193,10 +196,13 @@ class PageStore:
             archive_directory / self.folder.name if archive_directory is not None else None
         )
         self._sync_timeout = sync_timeout
+        # Who writes and fsyncs the batches (page_sync_pool); None: the process's shared pool.
+        self._sync_pool = sync_pool
         self._pages: dict[int, PageState] = {}
         self._live = PageState(1, PageScan())
         self._builder_factory: Callable[[], SummaryBuilder] | None = None
         self._writer: PageWriter | None = None
+        self._unwritten_summaries: list[PageSummaryRecord] = []  # open(defer_summaries=True)
         self._loop: asyncio.AbstractEventLoop | None = None
         # Told, on the loop, when damage found while reading took records (see RecordsLost).
         self.on_records_lost: Callable[[RecordsLost], None] = lambda _lost: None
@@ -214,19 +220,36 @@ class PageStore:
         """Address name -> folder, for every folder holding an `address.txt` (a staging
         folder, `<name>.tmp`, is not one: see `PageWriter._create_folder`)."""
         found: dict[str, Path] = {}
-        if not paging_directory.is_dir():
+        try:
+            with os.scandir(paging_directory) as entries:  # types from the listing: no stat each
+                names = sorted(e.name for e in entries
+                               if e.is_dir() and not e.name.endswith(FOLDER_STAGING_SUFFIX))
+        except (FileNotFoundError, NotADirectoryError):
             return found
-        for folder in sorted(paging_directory.iterdir()):
-            marker = folder / ADDRESS_FILE
-            if folder.is_dir() and not folder.name.endswith(FOLDER_STAGING_SUFFIX) and marker.is_file():
-                found[marker.read_bytes().decode("utf-8", "surrogatepass")] = folder
+        # Plain strings until a folder is found: sorting and joining Paths cost more than the
+        # reads, with thousands of folders.
+        root = os.fspath(paging_directory)
+        for name in names:
+            try:
+                with open(f"{root}/{name}/{ADDRESS_FILE}", "rb", buffering=0) as marker:
+                    address = marker.readall()
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue
+            found[address.decode("utf-8", "surrogatepass")] = paging_directory / name
         return found
 
-    def open(self) -> list[PageInfo]:
-        """Recover the folder (page_recovery's numbered procedure); summaries only for closed pages."""
+    def open(self, *, defer_summaries: bool = False) -> list[PageInfo]:
+        """Recover the folder (page_recovery's numbered procedure); summaries only for closed pages.
+
+        `defer_summaries`: the summaries of pages that had to be scanned (the page live at a
+        kill -9) are written by the writer once started, off the caller's thread, instead of
+        now with their fsyncs (the broker's start-up: thousands of folders after a crash).
+        """
         if self._writer is not None:
             raise RuntimeError(f"page store for {self.address!r} is already open")
-        recovered = recover_folder(self.folder, self.address, self.fileio)
+        recovered = recover_folder(self.folder, self.address, self.fileio,
+                                   write_summaries=not defer_summaries)
+        self._unwritten_summaries = recovered.unwritten
         self.summaries_read = recovered.summaries_read
         self.pages_scanned = recovered.pages_scanned
         for page in recovered.pages:
@@ -247,12 +270,15 @@ class PageStore:
         return self.pages()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the timed writer thread; completions are delivered on `loop`."""
+        """Hand the timed writer to its sync pool; completions are delivered on `loop`."""
         if self._writer is None:
             self.open()
         assert self._writer is not None
         self._loop = loop
-        self._writer.start(loop)
+        self._writer.start(loop, self._sync_pool)
+        unwritten, self._unwritten_summaries = self._unwritten_summaries, []
+        for summary in unwritten:  # in order, before anything later asked of this page
+            self._writer.write_summary(summary)
 
     def set_summary_builder(self, factory: Callable[[], SummaryBuilder]) -> None:
         """Pages started from now on carry the blob `factory().to_bytes()` in their summary."""

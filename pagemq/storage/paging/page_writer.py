@@ -1,11 +1,12 @@
-"""The timed page writer: one thread per page store, one fsync per sync batch.
+"""The timed page writer: one per page store, one fsync per sync batch, run by a shared pool.
 
 The event loop only appends encoded frames to the pending batch (a bytearray per page, under
-a lock held for microseconds). The writer thread swaps the batch out at most once per
-`sync_timeout`, writes it with one `write` per page touched, fsyncs once, then resolves the
-batch's single future on the loop. This is Artemis 2.40's PageTimedWriter idea
-(artemis-server .../paging/impl/PageTimedWriter.java): producers' completions wait for the
-covering sync; while one batch syncs, the next fills.
+a lock held for microseconds) and schedules the writer in the broker's `PageSyncPool`
+(page_sync_pool.py: a few threads shared by every address, not a thread per address). A
+pool thread swaps the batch out at most once per `sync_timeout`, writes it with one `write`
+per page touched, fsyncs once, then resolves the batch's single future on the loop. This is
+Artemis 2.40's PageTimedWriter idea (artemis-server .../paging/impl/PageTimedWriter.java):
+producers' completions wait for the covering sync; while one batch syncs, the next fills.
 
 A batch is all or nothing: if a write or the fsync fails, every page the batch wrote to is
 truncated back to its size before the batch, the batch's future carries the OSError, and
@@ -14,7 +15,8 @@ failed one from what is really on disk). Later batches that still hold writes fo
 page fail the same way, so nothing is lost without an error and a log line.
 
 Ownership: fields under `_cond` are shared; `_handles`, `_sizes`, `_failed`, `_dir_dirty`
-and the counters belong to the writer thread alone (or to the caller when not started).
+and the counters belong to the one pool thread running the writer's batch (`_busy`: one at a
+time), or to the caller when not started.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pagemq.storage.paging.page_format import (
     scan_page,
     summary_file_name,
 )
+from pagemq.storage.paging.page_sync_pool import PageSyncPool, default_pool
 
 __all__ = ["ADDRESS_FILE", "FOLDER_STAGING_SUFFIX", "HIGH_WATER_FILE", "PageWriter"]
 
@@ -121,7 +124,9 @@ class PageWriter:
         self._pending = _Batch()
         self._busy = False
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Future[None] | None = None  # stop(): settled once drained
+        self._pool: PageSyncPool | None = None  # set by start(): who runs the batches
+        self._queued: float | None = None  # under _cond: when the pool is to run the next batch
         self._loop: asyncio.AbstractEventLoop | None = None
         self._visible: dict[int, int] = {}
         self._existing = set(existing_pages)
@@ -145,16 +150,15 @@ class PageWriter:
 
     # ----- loop side --------------------------------------------------------------------
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop, pool: PageSyncPool | None = None) -> None:
+        """From now on batches are written by `pool` (default: the process's shared one), on
+        its threads; completions are delivered on `loop`. No thread is started here."""
         self._loop = loop
-        self._thread = threading.Thread(
-            target=self._run, name=f"page-writer[{self.folder.name}]", daemon=True
-        )
-        self._thread.start()
+        self._pool = pool if pool is not None else default_pool()
 
     @property
     def started(self) -> bool:
-        return self._thread is not None
+        return self._pool is not None
 
     @property
     def pending_bytes(self) -> int:
@@ -185,11 +189,16 @@ class PageWriter:
                     batch.future = self._loop.create_future()
                 future = batch.future
             if wake:
-                self._cond.notify()
+                self._request()
         return future
 
     def close_page(self, summary: PageSummaryRecord) -> None:
         self._submit(CloseOp(summary.page_no, summary), urgent=True)
+
+    def write_summary(self, summary: PageSummaryRecord) -> None:
+        """Write the summary of a page of an earlier run that recovery scanned (a page close
+        without data to sync: the summary is written atomically, the folder fsynced)."""
+        self._submit(CloseOp(summary.page_no, summary), urgent=False)
 
     def resummarise_damaged(self, summary: PageSummaryRecord) -> None:
         """A closed page in which a reader found damage: write its summary again from what is
@@ -201,7 +210,7 @@ class PageWriter:
         """Queue the removal; the future (None when the thread is not running) resolves once
         the page and its summary are gone durably, and carries the OSError if they are not.
         `set_aside`: a page with damaged bytes is renamed `*.page.damaged` instead."""
-        future = _logged_future(self._loop) if self._loop is not None and self._thread else None
+        future = _logged_future(self._loop) if self._loop is not None and self._pool else None
         self._submit(DeleteOp(page_no, future, set_aside), urgent=False)
         return future
 
@@ -225,62 +234,84 @@ class PageWriter:
                 return failed
             if self._pending.flush_future is None:
                 self._pending.flush_future = _logged_future(self._loop)
-            self._cond.notify()
+            self._request()
             return self._pending.flush_future
 
     def _submit(self, op: Op, *, urgent: bool) -> None:
-        if self._thread is None:
+        if self._pool is None:
             self._process(_Batch(ops=[op]))
             return
         with self._cond:
             self._pending.ops.append(op)
             self._pending.urgent = self._pending.urgent or urgent
-            self._cond.notify()
+            self._request()
+
+    def _request(self) -> None:
+        """Under `_cond`: have the pool run the pending batch when it is due (at once when
+        urgent, else `sync_timeout` after the previous batch started). A writer whose batch
+        is being written is scheduled again by its pool thread when that batch is done."""
+        pool = self._pool
+        if pool is None or self._busy:
+            return
+        due = time.monotonic() if self._pending.urgent else self._last_start + self.sync_timeout
+        if self._queued is None or due < self._queued:
+            self._queued = due
+            pool.schedule(self, due)
 
     async def stop(self) -> None:
-        """Drain what is queued, then end the thread."""
-        thread = self._thread
-        if thread is None:
+        """Drain what is queued, then close the files; the writer no longer uses the pool."""
+        if self._pool is None:
             return
+        stopped = asyncio.get_running_loop().create_future()
         with self._cond:
             self._stopping = True
+            self._stopped = stopped
             self._pending.urgent = True
-            self._cond.notify()
-        await asyncio.get_running_loop().run_in_executor(None, thread.join)
-        self._thread = None
+            self._request()
+        await stopped
+        self._pool = None
         with self._cond:
             leftover, self._pending = self._pending, _Batch()
-        if leftover.ops or leftover.future is not None:
+        if leftover.ops or leftover.future is not None or leftover.flush_future is not None:
             self._process(leftover)
-        for handle in self._handles.values():
-            handle.close()
-        self._handles.clear()
 
     def visible_size(self, page_no: int) -> int | None:
         """Bytes of the page a reader may use (written, and synced when it had to be)."""
         with self._cond:
             return self._visible.get(page_no)
 
-    # ----- writer thread ----------------------------------------------------------------
+    # ----- a pool thread ----------------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._has_work() and not self._stopping:
-                    self._cond.wait()
-                if self._stopping and not self._has_work():
-                    return
-                due = self._last_start + self.sync_timeout
-                while not self._pending.urgent and (delay := due - time.monotonic()) > 0:
-                    self._cond.wait(delay)
-                batch, self._pending = self._pending, _Batch()
-                self._busy = True
+    def run_batch(self, due: float) -> None:
+        """Called by a pool thread at `due`: write the pending batch (an entry the writer
+        superseded by an earlier one, or that came while a batch was written, is ignored).
+        Once stopping and drained, close the files and tell `stop`."""
+        with self._cond:
+            if self._busy or self._queued != due:
+                return
+            self._queued = None
+            batch, self._pending = self._pending, _Batch()
+            self._busy = True
             self._last_start = time.monotonic()
-            try:
+        finished = False
+        try:
+            if batch.ops or batch.future is not None or batch.flush_future is not None:
                 self._process(batch)
-            finally:
-                with self._cond:
+        finally:
+            with self._cond:
+                finished = self._stopping and not self._has_work()
+                if not finished:
                     self._busy = False
+                    if self._has_work():
+                        self._request()
+        if finished:
+            for handle in self._handles.values():
+                handle.close()
+            self._handles.clear()
+            with self._cond:
+                self._busy = False
+                stopped, self._stopped = self._stopped, None
+            self._settle(stopped, None)
 
     def _has_work(self) -> bool:
         pending = self._pending
@@ -579,7 +610,7 @@ class PageWriter:
             log.debug("paging %r: event loop closed before a batch completed", self.address)
 
     def _notify(self, callback: Callable[..., None], *args: object) -> None:
-        if self._loop is None or self._thread is None:
+        if self._loop is None or self._pool is None:
             callback(*args)
             return
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pagemq.storage.fileio import FaultyFileIO, FileIO
+from pagemq.storage.fileio import FaultyFileIO, FileIO, StrPath
 from pagemq.storage.paging.page_format import FILE_HEADER, encode_frame
 from pagemq.storage.paging.page_recovery import PageFolderConflict
 from pagemq.storage.paging.page_store import PagedRecord, PageStore
@@ -136,9 +136,10 @@ class CountingIO(FaultyFileIO):
         super().__init__()
         self.page_reads: list[str] = []
 
-    def read_bytes(self, path: Path) -> bytes:
-        if path.name.endswith(".page"):
-            self.page_reads.append(path.name)
+    def read_bytes(self, path: StrPath) -> bytes:  # a plain string too (recovery's reads)
+        name = Path(path).name
+        if name.endswith(".page"):
+            self.page_reads.append(name)
         return super().read_bytes(path)
 
     def read_range(self, path: Path, offset: int, length: int) -> bytes:
