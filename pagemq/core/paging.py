@@ -29,9 +29,10 @@ import bisect
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from pagemq.core.browse import PagedBrowse
 from pagemq.core.consumer import MessageRef
 from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.core.selector.properties import message_view
@@ -71,6 +72,8 @@ class Budget(Protocol):
     def is_full(self) -> bool: ...
 
     def wait_to_read(self, retry: Callable[[], bool]) -> None: ...
+
+    def charge_part(self, part: str, delta: int) -> None: ...
 
 
 class _Scan:
@@ -133,7 +136,7 @@ class PageCursor:
         budget = self.pager.budget
         share = budget.read_share()
         if share >= 0:  # the page reads and read-ahead of many readers fit the budget too
-            book.read_chunk_bytes = min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))
+            book.read_chunk_bytes = self.chunk_bytes()
         while book.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
@@ -364,31 +367,17 @@ class PageCursor:
     def forget(self, consumer: object) -> None:
         self._scans.pop(consumer, None)
 
-    def browse(self, selector: Selector | None) -> Iterator[MessageRef]:
+    def browse(self, selector: Selector | None, arrived: Callable[[], None] | None = None) -> PagedBrowse:
         """Paged messages of this queue from its read position *now* on, in order, read-only;
-        the refs held back behind them at their place."""
-        paged = self._browse_from(*self.book.position(), selector)
-        if not self.queue.held:
-            return paged
-        held = [ref for ref in self.queue.held
-                if selector is None or selector.matches_headers(message_view(ref.message))]
-        return _merged(paged, held)
+        the refs held back behind them at their place (core/browse.py: with `arrived`, read
+        in the page-I/O worker and charged to the budget)."""
+        return PagedBrowse(self, selector, arrived)
 
-    def _browse_from(self, page_no: int, ordinal: int, selector: Selector | None) -> Iterator[MessageRef]:
-        address = self.pager.address.name
-        book = self.book
-        store = self.pager.store
-        for number in book.pages_from(page_no):
-            if selector is not None and not self.pager.may_match(number, selector):
-                continue
-            start = ordinal if number == page_no else 0
-            # Claimed ones are shown here, at their place (the in-memory part skips them).
-            for index, record in book.read(number, start, claimed=True):
-                if record.txid and store.is_pending(record.txid):
-                    continue  # not committed (yet): not in the queue
-                message = decode_message(record.message, address)
-                if selector is None or selector.matches_headers(message_view(message)):
-                    yield MessageRef(message, (number, index))
+    def chunk_bytes(self) -> int:
+        """What this queue reads of page files at a time: its share of the budget / 8
+        (16-256 KiB), so the reads of many readers fit the budget too."""
+        share = self.pager.budget.read_share()
+        return CHUNK_BYTES if share < 0 else min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))
 
     # -- streaming readers (core/stream.py) --------------------------------------------------
 
@@ -494,18 +483,6 @@ def _idle_consumer(queue: Queue) -> bool:
 
 def _message_id(ref: MessageRef) -> int:
     return ref.message.message_id
-
-
-def _merged(paged: Iterator[MessageRef], held: list[MessageRef]) -> Iterator[MessageRef]:
-    """Paged refs with the held-back ones (both in id order) in between, by id."""
-    index = 0
-    for ref in paged:
-        message_id = ref.message.message_id
-        while index < len(held) and held[index].message.message_id < message_id:
-            yield held[index]
-            index += 1
-        yield ref
-    yield from held[index:]
 
 
 class AddressPager:

@@ -123,6 +123,11 @@ class StompConnection:
         """EOLs received between frames so far (heart-beats, and padding after frames)."""
         return self._parser.heartbeats_received
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet a frame (bounded by max-frame-size)."""
+        return self._parser.buffered
+
     # -- input ----------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> list[Event]:

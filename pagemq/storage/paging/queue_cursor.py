@@ -22,7 +22,7 @@ Loop-only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from pagemq.storage.api import CursorAck
@@ -262,9 +262,33 @@ class QueueCursor:
              ) -> Iterator[tuple[int, PagedRecord]]:
         page = self.pages.get(page_no)
         if page is None:
+            return iter(())
+        return self._visible(page, self._medium.read_page(page_no, ordinal), claimed)
+
+    def read_ahead(self, page_no: int, ordinal: int, arrived: Callable[[], None], size: ReadSize, *,
+                   claimed: bool = False) -> Iterator[tuple[int, PagedRecord] | None]:
+        page = self.pages.get(page_no)
+        if page is None:
             return
+        records = self._medium.read_page(page_no, ordinal, size=size)
+        io = self._medium.page_io
+        if io is None:
+            yield from self._visible(page, records, claimed)
+            return
+        ahead = ReadAhead(records, io, arrived, size)
+        try:
+            while True:
+                yield from self._visible(page, ahead, claimed)
+                if not ahead.pending or self.pages.get(page_no) is not page:
+                    return
+                yield None  # the next chunk is being read: `arrived` follows
+        finally:
+            ahead.close()
+
+    def _visible(self, page: CursorPage, records: Iterator[tuple[int, PagedRecord]], claimed: bool
+                 ) -> Iterator[tuple[int, PagedRecord]]:
         queue_id = self.queue_id
-        for index, record in self._medium.read_page(page_no, ordinal):
+        for index, record in records:
             if (queue_id not in record.queue_ids or index in page.acked or index in page.lost
                     or (not claimed and index in page.claimed)):
                 continue
