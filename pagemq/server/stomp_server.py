@@ -201,7 +201,8 @@ class StompServerProtocol(asyncio.Protocol):
             self.write(data)
         if self._buffers is not None:
             self._buffers.measure(self)
-        if not self._paused_writing and not session.closing_hard and not session.writable:
+        if (not self._paused_writing and not session.closing_hard and not session.writable
+                and not session.replies_backlogged):
             session.set_writable(True)
 
     def pause_reading(self) -> None:

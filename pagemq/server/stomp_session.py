@@ -178,6 +178,7 @@ class StompSession:
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._replies: deque[Reply] = deque()
+        self._reply_bytes = 0  # frames in _replies (receipts waiting for the journal)
         self._watched: asyncio.Future[None] | None = None
         # Held input: (event or _Failure, its size in bytes), in arrival order.
         self._backlog: deque[Held] = deque()
@@ -825,7 +826,14 @@ class StompSession:
 
     def buffered_bytes(self) -> int:
         """Bytes held besides messages: output of this turn, held input, a partial frame."""
-        return self._out_bytes + self._backlog_bytes + self.protocol.buffered
+        return self._out_bytes + self._reply_bytes + self._backlog_bytes + self.protocol.buffered
+
+    @property
+    def replies_backlogged(self) -> bool:
+        """Receipts waiting for the journal past the output bound: input is held (as while
+        the peer does not read) until they go out, so a producer sending faster than the
+        journal syncs cannot pile up receipts without bound."""
+        return self._reply_bytes > OUTPUT_HIGH_WATER
 
     def take_output(self) -> bytes:
         """Everything buffered since the last flush (the shell writes it in one call)."""
@@ -858,6 +866,9 @@ class StompSession:
             self.write(frame)
             return
         self._replies.append((future, frame, receipt_id))
+        self._reply_bytes += len(frame)
+        if self._reply_bytes > OUTPUT_HIGH_WATER and self._writable:
+            self.set_writable(False)
         if future is not None:
             self._watch(future)
 
@@ -873,9 +884,11 @@ class StompSession:
                 problem = _failure_of(future)
                 if problem is not None:
                     replies.popleft()
+                    self._reply_bytes -= len(frame)
                     self._note_error(f"message could not be stored: {problem}", receipt_id)
                     continue
             replies.popleft()
+            self._reply_bytes -= len(frame)
             self.write(frame)
         if replies or self.closing_hard:
             return
@@ -969,6 +982,7 @@ class StompSession:
         if self._authenticating is not None:
             self._authenticating.cancel()  # gives up its place in the peer's turn (security)
         self._replies.clear()
+        self._reply_bytes = 0
         self._after_replies = None
         self._end()
 

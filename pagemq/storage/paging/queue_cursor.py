@@ -270,8 +270,18 @@ class QueueCursor:
         page = self.pages.get(page_no)
         if page is None:
             return
-        records = self._medium.read_page(page_no, ordinal, size=size)
-        io = self._medium.page_io
+        medium = self._medium
+        if medium.page_io is not None and not medium.fully_readable(page_no):
+            # A batch appended to the page is still with the page writer: a read made now
+            # would end before its records (the queue's own reading waits the same way).
+            written = medium.flush()
+            written.add_done_callback(lambda _done: arrived())
+            while not written.done():
+                yield None
+            if self.pages.get(page_no) is not page:
+                return
+        records = medium.read_page(page_no, ordinal, size=size)
+        io = medium.page_io
         if io is None:
             yield from self._visible(page, records, claimed)
             return

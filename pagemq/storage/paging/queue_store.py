@@ -184,9 +184,10 @@ class PagedQueue(Protocol):
     def read_ahead(self, page_no: int, ordinal: int, arrived: Callable[[], None], size: ReadSize, *,
                    claimed: bool = False) -> Iterator[tuple[int, PagedRecord] | None]:
         """`read`, with the page read a chunk (`size`) ahead in the page-I/O worker when the
-        store has one (else as `read`): None is yielded while the next chunk is being read;
-        `arrived` is called on the loop once it is in, and the same iterator goes on. For
-        readers that must not read page files on the loop (a browser)."""
+        store has one (else as `read`): None is yielded while the next chunk is being read
+        (or, first, while a batch appended to the page is still being written); `arrived` is
+        called on the loop once it is in, and the same iterator goes on. For readers that
+        must not read page files on the loop (a browser)."""
 
     def claim(self, page_no: int, ordinal: int) -> None:
         """A record beyond the read position was taken into memory (a selective consumer's
