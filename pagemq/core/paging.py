@@ -29,16 +29,16 @@ import bisect
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from pagemq.core.browse import PagedBrowse
 from pagemq.core.consumer import MessageRef
 from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord
-from pagemq.storage.paging.page_io import CHUNK_BYTES
+from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadSize
 from pagemq.storage.paging.page_store import RecordsLost
 from pagemq.storage.paging.queue_store import Entry, PagedQueue, PagedQueueStore
 
@@ -55,6 +55,10 @@ log = logging.getLogger("pagemq.paging")
 
 MIN_READ_CHUNK = 16 * 1024
 """The smallest page read a queue makes when many share a tight budget (see _read_in)."""
+
+
+BROWSE_PART = "browse_read_ahead_bytes"  # its name in the budget's parts (GET /api/broker memory)
+BROWSE_CHUNKS_HELD = 2  # a browse holds one chunk being consumed and the next read ahead
 
 
 class Budget(Protocol):
@@ -483,6 +487,106 @@ def _idle_consumer(queue: Queue) -> bool:
 
 def _message_id(ref: MessageRef) -> int:
     return ref.message.message_id
+
+
+class PagedBrowse:
+    """The paged part of a queue, from its read position when made, in order, read-only;
+    the refs held back behind them at their place. Read in the page-I/O worker when given
+    `arrived`, its two chunks charged to the budget while open (core/browse.py says why)."""
+
+    __slots__ = ("_arrived", "_charged", "_cursor", "_first", "_held", "_held_index", "_number",
+                 "_pages", "_ready", "_records", "_selector", "_size", "pending")
+
+    def __init__(self, cursor: PageCursor, selector: Selector | None,
+                 arrived: Callable[[], None] | None = None) -> None:
+        self._cursor = cursor
+        self._selector = selector
+        self._arrived = arrived
+        book = cursor.book
+        page_no, ordinal = book.position()
+        self._first = (page_no, ordinal)
+        self._pages = deque(book.pages_from(page_no))
+        self._held = [ref for ref in cursor.queue.held
+                      if selector is None or selector.matches_headers(message_view(ref.message))]
+        self._held_index = 0
+        self._records: Iterator[tuple[int, PagedRecord] | None] | None = None
+        self._number = -1
+        self._ready: MessageRef | None = None  # the next paged ref, behind held ones older
+        self.pending = False  # stopped until `arrived`: a chunk is being read in the worker
+        self._size = ReadSize(cursor.chunk_bytes())
+        self._charged = 0
+        if arrived is not None:
+            self._charged = BROWSE_CHUNKS_HELD * self._size.bytes
+            cursor.pager.budget.charge_part(BROWSE_PART, self._charged)
+
+    def __iter__(self) -> PagedBrowse:
+        return self
+
+    def __next__(self) -> MessageRef:
+        held, index = self._held, self._held_index
+        if self._ready is None:
+            self._ready = self._next_paged()
+        ready = self._ready
+        if ready is None:
+            if self.pending:
+                raise StopIteration  # `arrived` follows; iterate again then
+            if index < len(held):
+                self._held_index += 1
+                return held[index]
+            self.close()
+            raise StopIteration
+        if index < len(held) and held[index].message.message_id < ready.message.message_id:
+            self._held_index += 1
+            return held[index]
+        self._ready = None
+        return ready
+
+    def _next_paged(self) -> MessageRef | None:
+        self.pending = False
+        cursor = self._cursor
+        selector = self._selector
+        pager = cursor.pager
+        while True:
+            records = self._records
+            if records is None:
+                if not self._pages:
+                    return None
+                number = self._pages.popleft()
+                if selector is not None and not pager.may_match(number, selector):
+                    continue
+                start = self._first[1] if number == self._first[0] else 0
+                # Claimed ones are shown here, at their place (the in-memory part skips them).
+                if self._arrived is None:
+                    records = cursor.book.read(number, start, claimed=True)
+                else:
+                    records = cursor.book.read_ahead(number, start, self._chunk_in, self._size, claimed=True)
+                self._records, self._number = records, number
+            for entry in records:
+                if entry is None:
+                    self.pending = True
+                    return None
+                index, record = entry
+                if record.txid and pager.store.is_pending(record.txid):
+                    continue  # not committed (yet): not in the queue
+                message = decode_message(record.message, pager.address.name)
+                if selector is None or selector.matches_headers(message_view(message)):
+                    return MessageRef(message, (self._number, index))
+            self._records = None
+
+    def _chunk_in(self) -> None:
+        if self.pending and self._arrived is not None:
+            self._arrived()
+
+    def close(self) -> None:
+        """Done with (or given up): the read-ahead stops and its charge is released."""
+        records, self._records = self._records, None
+        if records is not None and hasattr(records, "close"):
+            records.close()
+        self._pages.clear()
+        self.pending = False
+        if self._charged:
+            self._cursor.pager.budget.charge_part(BROWSE_PART, -self._charged)
+            self._charged = 0
 
 
 class AddressPager:

@@ -39,7 +39,6 @@ from pagemq.core.consumer import Consumer, MessageRef
 from pagemq.core.selector.properties import message_view
 
 if TYPE_CHECKING:
-    from pagemq.core.browse import PagedBrowse
     from pagemq.core.message import Message
     from pagemq.core.selector import Selector
     from pagemq.core.settings import AddressSettings
@@ -75,6 +74,17 @@ class QueueOwner(Protocol):
         """A ref of a message with an expiration became pending: note when it is due."""
 
 
+class PagedWalk(Protocol):
+    """A browse of the paged part of a queue (core.paging.PagedBrowse): iterating stops with
+    `pending` set while a page chunk is read off the loop; `close` gives it up."""
+
+    pending: bool
+
+    def __iter__(self) -> Iterator[MessageRef]: ...
+    def __next__(self) -> MessageRef: ...
+    def close(self) -> None: ...
+
+
 class PagedSource(Protocol):
     """The queue's side of its page cursor (core.paging.PageCursor): what the queue and its
     owner ask of the part of the queue that lives in page files."""
@@ -89,7 +99,7 @@ class PagedSource(Protocol):
     def takes_back(self, ref: MessageRef) -> bool: ...
     def forget(self, consumer: Consumer) -> None: ...
     def settle(self, ref: MessageRef, *, acked: bool, journaled: bool = False) -> None: ...
-    def browse(self, selector: Selector | None, arrived: Callable[[], None] | None = None) -> PagedBrowse: ...
+    def browse(self, selector: Selector | None, arrived: Callable[[], None] | None = None) -> PagedWalk: ...
     def stream_plan(self) -> StreamPlan: ...
     def acknowledge_through(self, offset: int, served: Callable[[int], bool], selector: Selector | None,
                             budget: int) -> tuple[int, int, str]: ...

@@ -1,44 +1,26 @@
 """What the broker holds besides messages draws from `global-max-size` and is bounded (issue 16):
 connections' buffers and browsers' page read-ahead, shown in `GET /api/broker` memory.
 
-Real broker, real sockets: a client with a tiny receive window stands for a peer that stops
-reading (a hung process keeps its socket open).
+Real broker, real sockets: a client with a tiny receive window (test_stomp_flow's
+`StalledSocket`) stands for a peer that stops reading (a hung process keeps its socket open).
 """
 
 from __future__ import annotations
 
 import itertools
-import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from brokerproc import HOST, BrokerProcess, RawStomp, StompClient, encode_frame, unique, wait_until
+from brokerproc import BrokerProcess, StompClient, encode_frame, unique, wait_until
+from test_stomp_flow import StalledSocket, _write_for  # a client with a tiny receive window
 
 MIB = 1 << 20
 BROKER_CONFIG = {
     "broker": {"global-max-size": "32MiB"},
     "address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "1MiB"}},
 }
-
-
-class TinyWindowClient(RawStomp):
-    """A raw STOMP client whose receive buffer is tiny: what the broker writes to it piles up
-    on the broker's side as soon as it stops reading."""
-
-    def __init__(self, port: int) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.settimeout(10.0)
-        sock.connect((HOST, port))
-        self.sock = sock
-        self.timeout = 10.0
-        self.buffer = b""
-        self.heartbeats = 0
-        self.heartbeat_times: list[float] = []
-        self.closed = False
-        self.version = None
 
 
 def memory(broker: BrokerProcess) -> dict[str, Any]:
@@ -69,35 +51,13 @@ class PeakSampler:
         self._thread.join(10)
 
 
-def _write_for(sock: socket.socket, frame: bytes, seconds: float, limit: int) -> int:
-    """Write `frame` over and over for `seconds` (or `limit` bytes); bytes the kernel took."""
-    sock.setblocking(False)
-    sent = 0
-    view = memoryview(b"")
-    deadline = time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline and sent < limit:
-            if not view:
-                view = memoryview(frame)
-            try:
-                n = sock.send(view)
-            except BlockingIOError:
-                time.sleep(0.01)
-                continue
-            view = view[n:]
-            sent += n
-    finally:
-        sock.setblocking(True)
-    return sent
-
-
 def test_receipts_a_producer_never_reads_are_charged_to_the_budget_bounded_and_released(broker):
     """A producer that never reads its RECEIPTs: what the broker holds for it (unsent
     receipts, held input) is charged as connection_buffer_bytes and stays bounded (the broker
     stops reading it: TCP holds the producer back); once it reads, every receipt comes, every
     message is stored, and the charge goes back to nothing."""
     queue = unique("unread")
-    client = TinyWindowClient(broker.stomp_port)
+    client = StalledSocket(broker.stomp_port)
     try:
         client.connect("1.2")
         receipt_id = "r" * 60_000  # each RECEIPT is as large as the SEND that asks for it
@@ -154,7 +114,7 @@ def test_a_browser_over_a_paged_queue_three_times_the_budget_sees_everything_wit
     broker.wait_queue(queue, messages=BROWSED, timeout=60)
     idle_rss = broker.rss_bytes()
 
-    browser = TinyWindowClient(broker.stomp_port)
+    browser = StalledSocket(broker.stomp_port)
     try:
         browser.connect("1.2")
         browser.send_frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "b", "browser": "true"})
