@@ -39,6 +39,7 @@ PARTS = (
     "connection_buffer_bytes",  # sockets' write buffers, held input, partial frames
     "browse_read_ahead_bytes",  # browsers' page read-ahead chunks
     "expiry_timer_bytes",  # entries of the expiry heap
+    "journal_index_bytes",  # the journal's index entries of in-memory persistent messages
 )
 
 
