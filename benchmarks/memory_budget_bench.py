@@ -42,7 +42,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -128,6 +130,42 @@ class CpuWatch:
             "loadavg_before": [round(x, 2) for x in self._load],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         }
+
+
+class BudgetSampler:
+    """Polls `GET /api/broker` every 0.5 s on a thread: the peaks of the memory budget's use
+    and of its parts (what the broker accounts, beside the RSS the kernel reports)."""
+
+    FIELDS = ("used_bytes", "read_back_bytes", "connection_buffer_bytes", "browse_read_ahead_bytes",
+              "expiry_timer_bytes", "journal_index_bytes")
+
+    def __init__(self, http_port: int) -> None:
+        self.url = f"http://127.0.0.1:{http_port}/api/broker"
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    memory = json.load(response)["memory"]
+            except (OSError, ValueError, KeyError):
+                continue
+            for field in self.FIELDS:
+                if isinstance(memory.get(field), int):
+                    self.peaks[field] = max(self.peaks.get(field, 0), memory[field])
+
+    def __enter__(self) -> BudgetSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def figures(self) -> dict[str, str]:
+        return {f"peak_{field}": format_mib(value) for field, value in self.peaks.items()}
 
 
 async def fill(port: int, destination: str, count: int, size: int, connections: int,
@@ -373,7 +411,9 @@ def main() -> int:
             if broker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("broker did not start: " + (workdir / "broker.log").read_text())
             time.sleep(0.1)
-        figures = asyncio.run(run(args, stomp, broker.pid))
+        with BudgetSampler(http) as budget:
+            figures = asyncio.run(run(args, stomp, broker.pid))
+        figures.update(budget.figures())
         print(json.dumps(figures))
         complete = figures.get("every_reader_got_every_message", figures.get("nothing_lost"))
         return 0 if figures["within_bound"] and complete else 1
