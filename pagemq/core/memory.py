@@ -38,6 +38,7 @@ RESUME_READING = 0.9  # readers stopped by a full budget read again below this s
 PARTS = (
     "connection_buffer_bytes",  # sockets' write buffers, held input, partial frames
     "browse_read_ahead_bytes",  # browsers' page read-ahead chunks
+    "page_read_ahead_bytes",  # reading queues' page chunks (raw records read ahead)
     "expiry_timer_bytes",  # entries of the expiry heap
     "journal_index_bytes",  # the journal's index entries of in-memory persistent messages
 )

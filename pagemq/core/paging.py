@@ -57,6 +57,8 @@ MIN_READ_CHUNK = 16 * 1024
 """The smallest page read a queue makes when many share a tight budget (see _read_in)."""
 
 
+PAGE_READ_PART = "page_read_ahead_bytes"  # readers' page chunks (GET /api/broker memory)
+PAGE_READ_CHUNKS_HELD = 2  # a queue's reading holds the chunk being taken and the next one
 BROWSE_PART = "browse_read_ahead_bytes"  # its name in the budget's parts (GET /api/broker memory)
 BROWSE_CHUNKS_HELD = 2  # a browse holds one chunk being consumed and the next read ahead
 
@@ -108,6 +110,7 @@ class PageCursor:
         # Delivery counts of claimed refs that went back to disk unacknowledged.
         self._returned: dict[tuple[int, int], int] = {}
         self._waiting_for_budget = False
+        self._read_ahead_charge = 0  # its page reads' chunks, charged while it is a reader
 
     @property
     def unread(self) -> int:
@@ -342,7 +345,7 @@ class PageCursor:
     def _into_memory(self, size: int) -> None:
         """One record read from disk is now held in memory (charged to the budgets)."""
         if not self.in_memory:
-            self.pager.budget.readers += 1
+            self._start_reading()
         self.in_memory += 1
         self.bytes_in_memory += size
         self.pager.charge(size)
@@ -452,7 +455,7 @@ class PageCursor:
         self.in_memory -= 1
         self.bytes_in_memory -= size
         if not self.in_memory:
-            self.pager.budget.readers -= 1
+            self._stop_reading()
         self.pager.release(size)
         position = ref.page_pos
         if not acked:
@@ -476,8 +479,27 @@ class PageCursor:
         self.pager.drop(self)
         self._holding = False
         if self.in_memory:  # (its refs were released; this is only the reader count)
-            self.pager.budget.readers -= 1
+            self._stop_reading()
             self.in_memory = 0
+
+    def _start_reading(self) -> None:
+        """It holds messages read back: a reader, sharing the budget, its page reads' chunks
+        (one being taken, one read ahead: raw records, not yet messages) charged to it."""
+        budget = self.pager.budget
+        budget.readers += 1
+        charge = PAGE_READ_CHUNKS_HELD * self.book.read_chunk_bytes
+        share = budget.read_share()
+        if share >= 0:  # chunks are at least 16 KiB: under a tiny budget they would fill it
+            charge = min(charge, share // 4)
+        self._read_ahead_charge = charge
+        budget.charge_part(PAGE_READ_PART, self._read_ahead_charge)
+
+    def _stop_reading(self) -> None:
+        budget = self.pager.budget
+        budget.readers -= 1
+        if self._read_ahead_charge:
+            budget.charge_part(PAGE_READ_PART, -self._read_ahead_charge)
+            self._read_ahead_charge = 0
 
 
 def _idle_consumer(queue: Queue) -> bool:
