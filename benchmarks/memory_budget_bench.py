@@ -136,7 +136,8 @@ class BudgetSampler:
     """Polls `GET /api/broker` every 0.5 s on a thread: the peaks of the memory budget's use
     and of its parts (what the broker accounts, beside the RSS the kernel reports)."""
 
-    FIELDS = ("used_bytes", "read_back_bytes", "connection_buffer_bytes", "browse_read_ahead_bytes",
+    FIELDS = ("used_bytes", "read_back_bytes", "connection_buffer_bytes", "page_read_ahead_bytes",
+              "browse_read_ahead_bytes",
               "expiry_timer_bytes", "journal_index_bytes")
 
     def __init__(self, http_port: int) -> None:
