@@ -137,8 +137,7 @@ class BudgetSampler:
     and of its parts (what the broker accounts, beside the RSS the kernel reports)."""
 
     FIELDS = ("used_bytes", "read_back_bytes", "connection_buffer_bytes", "page_read_ahead_bytes",
-              "browse_read_ahead_bytes",
-              "expiry_timer_bytes", "journal_index_bytes")
+              "browse_read_ahead_bytes", "expiry_timer_bytes", "journal_index_bytes")
 
     def __init__(self, http_port: int) -> None:
         self.url = f"http://127.0.0.1:{http_port}/api/broker"
