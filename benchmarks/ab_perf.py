@@ -4,7 +4,9 @@ The machine's speed drifts by ±15-20 % from minute to minute, so one run of eac
 little. This runs ROUNDS rounds; in each, both trees' brokers are started in turn (the order
 alternates from round to round) on a fresh data directory and loaded by the same `pagemq
 perf` client (this tree's), and per round the ratio after/before is taken, so slow minutes
-hit both sides. Printed: each run, the medians, and the median of the per-round ratios.
+hit both sides. Printed: each run, the medians, and the median of the per-round ratios;
+`broker_cpu_s` is the CPU time the broker used for the run (lower is better), which moves
+much less with the machine's load than the rates.
 
     git worktree add /tmp/before <rev>
     .venv/bin/python benchmarks/ab_perf.py --before /tmp/before --rounds 8 \
@@ -41,14 +43,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_broker(tree: Path, data: Path, port: int, *serve_args: str) -> subprocess.Popen[bytes]:
+def start_broker(tree: Path, data: Path, port: int, *serve_args: str,
+                 launcher: tuple[str, ...] = (PAGEMQ,)) -> subprocess.Popen[bytes]:
     """`pagemq serve` of `tree` on `data`, STOMP on `port`; returns once it logs ready.
-    `serve_args`: more flags (`--http`, `--config`); without `--http`, a free port."""
+    `serve_args`: more flags (`--http`, `--config`); without `--http`, a free port.
+    `launcher`: what runs `pagemq` (e.g. benchmarks/stall_probe.py with its flags)."""
     if "--http" not in serve_args:
         serve_args = (*serve_args, "--http", f"127.0.0.1:{free_port()}")
     env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.Popen(
-        [PAGEMQ, "serve", "--data-dir", str(data), "--stomp", f"127.0.0.1:{port}", *serve_args],
+        [*launcher, "serve", "--data-dir", str(data), "--stomp", f"127.0.0.1:{port}", *serve_args],
         env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     assert proc.stderr is not None
@@ -86,6 +90,15 @@ def run_perf(port: int, destination: str, perf_args: list[str]) -> dict[str, Any
     return perf_document(out.stdout)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _run(tree: Path, perf_args: list[str], round_no: int) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="ab-perf-"))
     port = free_port()
@@ -96,6 +109,9 @@ def _run(tree: Path, perf_args: list[str], round_no: int) -> dict[str, float]:
         for result in document["results"]:
             rates[f"{result['phase']}/{result['role']}"] = result["msgs_per_s"]
             rates["peak_rss_mib"] = max(rates.get("peak_rss_mib", 0.0), result["broker_peak_rss_mib"] or 0)
+        # CPU the broker used for the same work: moves far less with the machine's load than
+        # a rate does (lower is better; start-up included)
+        rates["broker_cpu_s"] = _cpu_seconds(proc.pid)
         return rates
     finally:
         proc.terminate()
@@ -118,15 +134,17 @@ def main() -> None:
         for name in order:
             rates = _run(trees[name], perf_args, round_no)
             runs[name].append(rates)
-            shown = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(rates.items()))
+            shown = ", ".join(f"{k} {v:,.0f}" if v >= 100 else f"{k} {v:.2f}"
+                              for k, v in sorted(rates.items()))
             print(f"round {round_no + 1} {name:6}: {shown}", flush=True)
     print()
     for key in sorted(runs["after"][0]):
         before = [r[key] for r in runs["before"]]
         after = [r[key] for r in runs["after"]]
         ratios = [a / b for a, b in zip(after, before, strict=True) if b]
-        print(f"{key:22} median before {statistics.median(before):>10,.0f}  after "
-              f"{statistics.median(after):>10,.0f}  ratio of medians "
+        digits = 0 if statistics.median(before) >= 100 else 2
+        print(f"{key:22} median before {statistics.median(before):>10,.{digits}f}  after "
+              f"{statistics.median(after):>10,.{digits}f}  ratio of medians "
               f"{statistics.median(after) / statistics.median(before):6.1%}  median per-round "
               f"ratio {statistics.median(ratios):6.1%}")
 

@@ -1,7 +1,7 @@
 """End-to-end latency of a busy queue while another, deeply paged queue is being drained.
 
     .venv/bin/python benchmarks/latency_under_drain.py [--before TREE] [--fill 1000000]
-        [--count 200000] [--global-max-size 64MiB] [--rounds 1]
+        [--count 200000] [--global-max-size 64MiB] [--rounds 1] [--probe DIR]
 
 The question (the event-loop issue): does draining a million paged messages (page reads,
 journal cleanup of the acknowledgements, the per-second expiry scan) stall the event loop
@@ -37,6 +37,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -106,8 +107,16 @@ def _role(document: dict[str, Any], role: str) -> dict[str, Any]:
 def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
     workdir = Path(tempfile.mkdtemp(prefix="latency-under-drain-"))
     port, http_port = free_port(), free_port()
+    launcher: tuple[str, ...] = ()
+    if args.probe is not None:  # the stalls' stacks and collections, written as the broker stops
+        args.probe.mkdir(parents=True, exist_ok=True)
+        report = args.probe / f"stalls-{tree.name}-{int(time.time())}.txt"
+        probe = str(HERE / "benchmarks" / "stall_probe.py")
+        launcher = (sys.executable, probe, "--report", str(report), "--")
+        print(f"  stall report: {report}")
     broker = start_broker(tree, workdir / "data", port, "--http", f"{HOST}:{http_port}",
-                          "--config", str(_config(workdir, args.global_max_size)))
+                          "--config", str(_config(workdir, args.global_max_size)),
+                          **({"launcher": launcher} if launcher else {}))
     drain: subprocess.Popen[bytes] | None = None
     size = ["--size", str(args.size)]
     try:
@@ -184,6 +193,8 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=4)
     parser.add_argument("--drainers", type=int, default=4, help="consumers draining A")
     parser.add_argument("--global-max-size", default="64MiB")
+    parser.add_argument("--probe", type=Path, help="run the brokers under benchmarks/stall_probe.py, "
+                        "reports into this folder")
     args = parser.parse_args()
     trees = {"after": HERE} | ({"before": args.before.resolve()} if args.before else {})
     runs: dict[str, list[Figures]] = {name: [] for name in trees}

@@ -3,6 +3,9 @@
 Separates the broker's own cost from client and kernel noise on a shared machine:
     .venv/bin/python benchmarks/send_path_bench.py [--messages 100000] [--persistent] [--deliver]
 
+`--consume` then times the drain: one client-individual consumer (prefetch 1,000) ACKs each
+MESSAGE in batches of `--batch` ACK frames per read (the `pagemq perf` consumer's load).
+
 `--deliver` subscribes one auto-ack consumer first, so every SEND is also delivered (the
 path the delivery-latency histogram observes on); `--no-latency` leaves that consumer
 without the histogram, to measure what it costs in the same build.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -32,9 +36,12 @@ class NullTransport:
     def __init__(self) -> None:
         self.bytes = 0
         self.session: StompSession | None = None
+        self.kept: list[bytes] | None = None  # what the broker wrote, while a consumer runs
 
     def write(self, data: bytes) -> None:
         self.bytes += len(data)
+        if self.kept is not None:
+            self.kept.append(data)
 
     def schedule_flush(self) -> None:
         asyncio.get_running_loop().call_soon(self.flush)
@@ -49,7 +56,7 @@ class NullTransport:
 
 
 async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
-              deliver: bool = False, latency: bool = True) -> None:
+              deliver: bool = False, latency: bool = True, consume: bool = False) -> None:
     directory = Path(tempfile.mkdtemp())
     store = JournalMessageStore(directory / "journal", file_size=32 << 20, sync=not NOSYNC)
     settings = AddressSettingsRepository()
@@ -88,18 +95,54 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
         )
         for i in range(0, messages, batch)
     ]
-    cpu, wall = time.process_time(), time.perf_counter()
+    cpu, wall, loop_cpu = time.process_time(), time.perf_counter(), time.thread_time()
     for chunk in chunks:
         session.receive(chunk)
         await asyncio.sleep(0)
     await store.flush()
     await asyncio.sleep(0.01)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    cpu, wall, loop_cpu = time.process_time() - cpu, time.perf_counter() - wall, time.thread_time() - loop_cpu
     print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}): "
           f"{', paged' if paging else ''}{', delivered' if deliver else ''}"
           f"{'' if latency or not deliver else ' (no latency histogram)'}: "
-          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads), {messages / wall:,.0f}/s wall")
+          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; {loop_cpu / messages * 1e6:.1f} the loop's), "
+          f"{messages / wall:,.0f}/s wall")
+    if consume:
+        await drain(session, transport, messages, batch)
     await store.close()
+
+
+async def drain(session: StompSession, transport: NullTransport, messages: int, batch: int) -> None:
+    """The consume phase: ACK every MESSAGE as it comes, `batch` ACK frames per read."""
+    transport.kept = []
+    cpu, wall, loop_cpu = time.process_time(), time.perf_counter(), time.thread_time()
+    session.receive(encode_frame("SUBSCRIBE", {"destination": "/queue/bench", "id": "1",
+                                               "ack": "client-individual",
+                                               "activemq.prefetchSize": "1000"}))
+    acked = 0
+    progress = time.monotonic()
+    while acked < messages:
+        await asyncio.sleep(0)
+        transport.flush()
+        ids = ACK_ID.findall(b"".join(transport.kept))
+        transport.kept.clear()
+        if not ids:
+            if time.monotonic() - progress > 10:
+                raise SystemExit(f"stalled: {acked} of {messages} consumed; queue "
+                                 f"{session.broker.queue_info('bench')}")
+            continue
+        progress = time.monotonic()
+        for i in range(0, len(ids), batch):
+            session.receive(b"".join(ACK_FRAME % ack for ack in ids[i:i + batch]))
+        acked += len(ids)
+    cpu, wall, loop_cpu = time.process_time() - cpu, time.perf_counter() - wall, time.thread_time() - loop_cpu
+    print(f"{messages} consumed (client-individual ACKs): "
+          f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; {loop_cpu / messages * 1e6:.1f} the loop's), "
+          f"{messages / wall:,.0f}/s wall")
+
+
+ACK_ID = re.compile(rb"\nack:([^\n]*)\n")
+ACK_FRAME = b"ACK\nid:%s\n\n\x00"
 
 
 def main() -> None:
@@ -109,6 +152,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64, help="SEND frames per socket read")
     parser.add_argument("--paging", action="store_true", help="max-size-bytes 0: every message pages")
     parser.add_argument("--deliver", action="store_true", help="an auto-ack consumer takes every message")
+    parser.add_argument("--consume", action="store_true", help="then time a client-individual drain")
     parser.add_argument("--no-latency", action="store_true", help="deliver without the latency histogram")
     args = parser.parse_args()
     try:
@@ -117,7 +161,7 @@ def main() -> None:
     except ImportError:
         pass
     asyncio.run(run(args.messages, args.persistent, args.batch, args.paging, args.deliver,
-                    not args.no_latency))
+                    not args.no_latency, args.consume))
 
 
 if __name__ == "__main__":

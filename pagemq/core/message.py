@@ -85,15 +85,17 @@ def estimate_memory(headers: dict[str, str], body: bytes) -> int:
 
     Header strings are counted at their ASCII size plus object header; an interned key shared
     with other messages is still counted (the estimate errs high, which keeps RSS bounded).
+    Inline sums, not a call of `estimate_from_lengths`: this runs for every SEND.
     """
-    text = 0
-    for key, value in headers.items():
-        text += len(key) + len(value)
-    return estimate_from_lengths(len(headers), text, len(body))
+    return (_FIXED + len(body) + len(headers) * _PER_HEADER
+            + sum(map(len, headers)) + sum(map(len, headers.values())))
 
 
 def estimate_from_lengths(header_count: int, header_text: int, body_length: int) -> int:
     """`estimate_memory` of a message known by its lengths only (an encoded one, whose
     header text is counted in bytes: at least its characters, so the estimate errs high)."""
-    return (_OBJECT_OVERHEAD + _BYTES_OVERHEAD + body_length + _DICT_BASE + _REF_OVERHEAD
-            + header_count * (_DICT_PER_ITEM + 2 * _STR_OVERHEAD) + header_text)
+    return _FIXED + body_length + header_count * _PER_HEADER + header_text
+
+
+_FIXED = _OBJECT_OVERHEAD + _BYTES_OVERHEAD + _DICT_BASE + _REF_OVERHEAD
+_PER_HEADER = _DICT_PER_ITEM + 2 * _STR_OVERHEAD

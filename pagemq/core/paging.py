@@ -651,11 +651,14 @@ class AddressPager:
         """
         records = []
         routed: list[Queue] = []
+        summary_input = []
         for message, queues in items:
-            records.append(PagedRecord(message.message_id, tuple([q.queue_id for q in queues]),
-                                       message.persistent, encode_message(message), txid))
+            queue_ids = (queues[0].queue_id,) if len(queues) == 1 else tuple([q.queue_id for q in queues])
+            records.append(PagedRecord(message.message_id, queue_ids, message.persistent,
+                                       encode_message(message), txid))
             routed += queues
-        appended = self.store.append(records, summary_input=[m for m, _ in items])
+            summary_input.append(message)
+        appended = self.store.append(records, summary_input=summary_input)
         cursors = self.cursors
         for queue in routed:
             queue.counters.added += 1

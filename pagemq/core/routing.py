@@ -111,7 +111,13 @@ class Router:
             return None
         address, message, queues, decision = routed
         if decision is PAGE:
-            return self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
+            pager = self.bindings.pagers.get(address.name)
+            if pager is None or pager.address is not address:
+                pager = self.bindings.pager(address)
+            durable = pager.page([(message, queues)])
+            if self.bindings.dirty or self._bindings_durable is not None:
+                return self.after_bindings(durable)
+            return durable
         return self._keep(message, address, queues)
 
     def _keep(self, message: Message, address: Address, queues: list[Queue]) -> asyncio.Future[None] | None:
@@ -195,7 +201,7 @@ class Router:
         bindings = self.bindings
         if self.disk.full and not internal and self.disk.policy == FAIL:
             self.disk.admit()  # refused before an address or queue record is written
-        address = bindings.ensure_address(address_name, routing_type)
+        address = bindings.addresses.get(address_name) or bindings.ensure_address(address_name, routing_type)
         if routing_type == ANYCAST and not address.anycast_queues:
             bindings.ensure_queue(address, address_name, ANYCAST)
         message = Message(
@@ -241,7 +247,10 @@ class Router:
             self.disk.admit()  # FAIL raises DiskFull
             raise Blocked(address)
         if address.paging:
-            return PAGE if internal else self._page_limit(address)
+            settings = address.settings
+            if internal or (settings.page_limit_bytes < 0 and settings.page_limit_messages < 0):
+                return PAGE  # no page limit (the common case, without a call)
+            return self._page_limit(address)
         size = message.memory_size
         if not (address.is_full(size) or self.memory.would_exceed(size)):
             return MEMORY

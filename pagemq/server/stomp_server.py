@@ -36,6 +36,7 @@ from pagemq.security.listener import ListenerPolicy
 from pagemq.server.connection_buffers import ConnectionBuffers
 from pagemq.server.connection_log import ConnectionLog, format_peer
 from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
+from pagemq.server.turn_budget import TurnBudget, loop_budget
 
 if TYPE_CHECKING:
     import ssl
@@ -55,8 +56,11 @@ WRITE_LOW_WATER = 1 << 18
 class StompServerProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, limits: StompConfig, connections: set[StompServerProtocol],
                  scheduler: Scheduler | None = None, policy: ListenerPolicy | None = None,
-                 connection_log: ConnectionLog | None = None,
+                 connection_log: ConnectionLog | None = None, turn: TurnBudget | None = None,
                  buffers: ConnectionBuffers | None = None) -> None:
+        """`turn`: the loop turn's time for frames (by default the running loop's shared one;
+        none, so frame caps alone, when a test's `scheduler` is given). `buffers`: charges
+        what the connection buffers to the memory budget (server/connection_buffers.py)."""
         self._broker = broker
         self._buffers = buffers  # charges what this connection buffers to the memory budget
         self._policy = policy if policy is not None else ListenerPolicy("stomp")
@@ -68,6 +72,7 @@ class StompServerProtocol(asyncio.Protocol):
         self._limits = limits
         self._connections = connections
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
+        self._turn = turn if turn is not None or scheduler is not None else loop_budget(self._loop)
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         self._paused_writing = False
@@ -101,7 +106,7 @@ class StompServerProtocol(asyncio.Protocol):
             max_header_length=self._limits.max_header_length,
         )
         access = None if policy.access is None else policy.access.for_peer(_peer(transport))
-        self.session = StompSession(self._broker, protocol, self, self._loop, access)
+        self.session = StompSession(self._broker, protocol, self, self._loop, access, self._turn)
         self._connections.add(self)
         self.peer = transport.get_extra_info("peername")
         self.connected_at = time.time()

@@ -35,7 +35,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -66,18 +66,20 @@ from pagemq.security.users import User
 from pagemq.server.destinations import Destination, parse_destination
 from pagemq.server.management_requests import answer_request, is_management_send, management_permissions
 from pagemq.server.stomp_access import durable_subscription, send_permissions, subscribe_permissions
+from pagemq.server.turn_budget import TurnBudget
 
 log = logging.getLogger("pagemq.stomp")
 
 _session_ids = itertools.count(1)
 OUTPUT_HIGH_WATER = 1 << 20
 READ_AHEAD_BYTES = 1 << 20  # held frames (about) past which the socket is no longer read
-# Frames carried out per callback (a socket read, a deferred share) before the rest waits for
-# a later loop turn, so one connection's burst cannot hold the loop for long. Each deferral
-# costs a loop turn, and a turn flushes every connection's output: at 64 the drain of a
-# 4+4 benchmark lost ~5 % of its rate to the extra writes, so the share is a normal read's
-# worth of frames and only bursts beyond it are split.
-FRAMES_PER_TURN = 1024
+# Frames parsed, and carried out, per callback (a socket read, a deferred share) at most;
+# the rest waits for a later loop turn (unparsed bytes in the parser). Parsing a whole
+# 256 KiB read of ACKs (~6,000 frames) took ~20 ms before the first was carried out. What
+# bounds the carrying out is time: the loop turn's share for frames (`turn_budget`, 20 ms
+# for all connections together); this cap alone bounds it on a loop without the time
+# bound (tests' manual loop). Reads of a 4+4 `pagemq perf` run rarely bring more.
+FRAMES_PER_TURN = 256
 DEFERRED_FRAMES = 16_384  # frames waiting for their turn past which the socket is not read
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_BATCH = 256
@@ -152,9 +154,12 @@ class StompSession:
     """Server side of one STOMP connection, bound to a broker."""
 
     def __init__(self, broker: Broker, protocol: StompConnection, transport: Transport,
-                 scheduler: Scheduler | None = None, access: SessionAccess | None = None) -> None:
+                 scheduler: Scheduler | None = None, access: SessionAccess | None = None,
+                 turn: TurnBudget | None = None) -> None:
         """`access`: None when security is disabled; else CONNECT authenticates through it
-        and each frame's permissions are checked with it (docs/security.md)."""
+        and each frame's permissions are checked with it (docs/security.md). `turn`: the
+        loop turn's time for frames, shared by the loop's connections (None: the frame cap
+        alone bounds a callback)."""
         self.broker = broker
         self.access = access
         # CONNECT's password being verified (in a thread): later frames wait behind it.
@@ -162,6 +167,7 @@ class StompSession:
         self.protocol = protocol
         self.transport = transport
         self._loop: Scheduler = scheduler if scheduler is not None else asyncio.get_running_loop()
+        self._turn = turn if turn is not None else TurnBudget(self._loop, None)
         self.session_id = f"pagemq-{next(_session_ids)}"
         self.client_id: str | None = None
         # CONNECT's login header (with security: only once verified, so the log and
@@ -192,6 +198,9 @@ class StompSession:
         self._deferred: deque[Sequence[ev.Event | _Failure]] = deque()
         self._deferred_frames = 0
         self._deferred_scheduled = False
+        # Bytes read but not yet parsed may hold more frames (a read brought more than a
+        # FRAMES_PER_TURN): they are parsed once the deferred frames are carried out.
+        self._unparsed = False
         self._reading_paused = False
         self._input_closed = False  # a bad frame was read: later bytes are not looked at
         self._writable = True
@@ -215,8 +224,18 @@ class StompSession:
         """Bytes from the socket; any protocol or broker error ends the connection."""
         if self.closing or self._input_closed:
             return
+        self._turn.begin()
+        self._parse(data)
+        if self._unparsed:
+            self._schedule_deferred()
+
+    def _parse(self, data: bytes) -> None:
+        """Parse up to `FRAMES_PER_TURN` frames of what was read (none while earlier bytes wait
+        to be parsed: these wait behind them) and carry them out or defer them; a later
+        turn parses the rest (`_run_deferred`)."""
+        share = 0 if self._unparsed else FRAMES_PER_TURN
         try:
-            events = self.protocol.receive_data(data)
+            events = self.protocol.receive_data(data, share)
         except VersionMismatch:
             self._fail_raw(self.protocol.version_error())
             return
@@ -229,13 +248,19 @@ class StompSession:
             self._accept(getattr(exc, "events", ()))
             if self.closing:
                 return
-            if self._backlog:
+            if self._deferred:  # the read's own frames went past the turn's share
+                self._defer([_Failure(exc.message, exc.receipt_id)])
+            elif self._backlog:
                 self._backlog.append((_Failure(exc.message, exc.receipt_id), 0))
                 self._schedule_drain()  # held only by the write side: carried out at once
-            elif self._deferred:  # the read's own frames went past the turn's share
-                self._defer([_Failure(exc.message, exc.receipt_id)])
             else:
                 self.fail(exc.message, exc.receipt_id)
+            return
+        if share and len(events) == share:  # more frames may be buffered: parsed later
+            self._unparsed = True
+        if self._unparsed and self.protocol.buffered > READ_AHEAD_BYTES:
+            self._pause_reading()
+        if not events:
             return
         if self._deferred:
             self._defer(events)  # behind the frames still waiting for their turn
@@ -258,28 +283,34 @@ class StompSession:
         return self._committing is not None or self._authenticating is not None
 
     def _accept(self, events: Sequence[ev.Event | _Failure]) -> None:
-        if self._backlog or self._held or not self._writable:
+        if (self._backlog or self._blocked_retry is not None or self._committing is not None
+                or self._authenticating is not None or not self._writable):  # _held, inlined
             self._hold(events)
             return
+        spent = self._turn.spent
         for index, event in enumerate(events):
             if self.closing:
                 return
-            if index == FRAMES_PER_TURN:
-                # This callback's share is done: the rest on a later loop turn, first in line.
-                self._deferred.appendleft(events[index:])
-                self._deferred_frames += len(events) - index
-                self._schedule_deferred()
+            if index == FRAMES_PER_TURN or spent():
+                self._leave_rest(events, index)
                 break
             if isinstance(event, _Failure):
                 self.fail(event.message, event.receipt_id)
                 return
-            if self._backlog or self._waiting:
-                self._hold_one(event)
+            if self._backlog or self._committing is not None or self._authenticating is not None:
+                self._hold_one(event)  # held (_waiting, inlined: this runs for every frame)
             elif not self._run(event):
                 size = _size(event)
                 self._backlog.append((event, size))
                 self._backlog_bytes += size
         self._check_read_ahead()
+
+    def _leave_rest(self, events: Sequence[ev.Event | _Failure], index: int) -> None:
+        """This callback's share is done before `events[index]` (FRAMES_PER_TURN frames, or
+        its slice of the turn spent): the rest goes to a later loop turn, first in line."""
+        self._deferred.appendleft(events[index:])
+        self._deferred_frames += len(events) - index
+        self._schedule_deferred()
 
     def _defer(self, events: Sequence[ev.Event | _Failure]) -> None:
         """A read's frames wait behind those deferred before them (no per-frame work: a
@@ -296,28 +327,46 @@ class StompSession:
             self._loop.call_soon(self._run_deferred)
 
     def _run_deferred(self) -> None:
-        """The next deferred share: up to FRAMES_PER_TURN frames, then a later turn again."""
+        """The next deferred share (up to the turn's share of frames), or once none is left
+        the next frames parsed from the bytes read; then a later turn again."""
         self._deferred_scheduled = False
-        if self.closing or not self._deferred:
-            return
-        events = self._deferred.popleft()
-        self._deferred_frames -= len(events)
-        self._accept(events)
-        if self._deferred and not self._deferred_scheduled and not self.closing:
+        self._turn.begin()
+        while not self.closing and not self._deferred_scheduled:  # until the share is done
+            if self._deferred:
+                events = self._deferred.popleft()
+                self._deferred_frames -= len(events)
+                self._accept(events)
+            elif self._unparsed and not self._input_closed:
+                self._unparsed = False
+                self._parse(b"")
+            else:
+                break
+            if self._backlog:  # held: the rest waits for the drain
+                break
+            if (self._deferred or self._unparsed) and self._turn.over():
+                break
+        if (self._deferred or self._unparsed) and not self._deferred_scheduled and not self.closing:
             self._schedule_deferred()
         self._maybe_resume_reading()
 
     def _maybe_resume_reading(self) -> None:
         if (self._reading_paused and not self.closing
                 and self._backlog_bytes <= READ_AHEAD_BYTES // 2
+                and (not self._unparsed or self.protocol.buffered <= READ_AHEAD_BYTES // 2)
                 and self._deferred_frames <= DEFERRED_FRAMES // 2):
             self._reading_paused = False
             self.transport.resume_reading()
 
-    def _hold(self, events: Iterable[ev.Event | _Failure]) -> None:
-        for event in events:
+    def _hold(self, events: Sequence[ev.Event | _Failure]) -> None:
+        """Held frames wait behind the backlog; but ACKs/NACKs go ahead (`_hold_one`), so
+        holding a read's frames takes the turn's share too."""
+        spent = self._turn.spent
+        for index, event in enumerate(events):
             if self.closing:
                 return
+            if index == FRAMES_PER_TURN or spent():
+                self._leave_rest(events, index)
+                break
             self._hold_one(event)
         self._check_read_ahead()
 
@@ -355,14 +404,16 @@ class StompSession:
         is reached even while the peer does not read: it is what closes the connection)."""
         self._drain_scheduled = False
         backlog = self._backlog
-        budget = FRAMES_PER_TURN
+        turn = self._turn
+        turn.begin()
+        done = 0
         while backlog and not self.closing and not self._held:
             if not self._writable and not self._input_closed:
                 break
-            if budget <= 0:
+            if done == FRAMES_PER_TURN or turn.spent():
                 self._schedule_drain()  # a later turn goes on (others get theirs meanwhile)
                 break
-            budget -= 1
+            done += 1
             event, size = backlog.popleft()
             self._backlog_bytes -= size
             if isinstance(event, _Failure):
@@ -396,26 +447,7 @@ class StompSession:
         return True
 
     def _handle(self, event: ev.Event) -> None:
-        if isinstance(event, ev.Send):
-            self._on_send(event)
-        elif isinstance(event, ev.Ack):
-            self._on_ack(event)
-        elif isinstance(event, ev.Nack):
-            self._on_nack(event)
-        elif isinstance(event, ev.Subscribe):
-            self._on_subscribe(event)
-        elif isinstance(event, ev.Unsubscribe):
-            self._on_unsubscribe(event)
-        elif isinstance(event, ev.Begin):
-            self._on_begin(event)
-        elif isinstance(event, ev.Commit):
-            self._on_commit(event)
-        elif isinstance(event, ev.Abort):
-            self._on_abort(event)
-        elif isinstance(event, ev.Connect):
-            self._on_connect(event)
-        elif isinstance(event, ev.Disconnect):
-            self._on_disconnect(event)
+        _HANDLERS[type(event)](self, event)  # one lookup, not a chain of isinstance checks
 
     def _commit_applied(self, _applied: asyncio.Future[None]) -> None:
         tx = self._committing
@@ -881,11 +913,10 @@ class StompSession:
             if future is not None:
                 if not future.done():
                     return
-                problem = _failure_of(future)
-                if problem is not None:
+                if future.cancelled() or future.exception() is not None:
                     replies.popleft()
                     self._reply_bytes -= len(frame)
-                    self._note_error(f"message could not be stored: {problem}", receipt_id)
+                    self._note_error(f"message could not be stored: {_failure_of(future)}", receipt_id)
                     continue
             replies.popleft()
             self._reply_bytes -= len(frame)
@@ -988,6 +1019,20 @@ class StompSession:
 
 
 _GOES_AHEAD = (ev.Ack, ev.Nack)
+
+# Each frame event's handler; `_handle` looks it up by the event's exact type.
+_HANDLERS: dict[type, Callable[[StompSession, Any], None]] = {
+    ev.Send: StompSession._on_send,
+    ev.Ack: StompSession._on_ack,
+    ev.Nack: StompSession._on_nack,
+    ev.Subscribe: StompSession._on_subscribe,
+    ev.Unsubscribe: StompSession._on_unsubscribe,
+    ev.Begin: StompSession._on_begin,
+    ev.Commit: StompSession._on_commit,
+    ev.Abort: StompSession._on_abort,
+    ev.Connect: StompSession._on_connect,
+    ev.Disconnect: StompSession._on_disconnect,
+}
 
 _OWN_HEADERS = frozenset(
     {"message-id", "destination", "subscription", "ack", "redelivered", "receipt",

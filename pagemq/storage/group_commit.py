@@ -116,6 +116,14 @@ class GroupCommitWriter:
         self._thread = threading.Thread(target=self._run, name="pagemq-journal-writer", daemon=True)
         self._thread.start()
 
+    def check(self) -> None:
+        """Loop thread. Raise what `append` would for a failed or stopped writer, without
+        appending: for an op the journal gathers now and writes later."""
+        if self.error is not None:
+            raise _refusal(self.error)
+        if self._closing or self._loop is None:
+            raise JournalError("journal is not running (not started, or closed)")
+
     def append(self, file_no: int, data: bytes, last_seq: int, *, sync: bool) -> asyncio.Future[None] | None:
         """Loop thread. Cheap by design: extend the buffer, maybe create the batch future."""
         with self._cond:

@@ -81,6 +81,18 @@ _PAYLOAD_AT = rec.RECORD_HEADER.size
 _MAX_SEQ = (1 << 64) - 1
 
 
+def _pass_on(target: asyncio.Future[None], source: asyncio.Future[None]) -> None:
+    """The writer's batch future's outcome, to a future handed out before the batch."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())  # type: ignore[arg-type]
+    else:
+        target.set_result(None)
+
+
 class UnknownRecordError(LookupError):
     """UPDATE or DELETE of an id that is not live: a caller bug, refused before any write."""
 
@@ -203,6 +215,13 @@ class Journal:
         self._fileio = fileio
         self._files: dict[int, _DataFile] = {}
         self._records: dict[int, _Live] = {}
+        # ADDs and unsynced DELETEs of this loop turn, written as one record at its end or
+        # before anything else: see `_hold_op`. Gathered ids: True added, False deleted.
+        self._gathered: list[Op] = []
+        self._gathered_ids: dict[int, bool] = {}
+        self._gathered_future: asyncio.Future[None] | None = None
+        self._gathered_size = 0
+        self._gather_bytes = max(256, min(file_size // 8, 1 << 20))
         self._cur: _DataFile | None = None
         self._next_seq = 1
         self._next_file_no = 1
@@ -448,21 +467,98 @@ class Journal:
         self._writer.start(loop)
 
     def add(self, id: int, type: int, payload: bytes, *, sync: bool = False) -> asyncio.Future[None] | None:
-        if id in self._records:
+        if id in self._records or id in self._gathered_ids:
             raise DuplicateRecordError(f"journal record {id} is already live")
-        return self._write_op(OpKind.ADD, id, type, payload, sync)
+        rec.check_fields(id, type)  # refused now, not when the turn's records are written
+        return self._hold_op(OpKind.ADD, id, type, payload, sync)
 
     def update(
         self, id: int, type: int, payload: bytes, *, sync: bool = False
     ) -> asyncio.Future[None] | None:
+        self.write_gathered()
         if id not in self._records:
             raise UnknownRecordError(f"journal record {id} is not live: cannot update it")
         return self._write_op(OpKind.UPDATE, id, type, payload, sync)
 
     def delete(self, id: int, *, sync: bool = False) -> asyncio.Future[None] | None:
-        if id not in self._records:
+        gathered = self._gathered_ids.get(id)
+        if gathered is False or (gathered is None and id not in self._records):
             raise UnknownRecordError(f"journal record {id} is not live: cannot delete it")
-        return self._write_op(OpKind.DELETE, id, 0, b"", sync)
+        if sync:
+            self.write_gathered()
+            return self._write_op(OpKind.DELETE, id, 0, b"", sync)
+        return self._hold_op(OpKind.DELETE, id, 0, b"", False)
+
+    def _hold_op(self, kind: OpKind, id: int, type: int, payload: bytes, sync: bool
+                 ) -> asyncio.Future[None] | None:
+        """ADDs and unsynced DELETEs are gathered and written as one record (one frame, one
+        CRC, one hand-over to the writer thread) when the loop turn ends, or before any
+        other op, flush, cleanup or look at the index, so the journal's order is kept: a
+        burst of SENDs or ACKs costs a fraction of a record each. A sync ADD's future is
+        the gathered record's, resolved once it is durable, as the writer's would be. A
+        gathered record stays small next to a data file (`_gather_bytes`); a payload that
+        is big by itself is written alone."""
+        self._writer.check()
+        if len(payload) >= self._gather_bytes:
+            self.write_gathered()
+            return self._write_op(kind, id, type, payload, sync)
+        gathered = self._gathered
+        gathered.append((kind, id, type, payload))
+        self._gathered_ids[id] = kind == OpKind.ADD
+        self._gathered_size += len(payload) + rec.OP_HEADER.size
+        if len(gathered) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.write_gathered)
+            except RuntimeError:  # no loop (tools, recovery): at once
+                return self._write_now(sync)
+        future = None
+        if sync:
+            future = self._gathered_future
+            if future is None or future.cancelled():  # a waiter's cancel must not void the rest
+                future = self._gathered_future = asyncio.get_running_loop().create_future()
+        if self._gathered_size >= self._gather_bytes:
+            self.write_gathered()
+        return future
+
+    def _write_now(self, sync: bool) -> asyncio.Future[None] | None:
+        self.write_gathered()
+        return self._writer.flush_future() if sync else None
+
+    def write_gathered(self) -> None:
+        """Write what `_hold_op` holds: each op its own record (so damage to one costs
+        that one only), handed to the writer thread at once (once per file it lands in)."""
+        ops = self._gathered
+        if not ops:
+            return
+        future = self._gathered_future
+        self._gathered, self._gathered_ids, self._gathered_future = [], {}, None
+        self._gathered_size = 0
+        sync = future is not None and not future.cancelled()
+        frame, apply = rec.frame_op, self._apply  # fields were checked when gathered
+        seq = self._next_seq
+        chunk: list[bytes] = []
+        file = self._cur
+        try:
+            for kind, id, type, payload in ops:
+                data = frame(kind, seq, id, type, payload)
+                if file is None or self._rolls_for(len(data)):
+                    if file is not None and chunk:  # the last file's share goes first
+                        self._append(file, b"".join(chunk), seq - 1, False, len(chunk))
+                        chunk = []
+                    file = self._roll()
+                offset = file.size
+                file.size += len(data)
+                apply(file, seq, kind, id, type, offset + _PAYLOAD_AT, len(payload))
+                chunk.append(data)
+                seq += 1
+            assert file is not None
+            written = self._append(file, b"".join(chunk), seq - 1, sync, len(chunk))
+        except OSError as exc:  # the writer failed meanwhile (it logged why)
+            if sync:
+                future.set_exception(exc)  # type: ignore[union-attr]
+            raise
+        if future is not None and sync and written is not None:
+            written.add_done_callback(partial(_pass_on, future))
 
     def _write_op(self, kind: OpKind, id: int, type: int, payload: bytes, sync: bool
                   ) -> asyncio.Future[None] | None:
@@ -476,6 +572,7 @@ class Journal:
         """All ops in one framed record: after a crash, all of them or none."""
         if not ops:
             return self.flush() if sync else None
+        self.write_gathered()
         self._check_transaction(ops)
         seq = self._next_seq
         record = rec.TransactionRecord(seq, tuple(
@@ -507,6 +604,7 @@ class Journal:
 
     def flush(self) -> asyncio.Future[None]:
         """Resolves once everything appended so far is durable."""
+        self.write_gathered()
         return self._writer.flush_future()
 
     def _place(self, length: int) -> tuple[_DataFile, int]:
@@ -515,11 +613,16 @@ class Journal:
         A record larger than `file_size` gets a file of its own.
         """
         cur = self._cur
-        if cur is None or (cur.size + length > self.file_size and cur.size > rec.FILE_HEADER.size):
+        if cur is None or self._rolls_for(length):
             cur = self._roll()
         offset = cur.size
         cur.size += length
         return cur, offset
+
+    def _rolls_for(self, length: int) -> bool:
+        """A record of `length` bytes would not fit in the current (non-empty) file."""
+        cur = self._cur
+        return cur is None or (cur.size + length > self.file_size and cur.size > rec.FILE_HEADER.size)
 
     def _roll(self) -> _DataFile:
         file_no = self._next_file_no
@@ -530,9 +633,10 @@ class Journal:
                                                      self._next_seq)
         return self._cur
 
-    def _append(self, file: _DataFile, data: bytes, last: int, sync: bool) -> asyncio.Future[None] | None:
+    def _append(self, file: _DataFile, data: bytes, last: int, sync: bool, records: int = 1
+                ) -> asyncio.Future[None] | None:
         self._next_seq = last + 1
-        self._counters["records_written"] += 1
+        self._counters["records_written"] += records
         self._since_cleanup += len(data)
         return self._writer.append(file.file_no, data, last, sync=sync)
 
@@ -588,6 +692,7 @@ class Journal:
         13, defect 14); this bounds what a crash leaves to replay to about a second of
         writes, or `cleanup_bytes`, beyond the live records.
         """
+        self.write_gathered()
         if self._waiting_for and self._writer.durable_seq >= self._waiting_for:
             return True  # what the last cleanup had to leave (not yet durable) can go now
         if not self._since_cleanup:
@@ -629,6 +734,7 @@ class Journal:
     def _cleanup_steps(self, compact: bool) -> CleanupSteps:
         """One cleanup: index decisions here (loop), each piece of file work yielded as a
         callable over plain data and run by `run_inline` or `run_in_thread`."""
+        self.write_gathered()
         self._since_cleanup = 0
         self._last_cleanup = time.monotonic()
         report = CleanupReport()
@@ -827,6 +933,8 @@ class Journal:
         its failure was logged and handed to every waiting future when it happened."""
         if self._closed:
             return
+        if self._gathered and self._writer.error is None:
+            self.write_gathered()
         self._closed = True
         if self._cleaning is not None:
             await asyncio.wait([self._cleaning])  # its failure, if any, was its caller's
@@ -843,6 +951,8 @@ class Journal:
         await self._writer.stop()
 
     def stats(self) -> dict[str, int]:
+        if self._gathered and self._writer.error is None:
+            self.write_gathered()
         return {
             "files": len(self._files),
             "bytes": sum(file.size for file in self._files.values()),
@@ -858,6 +968,7 @@ class Journal:
 
     def locate(self, id: int) -> tuple[Path, int] | None:
         """Where live record `id`'s ADD sits: file and offset of its payload."""
+        self.write_gathered()
         live = self._records.get(id)
         if live is None:
             return None
@@ -865,6 +976,8 @@ class Journal:
 
     def files(self) -> list[DataFileInfo]:
         """Per-file index summary, for `pagemq data print` and tests."""
+        if self._gathered and self._writer.error is None:
+            self.write_gathered()
         return [
             DataFileInfo(f.file_no, f.path, f.size, f.ops, f.live,
                          sum(len(e) for e in f.kills.values()), f.first_seq, f.last_seq,

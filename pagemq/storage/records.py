@@ -21,7 +21,7 @@ import enum
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -117,7 +117,7 @@ def parse_file_number(name: str) -> int | None:
     return int(digits)
 
 
-def _check_fields(id: int, type: int) -> None:
+def check_fields(id: int, type: int) -> None:
     if not 0 <= id <= MAX_ID:
         raise ValueError(f"record id {id} is outside 0..2**64-1")
     if not 0 <= type <= MAX_TYPE:
@@ -127,11 +127,17 @@ def _check_fields(id: int, type: int) -> None:
 def encode_op(kind: OpKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
     """One ADD, UPDATE or DELETE record (an op kind equals its record kind). The journal's
     append path calls this directly rather than building a record object to encode."""
-    _check_fields(id, type)
-    return _frame(RecordKind(kind), seq, id, type, payload)
+    check_fields(id, type)
+    return _frame(kind, seq, id, type, payload)
 
 
-def _frame(kind: RecordKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
+def frame_op(kind: OpKind, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
+    """`encode_op` of fields already checked (`check_fields`): the journal checks an op
+    when it is handed in and frames it when the loop turn's ops are written."""
+    return _frame(kind, seq, id, type, payload)
+
+
+def _frame(kind: int, seq: int, id: int, type: int, payload: bytes | memoryview) -> bytes:
     header = RECORD_HEADER.pack(kind, len(payload), seq, id, type)
     crc = zlib.crc32(payload, zlib.crc32(header))
     return b"".join((header, payload, RECORD_CRC.pack(crc)))
@@ -215,7 +221,7 @@ class TransactionRecord:
     def encode(self) -> bytes:
         parts = [COUNT.pack(len(self.ops))]
         for op in self.ops:
-            _check_fields(op.id, op.type)
+            check_fields(op.id, op.type)
             parts.append(OP_HEADER.pack(op.kind, op.id, op.type, len(op.payload)))
             parts.append(op.payload)
         return _frame(RecordKind.TRANSACTION, self.seq, 0, 0, b"".join(parts))
@@ -249,6 +255,15 @@ class TransactionRecord:
         if position != len(payload):
             raise CorruptRecord("transaction payload has trailing bytes", offset)
         return tuple(ops)
+
+
+def encode_deletes(seq: int, ids: Sequence[int]) -> bytes:
+    """`TransactionRecord(seq, DELETE of each id).encode()`, without an object per op: the
+    journal writes a loop turn's ACKs this way (see `Journal.delete`)."""
+    delete = OP_HEADER.pack
+    kind = OpKind.DELETE
+    payload = b"".join([COUNT.pack(len(ids)), *[delete(kind, id, 0, 0) for id in ids]])
+    return _frame(RecordKind.TRANSACTION, seq, 0, 0, payload)
 
 
 @dataclass(frozen=True, slots=True)

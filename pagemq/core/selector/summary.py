@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
 from pagemq.core.selector.properties import JMS_NAMES
 from pagemq.core.selector.runtime import read_number
@@ -269,12 +269,11 @@ def _fold_value(stats: PropertyStats, value: object) -> None:
 
 
 def _fold_number(stats: PropertyStats, value: object) -> None:
-    kind = value.__class__
     number: int | float | None
-    if kind is str:
-        number = read_number(cast(str, value))
-    elif kind is int or kind is float:  # not isinstance: a bool is no number here
-        number = cast(float, value)
+    if isinstance(value, str):
+        number = read_number(value)
+    elif isinstance(value, (int, float)) and value.__class__ is not bool:  # a bool is no number here
+        number = value
     else:
         return
     if number is None:

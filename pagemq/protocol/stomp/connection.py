@@ -123,22 +123,28 @@ class StompConnection:
         """EOLs received between frames so far (heart-beats, and padding after frames)."""
         return self._parser.heartbeats_received
 
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet a frame (bounded by max-frame-size)."""
-        return self._parser.buffered
-
     # -- input ----------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list[Event]:
-        """Events for every frame `data` completes, in order; raises on the first bad one."""
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as events."""
+        return self._parser.buffered
+
+    def receive_data(self, data: bytes, max_events: int | None = None) -> list[Event]:
+        """Events for every frame `data` completes, in order; raises on the first bad one.
+
+        `max_events`: parse no more frames than that (0: only take the bytes); the rest stay
+        buffered for a later call (`receive_data(b"")`), so a caller can spread the parsing
+        of a large read over several turns of its loop."""
         if self.state is State.ERRORED:
             raise RemoteProtocolError("connection has already failed")
         parser = self._parser
         events: list[Event] = []
+        left = -1 if max_events is None else max_events
         try:
             parser.append(data)
-            while (frame := parser.next_frame()) is not None:
+            while left and (frame := parser.next_frame()) is not None:
+                left -= 1
                 entry = self._dispatch.get(frame.command)
                 if entry is None:
                     raise RemoteProtocolError(

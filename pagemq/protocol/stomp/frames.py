@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
-from typing import cast
 
 from pagemq.protocol.errors import FrameError, LocalProtocolError
 
@@ -148,11 +147,10 @@ def header_pairs(
     headers: Mapping[str, str] | Iterable[tuple[str, str]],
 ) -> Collection[tuple[str, str]]:
     """Headers as a re-iterable collection of pairs; exact type checks first (hot path)."""
-    kind = type(headers)
-    if kind is list or kind is tuple:
-        return cast("Collection[tuple[str, str]]", headers)  # an exact check mypy cannot narrow on
-    if kind is dict:
-        return cast("dict[str, str]", headers).items()
+    if isinstance(headers, dict):
+        return headers.items()
+    if isinstance(headers, (list, tuple)):
+        return headers
     if isinstance(headers, Mapping):
         return headers.items()
     return list(headers)

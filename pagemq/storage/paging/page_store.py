@@ -287,7 +287,8 @@ class PageStore:
         page = self._page_for(len(frame))
         if page is not live:
             frame = encode_frame(records, 0)  # the first record of a new page
-        persistent = sum(1 for record in records if record.persistent)
+        persistent = int(records[0].persistent) if len(records) == 1 else sum(
+            [1 for record in records if record.persistent])
         future = writer.write(page.page_no, frame, len(records), persistent)
         first = page.stats.count
         page.stats.add(records, page.stats.good_size, len(frame))

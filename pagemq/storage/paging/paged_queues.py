@@ -126,7 +126,8 @@ class PagedQueues:
         txid = records[0].txid
         if txid:
             self._pending_tx[txid] = (page_no, first, [record.queue_ids for record in records])
-        self._note_live_page()
+        if page_no != self._live_seen:  # appended past the page seen live: it rolled
+            self._note_live_page()
         size = 0
         routed: list[int] = []
         for record in records:

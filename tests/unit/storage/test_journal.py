@@ -139,6 +139,61 @@ def test_non_sync_appends_return_none_and_are_written_in_order(tmp_path: Path) -
     assert reload(tmp_path) == [LiveRecord(1, 1, b"a", [(2, b"b")]), LiveRecord(2, 1, b"c", [])]
 
 
+def test_adds_and_deletes_of_a_loop_turn_are_written_at_its_end_in_order(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = await started(tmp_path)
+        for id in range(1, 6):
+            journal.add(id, 1, b"x%d" % id)
+        journal.delete(5)  # added and deleted in the same turn
+        with pytest.raises(DuplicateRecordError):
+            journal.add(3, 1, b"")  # added, even if not yet written
+        assert journal._gathered  # held until the turn ends
+        await asyncio.sleep(0)
+        assert not journal._gathered
+        assert journal.stats()["records_written"] == 6  # still one record each
+        for id in (1, 2, 3):
+            assert journal.delete(id) is None
+        with pytest.raises(UnknownRecordError):
+            journal.delete(3)  # deleted, even if not yet written
+        with pytest.raises(UnknownRecordError):
+            journal.update(2, 1, b"")  # written first, then refused
+        journal.delete(4)
+        journal.add(6, 1, b"y")
+        journal.update(6, 2, b"z")  # the gathered DELETE and ADD go first
+        assert journal.stats()["records_written"] == 12
+        await journal.flush()
+        await journal.close()
+
+    run(body)
+    assert reload(tmp_path) == [LiveRecord(6, 1, b"y", [(2, b"z")])]
+
+
+def test_a_sync_add_resolves_once_its_gathered_record_is_durable(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = await started(tmp_path)
+        first = journal.add(1, 1, b"a", sync=True)
+        second = journal.add(2, 1, b"b", sync=True)
+        assert first is second is not None and not first.done()
+        await first
+        assert [record.id for record in reload(tmp_path)] == [1, 2]
+        await journal.close()
+
+    run(body)
+
+
+def test_a_gathered_delete_is_durable_once_a_flush_resolves(tmp_path: Path) -> None:
+    async def body() -> None:
+        journal = await started(tmp_path)
+        journal.add(1, 1, b"x")
+        journal.add(2, 1, b"x")
+        journal.delete(1)
+        await journal.flush()  # what a RECEIPT for the ACK waits for
+        assert reload(tmp_path) == [LiveRecord(2, 1, b"x", [])]
+        await journal.close()
+
+    run(body)
+
+
 def test_flush_with_nothing_pending_resolves_at_once(tmp_path: Path) -> None:
     async def body() -> None:
         journal = await started(tmp_path)
