@@ -857,7 +857,8 @@ class StompSession:
             self.set_writable(False)
 
     def buffered_bytes(self) -> int:
-        """Bytes held besides messages: output of this turn, held input, a partial frame."""
+        """Bytes held besides messages: output of this turn, receipts waiting for the journal,
+        held input, a partial frame."""
         return self._out_bytes + self._reply_bytes + self._backlog_bytes + self.protocol.buffered
 
     @property
