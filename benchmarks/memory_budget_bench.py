@@ -4,7 +4,7 @@ subscribers of a paged topic, or many consumers of a paged queue, all read back 
     python benchmarks/memory_budget_bench.py --subscribers 200 --messages 1000000
     python benchmarks/memory_budget_bench.py --mode queue --consumers 1000 --prefetch 1000
     python benchmarks/memory_budget_bench.py --mode block --producers 8 --duration 60
-    python benchmarks/memory_budget_bench.py --mode selector --messages 1000000
+    python benchmarks/memory_budget_bench.py --mode selector --messages 10000000 --fill-connections 4
 
 block mode: `--producers` connections send persistent messages at full speed (pipelined
 receipts) for `--duration` seconds into an address with `max-size-bytes = --max-size` and
@@ -21,11 +21,13 @@ selector `color = 'red'` takes them all (the others stay paged, acknowledged gap
 3. Every subscriber (or consumer) connects at once, with `--prefetch`, and consumes,
    acknowledging with cumulative `client` acks every `--ack-every` messages, in one asyncio
    process (the project's own STOMP codec: cheap enough for 1,000 connections).
+   `--fill-connections` producers share the fill (a 10M backlog in minutes, not an hour).
 4. The broker's RSS is sampled every 0.2 s throughout; at the end the bound
    `global-max-size + idle RSS + 40 MiB` is checked against the peak, and every subscriber
    must have received every message (topic) / the consumers all of them once (queue).
 
-Prints one JSON line with the figures.
+Prints one JSON line with the figures, with the CPU seconds the broker and this client
+process used while consuming (which of the two limits the rate) and the load average.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,6 +98,84 @@ class Connection:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
+    stat = (Path("/proc") / str(pid) / "stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuWatch:
+    """CPU seconds of the broker and of this client between `start` and `stop`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.figures: dict[str, object] = {}
+
+    def __enter__(self) -> CpuWatch:
+        self._broker, self._client = cpu_seconds(self.pid), time.process_time()
+        self._wall, self._load = time.monotonic(), os.getloadavg()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.monotonic() - self._wall
+        broker = cpu_seconds(self.pid) - self._broker
+        client = time.process_time() - self._client
+        self.figures = {
+            "broker_cpu_s": round(broker, 1), "client_cpu_s": round(client, 1),
+            "broker_cpu_share": round(broker / wall, 2) if wall else None,
+            "client_cpu_share": round(client / wall, 2) if wall else None,
+            "loadavg_before": [round(x, 2) for x in self._load],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        }
+
+
+class BudgetSampler:
+    """Polls `GET /api/broker` every 0.5 s on a thread: the peaks of the memory budget's use
+    and of its parts (what the broker accounts, beside the RSS the kernel reports)."""
+
+    FIELDS = ("used_bytes", "read_back_bytes", "connection_buffer_bytes", "page_read_ahead_bytes",
+              "browse_read_ahead_bytes", "expiry_timer_bytes", "journal_index_bytes")
+
+    def __init__(self, http_port: int) -> None:
+        self.url = f"http://127.0.0.1:{http_port}/api/broker"
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    memory = json.load(response)["memory"]
+            except (OSError, ValueError, KeyError):
+                continue
+            for field in self.FIELDS:
+                if isinstance(memory.get(field), int):
+                    self.peaks[field] = max(self.peaks.get(field, 0), memory[field])
+
+    def __enter__(self) -> BudgetSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def figures(self) -> dict[str, str]:
+        return {f"peak_{field}": format_mib(value) for field, value in self.peaks.items()}
+
+
+async def fill(port: int, destination: str, count: int, size: int, connections: int,
+               colors: bool = False) -> tuple[float, int]:
+    """`count` messages over `connections` producers; (messages/s, how many are red)."""
+    shares = [count // connections + (1 if n < count % connections else 0) for n in range(connections)]
+    started = time.monotonic()
+    await asyncio.gather(*(produce(port, destination, share, size, colors) for share in shares if share))
+    red = sum((share + 1) // 2 for share in shares) if colors else 0
+    return count / (time.monotonic() - started), red
 
 
 async def produce(port: int, destination: str, count: int, size: int, colors: bool = False) -> float:
@@ -212,14 +294,15 @@ async def run_block(args: argparse.Namespace, port: int, pid: int) -> dict[str, 
 async def run_selector(args: argparse.Namespace, port: int, pid: int) -> dict[str, object]:
     """One consumer with a selector taking every other message of a paged backlog."""
     destination = "/queue/budget"
-    fill_rate = await produce(port, destination, args.messages, args.size, colors=True)
+    with RssSampler(pid, interval=0.2) as filling:
+        fill_rate, expected = await fill(port, destination, args.messages, args.size,
+                                         args.fill_connections, colors=True)
     await asyncio.sleep(1.0)
     idle = process_rss(pid)
-    expected = (args.messages + 1) // 2
     counts = [0]
     stop = asyncio.Event()
     started = time.monotonic()
-    with RssSampler(pid, interval=0.2) as sampler:
+    with RssSampler(pid, interval=0.2) as sampler, CpuWatch(pid) as cpu:
         task = asyncio.create_task(consume(port, destination, None, None, args.prefetch, args.ack_every,
                                            stop, counts, 0, selector="color = 'red'"))
         deadline = started + args.timeout
@@ -236,7 +319,7 @@ async def run_selector(args: argparse.Namespace, port: int, pid: int) -> dict[st
         "matched": counts[0], "expected": expected, "nothing_lost": counts[0] == expected,
         "deliveries_per_s": round(counts[0] / elapsed), "seconds": round(elapsed, 1),
         "idle_rss": format_mib(idle), "peak_rss": format_mib(sampler.peak), "bound": format_mib(bound),
-        "within_bound": sampler.peak <= bound,
+        "within_bound": sampler.peak <= bound, "fill_peak_rss": format_mib(filling.peak), **cpu.figures,
     }
 
 
@@ -254,14 +337,15 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object
             await conn.receipt([("destination", destination), ("id", "1"), ("ack", "client"),
                                 ("durable-subscription-name", "s")], "SUBSCRIBE")
             conn.close()
-    fill_rate = await produce(port, destination, args.messages, args.size)
+    with RssSampler(pid, interval=0.2) as filling:
+        fill_rate, _ = await fill(port, destination, args.messages, args.size, args.fill_connections)
     await asyncio.sleep(1.0)
     idle = process_rss(pid)
     expected = args.messages * (readers if topic else 1)
     counts = [0] * readers
     stop = asyncio.Event()
     started = time.monotonic()
-    with RssSampler(pid, interval=0.2) as sampler:
+    with RssSampler(pid, interval=0.2) as sampler, CpuWatch(pid) as cpu:
         tasks = [asyncio.create_task(consume(port, destination, f"c{n}" if topic else None,
                                              "s" if topic else None, args.prefetch, args.ack_every,
                                              stop, counts, n)) for n in range(readers)]
@@ -283,7 +367,7 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object
         "min_per_reader": min(counts), "max_per_reader": max(counts),
         "deliveries_per_s": round(sum(counts) / elapsed), "seconds": round(elapsed, 1),
         "idle_rss": format_mib(idle), "peak_rss": format_mib(sampler.peak), "bound": format_mib(bound),
-        "within_bound": sampler.peak <= bound,
+        "within_bound": sampler.peak <= bound, "fill_peak_rss": format_mib(filling.peak), **cpu.figures,
     }
 
 
@@ -303,6 +387,8 @@ def main() -> int:
     parser.add_argument("--global-max-size", default="64MiB")
     parser.add_argument("--page-size", default="10MiB")
     parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--fill-connections", type=int, default=1,
+                        help="producer connections sharing the fill of the backlog")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="pagemq-budget-"))
     stomp, http = free_port(), free_port()
@@ -325,7 +411,9 @@ def main() -> int:
             if broker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("broker did not start: " + (workdir / "broker.log").read_text())
             time.sleep(0.1)
-        figures = asyncio.run(run(args, stomp, broker.pid))
+        with BudgetSampler(http) as budget:
+            figures = asyncio.run(run(args, stomp, broker.pid))
+        figures.update(budget.figures())
         print(json.dumps(figures))
         complete = figures.get("every_reader_got_every_message", figures.get("nothing_lost"))
         return 0 if figures["within_bound"] and complete else 1

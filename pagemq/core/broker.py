@@ -32,6 +32,7 @@ from pagemq.core.commit import Transactions
 from pagemq.core.consumer import AckMode, Consumer, DeliverySink, MessageRef
 from pagemq.core.dead_letters import ORIGINAL_DESTINATION, DeadLetters
 from pagemq.core.delivery_latency import DeliveryLatency
+from pagemq.core.duplicates import ENTRY_BYTES as DUPLICATE_ENTRY_BYTES
 from pagemq.core.duplicates import DuplicateIds
 from pagemq.core.expiry import ExpiryTimers
 from pagemq.core.ids import Ids
@@ -74,7 +75,7 @@ class Broker:
         self.store: MessageStore = store or MemoryStore()
         self.memory = memory or MemoryAccountant()
         self.ids = Ids()
-        self.expiry = ExpiryTimers()
+        self.expiry = ExpiryTimers(self.memory)
         self.delivery_latency = DeliveryLatency()  # every consumer's first deliveries, for /metrics
         self.addresses: dict[str, Address] = {}
         self.ledger = Ledger(self.store, self.memory, self.addresses)
@@ -84,6 +85,7 @@ class Broker:
         )
         self.queues: dict[str, Queue] = self.bindings.queues
         self.duplicates = DuplicateIds(self.store, self.ids, lambda name: settings.match(name).id_cache_size)
+        self.memory.count_part("duplicate_ids", self.duplicates.total, DUPLICATE_ENTRY_BYTES)
         self.router = Router(self.bindings, self.ledger, self.memory, self.store, self.ids, self.duplicates)
         self.transactions = Transactions(
             self.router, self.bindings, self.ledger, self.memory, self.store, self.ids

@@ -12,6 +12,11 @@ so an acknowledged message is not kept alive until it would have expired; the en
 refs that are gone are counted as they die and swept out in one rebuild once they are half
 of the heap (O(entries), paid for by the pushes that made it due).
 
+Each entry costs about `ENTRY_BYTES` (a 4-tuple, its due time, a sequence number and a weak
+reference, measured with tracemalloc), charged to the memory budget while it is in the heap
+(`MemoryAccountant.charge_part`): at most twice the entries of the pending refs with an
+expiration (dead ones are swept at half), and those refs are in memory, so in the budget too.
+
 Loop-only: every method runs on the event loop thread (the weakref callbacks too: refs are
 only dropped there).
 """
@@ -25,9 +30,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pagemq.core.consumer import MessageRef
+    from pagemq.core.memory import MemoryAccountant
     from pagemq.core.queue import Queue
 
 COMPACT_FLOOR = 1024  # a heap this small is never rebuilt
+ENTRY_BYTES = 224  # one heap entry (tracemalloc, CPython 3.11)
 
 _Entry = tuple[int, int, "Queue", "weakref.ref[MessageRef]"]
 
@@ -35,9 +42,10 @@ _Entry = tuple[int, int, "Queue", "weakref.ref[MessageRef]"]
 class ExpiryTimers:
     """Due times of pending refs, earliest first."""
 
-    __slots__ = ("_dead", "_died", "_heap", "_seq")
+    __slots__ = ("_dead", "_died", "_heap", "_memory", "_seq")
 
-    def __init__(self) -> None:
+    def __init__(self, memory: MemoryAccountant | None = None) -> None:
+        self._memory = memory
         self._heap: list[_Entry] = []
         self._seq = count()  # ties broken by arrival: entries never compare queues or refs
         self._dead = 0  # entries whose ref is gone
@@ -54,6 +62,8 @@ class ExpiryTimers:
         heapq.heappush(
             self._heap, (ref.message.expiration, next(self._seq), queue, weakref.ref(ref, self._died))
         )
+        if self._memory is not None:
+            self._memory.charge_part("expiry_timer_bytes", ENTRY_BYTES)
 
     def due(self, now_ms: int) -> dict[Queue, list[MessageRef]]:
         """Pop the entries due by `now_ms`, per queue (deleted queues' and dead refs'
@@ -61,6 +71,7 @@ class ExpiryTimers:
         that out."""
         heap = self._heap
         by_queue: dict[Queue, list[MessageRef]] = {}
+        before = len(heap)
         while heap and heap[0][0] <= now_ms:
             _due, _seq, queue, weak = heapq.heappop(heap)
             ref = weak()
@@ -69,6 +80,8 @@ class ExpiryTimers:
             elif not queue.deleted:
                 by_queue.setdefault(queue, []).append(ref)
         self._compact()
+        if self._memory is not None and len(self._heap) != before:
+            self._memory.charge_part("expiry_timer_bytes", (len(self._heap) - before) * ENTRY_BYTES)
         return by_queue
 
     def _compact(self) -> None:

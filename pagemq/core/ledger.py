@@ -30,6 +30,13 @@ if TYPE_CHECKING:
     from pagemq.storage.api import MessageStore
     from pagemq.storage.paging.queue_store import AckWriter
 
+JOURNAL_PART = "journal_index_bytes"  # its name in the budget's parts (GET /api/broker memory)
+JOURNAL_ENTRY_BYTES = 384
+"""The journal's in-memory index entry of one stored message (storage/journal.py: its live
+record and location, the data file's id set: ~380 bytes by tracemalloc, CPython 3.11),
+charged while an in-memory persistent message for durable queues is held. Paged messages
+have no journal record."""
+
 
 class Ledger:
     def __init__(self, store: MessageStore, memory: MemoryAccountant, addresses: dict[str, Address]) -> None:
@@ -48,6 +55,9 @@ class Ledger:
         size = message.memory_size
         address.charge(size)
         self.memory.charge(size)
+        if durable and message.persistent:  # its journal record's index entry, while held
+            message.journal_charge = JOURNAL_ENTRY_BYTES
+            self.memory.charge_part(JOURNAL_PART, JOURNAL_ENTRY_BYTES)
 
     def unhold_all(self, address: Address, message: Message) -> None:
         """Undo `hold` of a message that never reached its queues (a refused commit)."""
@@ -55,6 +65,7 @@ class Ledger:
         size = message.memory_size
         address.release(size)
         self.memory.release(size)
+        self._release_journal_entry(message)
 
     def unhold(self, queue: Queue, message: Message) -> None:
         """Count `queue`'s hold on `message` off; the last one frees its memory."""
@@ -63,6 +74,13 @@ class Ledger:
             size = message.memory_size
             self._addresses[queue.address_name].release(size)
             self.memory.release(size)
+            if message.journal_charge:
+                self._release_journal_entry(message)
+
+    def _release_journal_entry(self, message: Message) -> None:
+        if message.journal_charge:
+            self.memory.charge_part(JOURNAL_PART, -message.journal_charge)
+            message.journal_charge = 0
 
     def durable_release(self, queue: Queue, message: Message) -> bool | None:
         """Count `queue`'s durable hold on `message` off: whether it was the last one, or

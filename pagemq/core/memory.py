@@ -15,6 +15,15 @@ stopped by a full budget waits in `read_waiters` and is woken, oldest first, onc
 falls below `RESUME_READING` of the limit (hysteresis: one acknowledgement does not wake
 hundreds of readers to read one message each).
 
+What is held besides messages draws from the same budget as *parts* (`charge_part`):
+connections' buffers (what a socket has not taken yet, held input, a partial frame; measured
+by the server layer), browsers' page read-ahead, the expiry heap's entries. Readers see
+them (`is_full`), so read-back and consumers' windows shrink while they are large.
+Producers' admission (`would_exceed`, `messages_full`) counts messages only: a blocked
+producer's own held input could otherwise keep the budget full and the producer blocked for
+good. Structures bounded by a count and not charged (duplicate-id caches) are registered in
+`counted` for the view, with their per-entry cost.
+
 Loop-only: every method runs on the event loop thread.
 """
 
@@ -26,14 +35,21 @@ from collections.abc import Callable
 from pagemq.core.waiters import Waiters
 
 RESUME_READING = 0.9  # readers stopped by a full budget read again below this share of it
+PARTS = (
+    "connection_buffer_bytes",  # sockets' write buffers, held input, partial frames
+    "browse_read_ahead_bytes",  # browsers' page read-ahead chunks
+    "page_read_ahead_bytes",  # reading queues' page chunks (raw records read ahead)
+    "expiry_timer_bytes",  # entries of the expiry heap
+    "journal_index_bytes",  # the journal's index entries of in-memory persistent messages
+)
 
 
 class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
     __slots__ = (
-        "_read_waiters", "_resume_bytes", "_waiters", "depaged_bytes", "max_bytes", "max_messages",
-        "readers", "staged_bytes", "used_bytes", "used_messages",
+        "_read_waiters", "_resume_bytes", "_waiters", "counted", "depaged_bytes", "max_bytes",
+        "max_messages", "part_bytes", "parts", "readers", "staged_bytes", "used_bytes", "used_messages",
     )
 
     def __init__(self, max_bytes: int = -1, max_messages: int = -1) -> None:
@@ -44,18 +60,30 @@ class MemoryAccountant:
         self.staged_bytes = 0  # pending transactional sends (also in used_bytes)
         self.depaged_bytes = 0  # read back from page files (also in used_bytes)
         self.readers = 0  # page cursors holding messages read back
+        # Held besides messages, by name (in used_bytes; `part_bytes` is their sum): see PARTS.
+        self.parts: dict[str, int] = dict.fromkeys(PARTS, 0)
+        self.part_bytes = 0
+        # Bounded by a count, not charged: name -> (entries now, estimated bytes per entry).
+        self.counted: dict[str, tuple[Callable[[], int], int]] = {}
         self._waiters = Waiters()
         self._read_waiters: deque[Callable[[], bool]] = deque()
         self._resume_bytes = int(max_bytes * RESUME_READING) if max_bytes >= 0 else -1
 
     def would_exceed(self, size: int) -> bool:
-        """True if holding one more message of `size` bytes would pass a global limit."""
-        if self.max_bytes >= 0 and self.used_bytes + size > self.max_bytes:
+        """True if holding one more message of `size` bytes would pass a global limit (the
+        messages held count, connections' buffers do not: see the module)."""
+        if self.max_bytes >= 0 and self.used_bytes - self.part_bytes + size > self.max_bytes:
             return True
         return self.max_messages >= 0 and self.used_messages + 1 > self.max_messages
 
+    def messages_full(self) -> bool:
+        """The messages held are at or over a limit: new ones go through their full policy."""
+        if self.max_bytes >= 0 and self.used_bytes - self.part_bytes >= self.max_bytes:
+            return True
+        return self.max_messages >= 0 and self.used_messages >= self.max_messages
+
     def is_full(self) -> bool:
-        """At or over a limit already: new messages go through their full policy."""
+        """At or over a limit, connections' buffers included: readers read nothing more."""
         if self.max_bytes >= 0 and self.used_bytes >= self.max_bytes:
             return True
         return self.max_messages >= 0 and self.used_messages >= self.max_messages
@@ -99,6 +127,20 @@ class MemoryAccountant:
             retry = waiters.popleft()
             if not retry():
                 return
+
+    def charge_part(self, part: str, delta: int) -> None:
+        """A part held besides messages (one of PARTS) grew (`delta` > 0) or shrank: no
+        message count changes, and only readers are woken (producers' admission does not
+        count parts)."""
+        self.parts[part] += delta
+        self.part_bytes += delta
+        self.used_bytes += delta
+        if delta < 0 and self._read_waiters and self.used_bytes < self._resume_bytes:
+            self._wake_readers()
+
+    def count_part(self, name: str, entries: Callable[[], int], bytes_per_entry: int) -> None:
+        """Register a structure bounded by a count (not charged) for the view."""
+        self.counted[name] = (entries, bytes_per_entry)
 
     def stage(self, size: int) -> None:
         """A transactional send held until commit: counted like a held message."""

@@ -35,6 +35,7 @@ class Message:
         "durable_refs",
         "expiration",
         "headers",
+        "journal_charge",
         "memory_size",
         "message_id",
         "persistent",
@@ -68,6 +69,7 @@ class Message:
         self.refs = 0
         self.durable_refs = 0
         self.memory_size = estimate_memory(headers, body)
+        self.journal_charge = 0  # its journal index entry, while held (core.ledger)
         # The journal write batch (a future) that stores it, while it may still fail.
         self.write: asyncio.Future[None] | None = None
 

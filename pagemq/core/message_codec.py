@@ -88,7 +88,7 @@ def stored_message(data: bytes, at: int, address: str) -> Message:
     message.priority = priority
     message.expiration = expiration
     message.timestamp = timestamp
-    message.refs = message.durable_refs = 0
+    message.refs = message.durable_refs = message.journal_charge = 0
     message.memory_size = estimate_from_lengths(len(lengths) // 2, body_at - text_at, len(data) - body_at)
     message.write = None
     message._encoded, message._at = data, at

@@ -29,6 +29,7 @@ import bisect
 import logging
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -37,7 +38,7 @@ from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord
-from pagemq.storage.paging.page_io import CHUNK_BYTES
+from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadSize
 from pagemq.storage.paging.page_store import RecordsLost
 from pagemq.storage.paging.queue_store import Entry, PagedQueue, PagedQueueStore
 
@@ -56,6 +57,12 @@ MIN_READ_CHUNK = 16 * 1024
 """The smallest page read a queue makes when many share a tight budget (see _read_in)."""
 
 
+PAGE_READ_PART = "page_read_ahead_bytes"  # readers' page chunks (GET /api/broker memory)
+PAGE_READ_CHUNKS_HELD = 2  # a queue's reading holds the chunk being taken and the next one
+BROWSE_PART = "browse_read_ahead_bytes"  # its name in the budget's parts (GET /api/broker memory)
+BROWSE_CHUNKS_HELD = 2  # a browse holds one chunk being consumed and the next read ahead
+
+
 class Budget(Protocol):
     """The broker-wide memory budget paged messages read back are charged to, shared fairly
     among the queues reading back (`core.memory.MemoryAccountant`)."""
@@ -71,6 +78,8 @@ class Budget(Protocol):
     def is_full(self) -> bool: ...
 
     def wait_to_read(self, retry: Callable[[], bool]) -> None: ...
+
+    def charge_part(self, part: str, delta: int) -> None: ...
 
 
 class _Scan:
@@ -101,6 +110,7 @@ class PageCursor:
         # Delivery counts of claimed refs that went back to disk unacknowledged.
         self._returned: dict[tuple[int, int], int] = {}
         self._waiting_for_budget = False
+        self._read_ahead_charge = 0  # its page reads' chunks, charged while it is a reader
 
     @property
     def unread(self) -> int:
@@ -133,7 +143,7 @@ class PageCursor:
         budget = self.pager.budget
         share = budget.read_share()
         if share >= 0:  # the page reads and read-ahead of many readers fit the budget too
-            book.read_chunk_bytes = min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))
+            book.read_chunk_bytes = self.chunk_bytes()
         while book.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
@@ -335,7 +345,7 @@ class PageCursor:
     def _into_memory(self, size: int) -> None:
         """One record read from disk is now held in memory (charged to the budgets)."""
         if not self.in_memory:
-            self.pager.budget.readers += 1
+            self._start_reading()
         self.in_memory += 1
         self.bytes_in_memory += size
         self.pager.charge(size)
@@ -364,31 +374,17 @@ class PageCursor:
     def forget(self, consumer: object) -> None:
         self._scans.pop(consumer, None)
 
-    def browse(self, selector: Selector | None) -> Iterator[MessageRef]:
+    def browse(self, selector: Selector | None, arrived: Callable[[], None] | None = None) -> PagedBrowse:
         """Paged messages of this queue from its read position *now* on, in order, read-only;
-        the refs held back behind them at their place."""
-        paged = self._browse_from(*self.book.position(), selector)
-        if not self.queue.held:
-            return paged
-        held = [ref for ref in self.queue.held
-                if selector is None or selector.matches_headers(message_view(ref.message))]
-        return _merged(paged, held)
+        the refs held back behind them at their place (core/browse.py: with `arrived`, read
+        in the page-I/O worker and charged to the budget)."""
+        return PagedBrowse(self, selector, arrived)
 
-    def _browse_from(self, page_no: int, ordinal: int, selector: Selector | None) -> Iterator[MessageRef]:
-        address = self.pager.address.name
-        book = self.book
-        store = self.pager.store
-        for number in book.pages_from(page_no):
-            if selector is not None and not self.pager.may_match(number, selector):
-                continue
-            start = ordinal if number == page_no else 0
-            # Claimed ones are shown here, at their place (the in-memory part skips them).
-            for index, record in book.read(number, start, claimed=True):
-                if record.txid and store.is_pending(record.txid):
-                    continue  # not committed (yet): not in the queue
-                message = decode_message(record.message, address)
-                if selector is None or selector.matches_headers(message_view(message)):
-                    yield MessageRef(message, (number, index))
+    def chunk_bytes(self) -> int:
+        """What this queue reads of page files at a time: its share of the budget / 8
+        (16-256 KiB), so the reads of many readers fit the budget too."""
+        share = self.pager.budget.read_share()
+        return CHUNK_BYTES if share < 0 else min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))
 
     # -- streaming readers (core/stream.py) --------------------------------------------------
 
@@ -478,7 +474,7 @@ class PageCursor:
         self.in_memory -= 1
         self.bytes_in_memory -= size
         if not self.in_memory:
-            self.pager.budget.readers -= 1
+            self._stop_reading()
         self.pager.release(size)
         position = ref.page_pos
         if not acked:
@@ -502,8 +498,27 @@ class PageCursor:
         self.pager.drop(self)
         self._holding = False
         if self.in_memory:  # (its refs were released; this is only the reader count)
-            self.pager.budget.readers -= 1
+            self._stop_reading()
             self.in_memory = 0
+
+    def _start_reading(self) -> None:
+        """It holds messages read back: a reader, sharing the budget, its page reads' chunks
+        (one being taken, one read ahead: raw records, not yet messages) charged to it."""
+        budget = self.pager.budget
+        budget.readers += 1
+        charge = PAGE_READ_CHUNKS_HELD * self.book.read_chunk_bytes
+        share = budget.read_share()
+        if share >= 0:  # chunks are at least 16 KiB: under a tiny budget they would fill it
+            charge = min(charge, share // 4)
+        self._read_ahead_charge = charge
+        budget.charge_part(PAGE_READ_PART, self._read_ahead_charge)
+
+    def _stop_reading(self) -> None:
+        budget = self.pager.budget
+        budget.readers -= 1
+        if self._read_ahead_charge:
+            budget.charge_part(PAGE_READ_PART, -self._read_ahead_charge)
+            self._read_ahead_charge = 0
 
 
 def _idle_consumer(queue: Queue) -> bool:
@@ -515,16 +530,104 @@ def _message_id(ref: MessageRef) -> int:
     return ref.message.message_id
 
 
-def _merged(paged: Iterator[MessageRef], held: list[MessageRef]) -> Iterator[MessageRef]:
-    """Paged refs with the held-back ones (both in id order) in between, by id."""
-    index = 0
-    for ref in paged:
-        message_id = ref.message.message_id
-        while index < len(held) and held[index].message.message_id < message_id:
-            yield held[index]
-            index += 1
-        yield ref
-    yield from held[index:]
+class PagedBrowse:
+    """The paged part of a queue, from its read position when made, in order, read-only;
+    the refs held back behind them at their place. Read in the page-I/O worker when given
+    `arrived`, its two chunks charged to the budget while open (core/browse.py says why)."""
+
+    __slots__ = ("_arrived", "_charged", "_cursor", "_first", "_held", "_held_index", "_number",
+                 "_pages", "_ready", "_records", "_selector", "_size", "pending")
+
+    def __init__(self, cursor: PageCursor, selector: Selector | None,
+                 arrived: Callable[[], None] | None = None) -> None:
+        self._cursor = cursor
+        self._selector = selector
+        self._arrived = arrived
+        book = cursor.book
+        page_no, ordinal = book.position()
+        self._first = (page_no, ordinal)
+        self._pages = deque(book.pages_from(page_no))
+        self._held = [ref for ref in cursor.queue.held
+                      if selector is None or selector.matches_headers(message_view(ref.message))]
+        self._held_index = 0
+        self._records: Iterator[tuple[int, PagedRecord] | None] | None = None
+        self._number = -1
+        self._ready: MessageRef | None = None  # the next paged ref, behind held ones older
+        self.pending = False  # stopped until `arrived`: a chunk is being read in the worker
+        self._size = ReadSize(cursor.chunk_bytes())
+        self._charged = 0
+        if arrived is not None:
+            self._charged = BROWSE_CHUNKS_HELD * self._size.bytes
+            cursor.pager.budget.charge_part(BROWSE_PART, self._charged)
+
+    def __iter__(self) -> PagedBrowse:
+        return self
+
+    def __next__(self) -> MessageRef:
+        held, index = self._held, self._held_index
+        if self._ready is None:
+            self._ready = self._next_paged()
+        ready = self._ready
+        if ready is None:
+            if self.pending:
+                raise StopIteration  # `arrived` follows; iterate again then
+            if index < len(held):
+                self._held_index += 1
+                return held[index]
+            self.close()
+            raise StopIteration
+        if index < len(held) and held[index].message.message_id < ready.message.message_id:
+            self._held_index += 1
+            return held[index]
+        self._ready = None
+        return ready
+
+    def _next_paged(self) -> MessageRef | None:
+        self.pending = False
+        cursor = self._cursor
+        selector = self._selector
+        pager = cursor.pager
+        while True:
+            records = self._records
+            if records is None:
+                if not self._pages:
+                    return None
+                number = self._pages.popleft()
+                if selector is not None and not pager.may_match(number, selector):
+                    continue
+                start = self._first[1] if number == self._first[0] else 0
+                # Claimed ones are shown here, at their place (the in-memory part skips them).
+                if self._arrived is None:
+                    records = cursor.book.read(number, start, claimed=True)
+                else:
+                    records = cursor.book.read_ahead(number, start, self._chunk_in, self._size, claimed=True)
+                self._records, self._number = records, number
+            for entry in records:
+                if entry is None:
+                    self.pending = True
+                    return None
+                index, record = entry
+                if record.txid and pager.store.is_pending(record.txid):
+                    continue  # not committed (yet): not in the queue
+                message = decode_message(record.message, pager.address.name)
+                if selector is None or selector.matches_headers(message_view(message)):
+                    return MessageRef(message, (self._number, index))
+            self._records = None
+
+    def _chunk_in(self) -> None:
+        if self.pending and self._arrived is not None:
+            self._arrived()
+
+    def close(self) -> None:
+        """Done with (or given up): the read-ahead stops and its charge is released."""
+        records, self._records = self._records, None
+        if records is not None and hasattr(records, "close"):
+            records.close()
+        self._pages.clear()
+        self.pending = False
+        if self._charged:
+            self._cursor.pager.budget.charge_part(BROWSE_PART, -self._charged)
+            self._charged = 0
 
 
 class AddressPager:

@@ -303,7 +303,7 @@ class Router:
             nonlocal resumed
             if resumed:
                 return True
-            if self.disk.full or address.is_full(0) or self.memory.is_full():
+            if self.disk.full or address.is_full(0) or self.memory.messages_full():
                 return False
             resumed = True
             resume()

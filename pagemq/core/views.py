@@ -67,6 +67,9 @@ def memory_info(memory: MemoryAccountant) -> dict[str, object]:
         "pending_transactional_bytes": memory.staged_bytes,
         "read_back_bytes": memory.depaged_bytes,  # read back from page files (in used_bytes)
         "page_readers": memory.readers,  # page cursors sharing the budget for that
+        **memory.parts,  # held besides messages, in used_bytes (core/memory.py PARTS)
+        "counted": {name: {"entries": (n := entries()), "estimated_bytes": n * per_entry}
+                    for name, (entries, per_entry) in sorted(memory.counted.items())},
     }
 
 

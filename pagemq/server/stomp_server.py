@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.security.listener import ListenerPolicy
+from pagemq.server.connection_buffers import ConnectionBuffers
 from pagemq.server.connection_log import ConnectionLog, format_peer
 from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
 from pagemq.server.turn_budget import TurnBudget, loop_budget
@@ -55,10 +56,13 @@ WRITE_LOW_WATER = 1 << 18
 class StompServerProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, limits: StompConfig, connections: set[StompServerProtocol],
                  scheduler: Scheduler | None = None, policy: ListenerPolicy | None = None,
-                 connection_log: ConnectionLog | None = None, turn: TurnBudget | None = None) -> None:
+                 connection_log: ConnectionLog | None = None, turn: TurnBudget | None = None,
+                 buffers: ConnectionBuffers | None = None) -> None:
         """`turn`: the loop turn's time for frames (by default the running loop's shared one;
-        none, so frame caps alone, when a test's `scheduler` is given)."""
+        none, so frame caps alone, when a test's `scheduler` is given). `buffers`: charges
+        what the connection buffers to the memory budget (server/connection_buffers.py)."""
         self._broker = broker
+        self._buffers = buffers  # charges what this connection buffers to the memory budget
         self._policy = policy if policy is not None else ListenerPolicy("stomp")
         self._connect_timer: Cancellable | None = None
         self._connection_log = connection_log if connection_log is not None else ConnectionLog()
@@ -131,6 +135,8 @@ class StompServerProtocol(asyncio.Protocol):
         if session is None:
             return  # a refused connection
         session.receive(data)
+        if self._buffers is not None:
+            self._buffers.measure(self)
         if self._heartbeat is None and session.protocol.version is not None:
             if self._connect_timer is not None:
                 self._connect_timer.cancel()
@@ -153,6 +159,8 @@ class StompServerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._connections.discard(self)
+        if self._buffers is not None:
+            self._buffers.gone(self)
         session = self.session
         if session is not None:
             self._connection_log.lost(self._peer, session.session_id, session.login,
@@ -196,7 +204,10 @@ class StompServerProtocol(asyncio.Protocol):
         data = session.take_output()
         if data:
             self.write(data)
-        if not self._paused_writing and not session.closing_hard and not session.writable:
+        if self._buffers is not None:
+            self._buffers.measure(self)
+        if (not self._paused_writing and not session.closing_hard and not session.writable
+                and not session.replies_backlogged):
             session.set_writable(True)
 
     def pause_reading(self) -> None:
@@ -243,6 +254,12 @@ class StompServerProtocol(asyncio.Protocol):
         with contextlib.suppress(AttributeError, OSError, ValueError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         transport.abort()
+
+    def buffered_bytes(self) -> int:
+        """What this connection holds besides messages (server/connection_buffers.py)."""
+        transport, session = self._transport, self.session
+        held = session.buffered_bytes() if session is not None else 0
+        return held if transport is None else held + transport.get_write_buffer_size()
 
     # -- heart-beats ----------------------------------------------------------------------
 
@@ -325,9 +342,10 @@ async def start_stomp_server(
     handshake: float | None = None
     if ssl_context is not None:
         handshake = policy.connect_timeout if policy is not None and policy.connect_timeout > 0 else 10.0
+    buffers = ConnectionBuffers(broker.memory, loop)
     server = await loop.create_server(
         lambda: StompServerProtocol(broker, limits, connections, policy=policy,
-                                    connection_log=connection_log),
+                                    connection_log=connection_log, buffers=buffers),
         host, port, reuse_address=True, ssl=ssl_context, ssl_handshake_timeout=handshake,
     )
     return server, connections

@@ -35,20 +35,19 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.broker import Blocked, Broker
+from pagemq.core.browse import QueueBrowse
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, SubscriptionError
 from pagemq.core.management import MANAGEMENT_ADDRESS
 from pagemq.core.message import Message
-from pagemq.core.paging import PageCursor
 from pagemq.core.queue import Queue
-from pagemq.core.selector import Selector, compile_filter
-from pagemq.core.selector.properties import message_view
+from pagemq.core.selector import compile_filter
 from pagemq.core.transactions import PendingSend, Transaction
 from pagemq.protocol.errors import ProtocolError
 from pagemq.protocol.stomp import events as ev
@@ -125,7 +124,7 @@ class Subscription:
         self.state = state
         self.consumer: Consumer | None = None
         self.queue: Queue | None = None  # the consumer's (consumers do not know their queue)
-        self.browse: Iterator[MessageRef] | None = None
+        self.browse: QueueBrowse | None = None
 
 
 @dataclass(slots=True)
@@ -185,6 +184,7 @@ class StompSession:
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._replies: deque[Reply] = deque()
+        self._reply_bytes = 0  # frames in _replies (receipts waiting for the journal)
         self._watched: asyncio.Future[None] | None = None
         # Held input: (event or _Failure, its size in bytes), in arrival order.
         self._backlog: deque[Held] = deque()
@@ -634,6 +634,8 @@ class StompSession:
         """`cause`: UNSUBSCRIBE, or `ConnectionEnds`."""
         sub.state = SUBSCRIPTIONS.step(sub.state, cause, sub.id)
         self._by_index.pop(sub.index, None)
+        if sub.browse is not None:
+            sub.browse.close()  # its page read-ahead stops, its charge is released
         sub.browse = None
         consumer, queue = sub.consumer, sub.queue
         if consumer is None or queue is None:
@@ -809,7 +811,12 @@ class StompSession:
 
     def _start_browse(self, sub: Subscription, destination: Destination, selector: str | None) -> None:
         queue = self._browse_queue(destination)
-        sub.browse = _browse_refs(queue, compile_filter(selector))
+        sub.browse = QueueBrowse(queue, compile_filter(selector), lambda: self._browse_arrived(sub))
+
+    def _browse_arrived(self, sub: Subscription) -> None:
+        """A page chunk the browse waited for was read in the page-I/O worker."""
+        if sub.browse is not None and self._writable:
+            self._pump_browse(sub)
 
     def _browse_queue(self, destination: Destination) -> Queue | None:
         if destination.routing_type == ANYCAST:
@@ -831,6 +838,8 @@ class StompSession:
             if sent >= BROWSE_BATCH:
                 self._loop.call_soon(self._pump_browse, sub)
                 return
+        if browse.pending:
+            return  # a page chunk is being read: `_browse_arrived` resumes this browse
         sub.browse = None
         self.write(self.protocol.message(
             [("message-id", f"browser-end-{sub.index}"), ("destination", sub.destination),
@@ -846,6 +855,18 @@ class StompSession:
         self._out_bytes += len(data)
         if self._out_bytes > OUTPUT_HIGH_WATER and self._writable:
             self.set_writable(False)
+
+    def buffered_bytes(self) -> int:
+        """Bytes held besides messages: output of this turn, receipts waiting for the journal,
+        held input, a partial frame."""
+        return self._out_bytes + self._reply_bytes + self._backlog_bytes + self.protocol.buffered
+
+    @property
+    def replies_backlogged(self) -> bool:
+        """Receipts waiting for the journal past the output bound: input is held (as while
+        the peer does not read) until they go out, so a producer sending faster than the
+        journal syncs cannot pile up receipts without bound."""
+        return self._reply_bytes > OUTPUT_HIGH_WATER
 
     def take_output(self) -> bytes:
         """Everything buffered since the last flush (the shell writes it in one call)."""
@@ -878,6 +899,9 @@ class StompSession:
             self.write(frame)
             return
         self._replies.append((future, frame, receipt_id))
+        self._reply_bytes += len(frame)
+        if self._reply_bytes > OUTPUT_HIGH_WATER and self._writable:
+            self.set_writable(False)
         if future is not None:
             self._watch(future)
 
@@ -892,9 +916,11 @@ class StompSession:
                     return
                 if future.cancelled() or future.exception() is not None:
                     replies.popleft()
+                    self._reply_bytes -= len(frame)
                     self._note_error(f"message could not be stored: {_failure_of(future)}", receipt_id)
                     continue
             replies.popleft()
+            self._reply_bytes -= len(frame)
             self.write(frame)
         if replies or self.closing_hard:
             return
@@ -988,6 +1014,7 @@ class StompSession:
         if self._authenticating is not None:
             self._authenticating.cancel()  # gives up its place in the peer's turn (security)
         self._replies.clear()
+        self._reply_bytes = 0
         self._after_replies = None
         self._end()
 
@@ -1037,28 +1064,6 @@ def _by_queue(pairs: list[tuple[Queue, MessageRef]]) -> list[tuple[Queue, list[M
     for queue, ref in pairs:
         grouped.setdefault(queue, []).append(ref)
     return list(grouped.items())
-
-
-def _browse_refs(queue: Queue | None, selector: Selector | None) -> Iterator[MessageRef]:
-    """The whole queue in order without taking anything: delivering, pending, then paged.
-
-    The in-memory part is a snapshot taken now; the paged part is read from the page files
-    from the queue's read position at that moment, so no message is seen twice.
-    """
-    if queue is None:
-        return
-    cursor = queue.cursor
-    in_memory = [ref for c in queue.consumers for ref in c.in_flight.values()] + list(queue)
-    paged: Iterator[MessageRef] = iter(())
-    if isinstance(cursor, PageCursor):  # core types it `object`; a paging queue has one
-        # Refs a selective consumer claimed ahead are shown at their place in the page files.
-        in_memory = [ref for ref in in_memory if not cursor.is_ahead(ref)]
-        paged = cursor.browse(selector)
-    snapshot = sorted(in_memory, key=lambda ref: ref.message.message_id)  # arrival order
-    for ref in snapshot:
-        if selector is None or selector.matches_headers(message_view(ref.message)):
-            yield ref
-    yield from paged
 
 
 def _priority(value: str | None) -> int:

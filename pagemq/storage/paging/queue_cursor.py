@@ -22,7 +22,7 @@ Loop-only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Protocol
 
 from pagemq.storage.api import CursorAck
@@ -264,9 +264,43 @@ class QueueCursor:
              ) -> Iterator[tuple[int, PagedRecord]]:
         page = self.pages.get(page_no)
         if page is None:
+            return iter(())
+        return self._visible(page, self._medium.read_page(page_no, ordinal), claimed)
+
+    def read_ahead(self, page_no: int, ordinal: int, arrived: Callable[[], None], size: ReadSize, *,
+                   claimed: bool = False) -> Iterator[tuple[int, PagedRecord] | None]:
+        page = self.pages.get(page_no)
+        if page is None:
             return
+        medium = self._medium
+        if medium.page_io is not None and not medium.fully_readable(page_no):
+            # A batch appended to the page is still with the page writer: a read made now
+            # would end before its records (the queue's own reading waits the same way).
+            written = medium.flush()
+            written.add_done_callback(lambda _done: arrived())
+            while not written.done():
+                yield None
+            if self.pages.get(page_no) is not page:
+                return
+        records = medium.read_page(page_no, ordinal, size=size)
+        io = medium.page_io
+        if io is None:
+            yield from self._visible(page, records, claimed)
+            return
+        ahead = ReadAhead(records, io, arrived, size)
+        try:
+            while True:
+                yield from self._visible(page, ahead, claimed)
+                if not ahead.pending or self.pages.get(page_no) is not page:
+                    return
+                yield None  # the next chunk is being read: `arrived` follows
+        finally:
+            ahead.close()
+
+    def _visible(self, page: CursorPage, records: Iterator[tuple[int, PagedRecord]], claimed: bool
+                 ) -> Iterator[tuple[int, PagedRecord]]:
         queue_id = self.queue_id
-        for index, record in self._medium.read_page(page_no, ordinal):
+        for index, record in records:
             if (queue_id not in record.queue_ids or index in page.acked or index in page.lost
                     or (not claimed and index in page.claimed)):
                 continue

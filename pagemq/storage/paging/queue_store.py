@@ -28,6 +28,7 @@ from typing import Protocol
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_io import ReadSize
 from pagemq.storage.paging.page_store import RecordsLost
 
 __all__ = [
@@ -193,6 +194,14 @@ class PagedQueue(Protocol):
         """(ordinal, record) of the queue's records of one page from `ordinal` on, leaving
         out acknowledged, voided and lost ones, and claimed ones unless `claimed`. Readable
         now only: records appended later are not seen (see `fully_readable`)."""
+
+    def read_ahead(self, page_no: int, ordinal: int, arrived: Callable[[], None], size: ReadSize, *,
+                   claimed: bool = False) -> Iterator[tuple[int, PagedRecord] | None]:
+        """`read`, with the page read a chunk (`size`) ahead in the page-I/O worker when the
+        store has one (else as `read`): None is yielded while the next chunk is being read
+        (or, first, while a batch appended to the page is still being written); `arrived` is
+        called on the loop once it is in, and the same iterator goes on. For readers that
+        must not read page files on the loop (a browser)."""
 
     def claim(self, page_no: int, ordinal: int) -> None:
         """A record beyond the read position was taken into memory (a selective consumer's

@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Callable
 from test_paging_acks import Collector
 
 from pagemq.core.broker import Broker
+from pagemq.core.browse import QueueBrowse
 from pagemq.core.consumer import AckMode
 from pagemq.core.memory import MemoryAccountant
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings, AddressSettingsRepository
 from pagemq.core.transactions import PendingSend, Transaction
-from pagemq.server.stomp_session import _browse_refs
 from pagemq.storage.api import MemoryStore
 from pagemq.storage.paging.memory_queue_store import MemoryPagedQueueStore, MemoryPages
 from pagemq.storage.paging.queue_store import CursorRecords, PagedQueueStore
@@ -94,7 +94,7 @@ def test_a_selective_consumer_finds_its_match_deep_in_the_backlog_and_browsing_s
         red = Collector()
         broker.subscribe(queue, red, ack_mode=AckMode.INDIVIDUAL, selector="color = 'red'")
         assert numbers(red) == [40]
-        browsed = [int(ref.message.headers["n"]) for ref in _browse_refs(queue, None)]
+        browsed = [int(ref.message.headers["n"]) for ref in QueueBrowse(queue, None)]
         assert browsed == list(range(41))  # the claimed one at its place in the pages
 
     run(body)

@@ -17,8 +17,8 @@ from pathlib import Path
 from test_paging_acks import Collector, close, paging_broker, run
 
 from pagemq.core.broker import Broker
+from pagemq.core.browse import QueueBrowse
 from pagemq.core.consumer import AckMode
-from pagemq.server.stomp_session import _browse_refs
 
 SETTINGS: dict[str, object] = {"max-size-bytes": -1, "max-size-messages": 3, "page-size-bytes": 4096}
 COLORS = {"a": "blue", "b": "red", "c": "blue", "d": "red", "e": "blue", "f": "red",
@@ -166,13 +166,13 @@ def test_a_browser_sees_the_queue_in_order_and_takes_nothing(tmp_path: Path) -> 
     async def body() -> None:
         broker = await restarted(tmp_path)
         queue = broker.queues["q"]
-        assert "".join(ref.message.headers["n"] for ref in _browse_refs(queue, None)) == "defgh"
+        assert "".join(ref.message.headers["n"] for ref in QueueBrowse(queue, None)) == "defgh"
         sink = Collector()
         consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL, prefetch=1)
         await settle_down()
         assert got(sink) == "d"
         # d delivering; e, f let in behind it; g, h still paged
-        assert "".join(ref.message.headers["n"] for ref in _browse_refs(queue, None)) == "defgh"
+        assert "".join(ref.message.headers["n"] for ref in QueueBrowse(queue, None)) == "defgh"
         assert broker.queue_info("q")["messages"] == 5
         broker.acknowledge(queue, [consumer.take(sink.delivered[0][0])])
         await settle_down()

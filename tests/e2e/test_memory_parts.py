@@ -1,0 +1,144 @@
+"""What the broker holds besides messages draws from `global-max-size` and is bounded (issue 16):
+connections' buffers and browsers' page read-ahead, shown in `GET /api/broker` memory.
+
+Real broker, real sockets: a client with a tiny receive window (test_stomp_flow's
+`StalledSocket`) stands for a peer that stops reading (a hung process keeps its socket open).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from brokerproc import BrokerProcess, StompClient, encode_frame, unique, wait_until
+from test_stomp_flow import StalledSocket, _write_for  # a client with a tiny receive window
+
+MIB = 1 << 20
+BROKER_CONFIG = {
+    "broker": {"global-max-size": "32MiB"},
+    "address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "1MiB"}},
+}
+
+
+def memory(broker: BrokerProcess) -> dict[str, Any]:
+    status, body = broker.http_get("/api/broker")
+    assert status == 200, body
+    return dict(body["memory"])
+
+
+class PeakSampler:
+    """Polls one figure of `GET /api/broker` memory on a thread; keeps its peak."""
+
+    def __init__(self, broker: BrokerProcess, field: str) -> None:
+        self.broker, self.field, self.peak = broker, field, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, int(memory(self.broker)[self.field]))
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_receipts_a_producer_never_reads_are_charged_to_the_budget_bounded_and_released(broker):
+    """A producer that never reads its RECEIPTs: what the broker holds for it (unsent
+    receipts, held input) is charged as connection_buffer_bytes and stays bounded (the broker
+    stops reading it: TCP holds the producer back); once it reads, every receipt comes, every
+    message is stored, and the charge goes back to nothing."""
+    queue = unique("unread")
+    client = StalledSocket(broker.stomp_port)
+    try:
+        client.connect("1.2")
+        receipt_id = "r" * 60_000  # each RECEIPT is as large as the SEND that asks for it
+        frame = encode_frame("SEND", {"destination": f"/queue/{queue}", "receipt": receipt_id,
+                                      "persistent": "true"}, "x")
+        with PeakSampler(broker, "connection_buffer_bytes") as sampler:
+            sent = _write_for(client.sock, frame, seconds=4.0, limit=300 * MIB)
+            time.sleep(0.3)  # a last measurement of the stalled connection
+        held = memory(broker)["connection_buffer_bytes"]
+        assert sent < 48 * MIB, f"the broker took {sent / MIB:.0f} MiB from a client that never reads"
+        assert held > MIB, f"only {held} bytes charged for a stalled connection's unread receipts"
+        # bound: transport write buffer 1 MiB + one turn's output + 1 MiB held input + frames
+        assert sampler.peak <= 6 * MIB, f"connection buffers reached {sampler.peak / MIB:.1f} MiB"
+
+        complete, partial = divmod(sent, len(frame))
+        rest = frame[partial:] if partial else b""
+        client.send_while_reading(rest + encode_frame("DISCONNECT", {"receipt": "bye"}), timeout=60)
+        receipts = 0
+        while True:
+            reply = client.read_frame(timeout=60)
+            assert reply is not None, "closed before the DISCONNECT's receipt"
+            assert reply.command == "RECEIPT", reply
+            if reply.headers["receipt-id"] == "bye":
+                break
+            receipts += 1
+        expected = complete + (1 if partial else 0)
+        assert receipts == expected
+        broker.wait_queue(queue, messages=expected, timeout=30)
+        wait_until(lambda: memory(broker)["connection_buffer_bytes"] == 0, timeout=5,
+                   what="the closed connection's buffers released")
+    finally:
+        client.close()
+
+
+BROWSE_CONFIG = {
+    "broker": {"global-max-size": "4MiB"},
+    "address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "256KiB"}},
+}
+BROWSED = 3000
+BODY_PAD = b"b" * 4096  # 3000 x 4 KiB: 12 MiB of page files, three times the budget
+
+
+def test_a_browser_over_a_paged_queue_three_times_the_budget_sees_everything_within_it(
+    start_broker: Callable[..., BrokerProcess], stomp_client: Callable[..., StompClient],
+) -> None:
+    """The browse's page read-ahead is charged while it is open (at most two chunks of a
+    reader's size), a browser that stops reading holds it open without the broker reading
+    further, every message is shown in order, nothing is taken, and the charge goes at the end."""
+    broker = start_broker(BROWSE_CONFIG)
+    queue = unique("browsed")
+    producer = stomp_client(broker)
+    for n in range(BROWSED):
+        producer.send(f"/queue/{queue}", f"{n:05d}|".encode() + BODY_PAD, receipt=n == BROWSED - 1)
+    broker.wait_queue(queue, messages=BROWSED, timeout=60)
+    idle_rss = broker.rss_bytes()
+
+    browser = StalledSocket(broker.stomp_port)
+    try:
+        browser.connect("1.2")
+        browser.send_frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "b", "browser": "true"})
+        time.sleep(1.0)  # it reads nothing: the broker stops at its write buffer
+        stalled = memory(broker)
+        assert 0 < stalled["browse_read_ahead_bytes"] <= 2 * 256 * 1024, stalled
+        assert stalled["connection_buffer_bytes"] > 0, stalled
+        assert stalled["used_bytes"] <= 4 * MIB + 2 * MIB, stalled  # budget + one connection's buffers
+
+        shown: list[int] = []
+        peak_rss = 0
+        while True:
+            frame = browser.read_frame(timeout=60)
+            assert frame is not None and frame.command == "MESSAGE", frame
+            if frame.headers.get("browser") == "end":
+                break
+            shown.append(int(frame.body[:5]))
+            if len(shown) % 500 == 0:
+                peak_rss = max(peak_rss, broker.rss_bytes())
+        jumps = [(i, a, b) for i, (a, b) in enumerate(itertools.pairwise(shown)) if b != a + 1]
+        assert shown == list(range(BROWSED)), (len(shown), sorted(shown) == list(range(BROWSED)), jumps[:10])
+        assert peak_rss <= idle_rss + 4 * MIB + 40 * MIB, (idle_rss / MIB, peak_rss / MIB)
+        after = memory(broker)
+        assert after["browse_read_ahead_bytes"] == 0, after
+        assert broker.queue(queue)["messages"] == BROWSED  # a browser takes nothing
+    finally:
+        browser.close()
