@@ -283,8 +283,7 @@ class StompSession:
         return self._committing is not None or self._authenticating is not None
 
     def _accept(self, events: Sequence[ev.Event | _Failure]) -> None:
-        if (self._backlog or self._blocked_retry is not None or self._committing is not None
-                or self._authenticating is not None or not self._writable):  # _held, inlined
+        if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
         spent = self._turn.spent
@@ -911,16 +910,13 @@ class StompSession:
         replies = self._replies
         while replies and not self.closing_hard:
             future, frame, receipt_id = replies[0]
-            if future is not None:
-                if not future.done():
-                    return
-                if future.cancelled() or future.exception() is not None:
-                    replies.popleft()
-                    self._reply_bytes -= len(frame)
-                    self._note_error(f"message could not be stored: {_failure_of(future)}", receipt_id)
-                    continue
+            if future is not None and not future.done():
+                return
             replies.popleft()
             self._reply_bytes -= len(frame)
+            if future is not None and (future.cancelled() or future.exception() is not None):
+                self._note_error(f"message could not be stored: {_failure_of(future)}", receipt_id)
+                continue
             self.write(frame)
         if replies or self.closing_hard:
             return

@@ -533,6 +533,12 @@ class Journal:
         future = self._gathered_future
         self._gathered, self._gathered_ids, self._gathered_future = [], {}, None
         self._gathered_size = 0
+        try:
+            self._writer.check()
+        except OSError as exc:  # failed or stopped since they were handed in: never written
+            if future is not None and not future.done():
+                future.set_exception(exc)
+            return
         sync = future is not None and not future.cancelled()
         frame, apply = rec.frame_op, self._apply  # fields were checked when gathered
         seq = self._next_seq
@@ -933,8 +939,7 @@ class Journal:
         its failure was logged and handed to every waiting future when it happened."""
         if self._closed:
             return
-        if self._gathered and self._writer.error is None:
-            self.write_gathered()
+        self.write_gathered()
         self._closed = True
         if self._cleaning is not None:
             await asyncio.wait([self._cleaning])  # its failure, if any, was its caller's
@@ -948,15 +953,13 @@ class Journal:
             flushed.add_done_callback(lambda done: done.cancelled() or done.exception())
             while not flushed.done() and self._writer.stalled is None:
                 await asyncio.wait([flushed], timeout=0.25)
-        if self._gathered and self._writer.error is None and self._writer.running:
-            # ops handed in while the flush above was awaited: written before the writer
-            # stops (stop() refuses more at once, so none can come after this)
-            self.write_gathered()
+        # ops handed in while the flush above was awaited: written before the writer stops
+        # (stop() refuses more at once, so none can come after this)
+        self.write_gathered()
         await self._writer.stop()
 
     def stats(self) -> dict[str, int]:
-        if self._gathered and self._writer.error is None:
-            self.write_gathered()
+        self.write_gathered()
         return {
             "files": len(self._files),
             "bytes": sum(file.size for file in self._files.values()),
@@ -980,8 +983,7 @@ class Journal:
 
     def files(self) -> list[DataFileInfo]:
         """Per-file index summary, for `pagemq data print` and tests."""
-        if self._gathered and self._writer.error is None:
-            self.write_gathered()
+        self.write_gathered()
         return [
             DataFileInfo(f.file_no, f.path, f.size, f.ops, f.live,
                          sum(len(e) for e in f.kills.values()), f.first_seq, f.last_seq,
