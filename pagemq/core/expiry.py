@@ -28,6 +28,8 @@ import weakref
 from itertools import count
 from typing import TYPE_CHECKING
 
+from pagemq.core.memory import EXPIRY_PART
+
 if TYPE_CHECKING:
     from pagemq.core.consumer import MessageRef
     from pagemq.core.memory import MemoryAccountant
@@ -63,7 +65,7 @@ class ExpiryTimers:
             self._heap, (ref.message.expiration, next(self._seq), queue, weakref.ref(ref, self._died))
         )
         if self._memory is not None:
-            self._memory.charge_part("expiry_timer_bytes", ENTRY_BYTES)
+            self._memory.charge_part(EXPIRY_PART, ENTRY_BYTES)
 
     def due(self, now_ms: int) -> dict[Queue, list[MessageRef]]:
         """Pop the entries due by `now_ms`, per queue (deleted queues' and dead refs'
@@ -81,7 +83,7 @@ class ExpiryTimers:
                 by_queue.setdefault(queue, []).append(ref)
         self._compact()
         if self._memory is not None and len(self._heap) != before:
-            self._memory.charge_part("expiry_timer_bytes", (len(self._heap) - before) * ENTRY_BYTES)
+            self._memory.charge_part(EXPIRY_PART, (len(self._heap) - before) * ENTRY_BYTES)
         return by_queue
 
     def _compact(self) -> None:

@@ -21,6 +21,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from pagemq.core.memory import JOURNAL_PART
+
 if TYPE_CHECKING:
     from pagemq.core.address import Address
     from pagemq.core.consumer import MessageRef
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
     from pagemq.storage.api import MessageStore
     from pagemq.storage.paging.queue_store import AckWriter
 
-JOURNAL_PART = "journal_index_bytes"  # its name in the budget's parts (GET /api/broker memory)
 JOURNAL_ENTRY_BYTES = 384
 """The journal's in-memory index entry of one stored message (storage/journal.py: its live
 record and location, the data file's id set: ~380 bytes by tracemalloc, CPython 3.11),

@@ -35,13 +35,13 @@ from collections.abc import Callable
 from pagemq.core.waiters import Waiters
 
 RESUME_READING = 0.9  # readers stopped by a full budget read again below this share of it
-PARTS = (
-    "connection_buffer_bytes",  # sockets' write buffers, held input, partial frames
-    "browse_read_ahead_bytes",  # browsers' page read-ahead chunks
-    "page_read_ahead_bytes",  # reading queues' page chunks (raw records read ahead)
-    "expiry_timer_bytes",  # entries of the expiry heap
-    "journal_index_bytes",  # the journal's index entries of in-memory persistent messages
-)
+# What is held besides messages, by its name in the budget's parts (GET /api/broker memory).
+CONNECTION_BUFFER_PART = "connection_buffer_bytes"  # sockets' write buffers, held input, partial frames
+BROWSE_PART = "browse_read_ahead_bytes"  # browsers' page read-ahead chunks
+PAGE_READ_PART = "page_read_ahead_bytes"  # reading queues' page chunks (raw records read ahead)
+EXPIRY_PART = "expiry_timer_bytes"  # entries of the expiry heap
+JOURNAL_PART = "journal_index_bytes"  # the journal's index entries of in-memory persistent messages
+PARTS = (CONNECTION_BUFFER_PART, BROWSE_PART, PAGE_READ_PART, EXPIRY_PART, JOURNAL_PART)
 
 
 class MemoryAccountant:
@@ -78,13 +78,14 @@ class MemoryAccountant:
 
     def messages_full(self) -> bool:
         """The messages held are at or over a limit: new ones go through their full policy."""
-        if self.max_bytes >= 0 and self.used_bytes - self.part_bytes >= self.max_bytes:
-            return True
-        return self.max_messages >= 0 and self.used_messages >= self.max_messages
+        return self._at_limit(self.used_bytes - self.part_bytes)
 
     def is_full(self) -> bool:
         """At or over a limit, connections' buffers included: readers read nothing more."""
-        if self.max_bytes >= 0 and self.used_bytes >= self.max_bytes:
+        return self._at_limit(self.used_bytes)
+
+    def _at_limit(self, used_bytes: int) -> bool:
+        if self.max_bytes >= 0 and used_bytes >= self.max_bytes:
             return True
         return self.max_messages >= 0 and self.used_messages >= self.max_messages
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pagemq.core.consumer import MessageRef
+from pagemq.core.memory import BROWSE_PART, PAGE_READ_PART
 from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
@@ -57,9 +58,7 @@ MIN_READ_CHUNK = 16 * 1024
 """The smallest page read a queue makes when many share a tight budget (see _read_in)."""
 
 
-PAGE_READ_PART = "page_read_ahead_bytes"  # readers' page chunks (GET /api/broker memory)
 PAGE_READ_CHUNKS_HELD = 2  # a queue's reading holds the chunk being taken and the next one
-BROWSE_PART = "browse_read_ahead_bytes"  # its name in the budget's parts (GET /api/broker memory)
 BROWSE_CHUNKS_HELD = 2  # a browse holds one chunk being consumed and the next read ahead
 
 
@@ -143,7 +142,7 @@ class PageCursor:
         budget = self.pager.budget
         share = budget.read_share()
         if share >= 0:  # the page reads and read-ahead of many readers fit the budget too
-            book.read_chunk_bytes = self.chunk_bytes()
+            book.read_chunk_bytes = _chunk_for(share)
         while book.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
@@ -383,8 +382,7 @@ class PageCursor:
     def chunk_bytes(self) -> int:
         """What this queue reads of page files at a time: its share of the budget / 8
         (16-256 KiB), so the reads of many readers fit the budget too."""
-        share = self.pager.budget.read_share()
-        return CHUNK_BYTES if share < 0 else min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))
+        return _chunk_for(self.pager.budget.read_share())
 
     # -- streaming readers (core/stream.py) --------------------------------------------------
 
@@ -800,3 +798,8 @@ class AddressPager:
             self.cursor(queue).hold_back(recovered.first_id)
         self.address.paging = self.messages_paged > 0
         return recovery.stale
+
+
+def _chunk_for(share: int) -> int:
+    """Page-read chunk for a reader's budget share: share / 8, 16-256 KiB (no limit: 256 KiB)."""
+    return CHUNK_BYTES if share < 0 else min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))

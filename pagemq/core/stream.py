@@ -27,6 +27,7 @@ is handed to a worker thread (it reads page files, see its docstring).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -96,9 +97,7 @@ class PagedRange:
         """(page, ordinal, record) with `after < id <= upto`, in order (ids grow along the
         pages: reading stops at the first id above `upto`), of the pages from `from_page`
         (to `to_page`)."""
-        for page_no, first in self.pages:
-            if page_no < from_page:
-                continue
+        for page_no, first in self.pages[bisect.bisect_left(self.pages, (from_page,)):]:
             if to_page is not None and page_no > to_page:
                 return
             for ordinal, record in self.read(page_no, first):

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from pagemq.core.memory import CONNECTION_BUFFER_PART
+
 if TYPE_CHECKING:
     from pagemq.core.memory import MemoryAccountant
     from pagemq.server.stomp_session import Cancellable, Scheduler
 
 __all__ = ["SWEEP_PERIOD", "ConnectionBuffers", "Measured"]
 
-PART = "connection_buffer_bytes"  # its name in the budget's parts (GET /api/broker memory)
 SWEEP_PERIOD = 0.1  # seconds between measurements of connections still charged something
 
 
@@ -60,7 +61,7 @@ class ConnectionBuffers:
         before = charged.get(connection, 0)
         if now == before:
             return
-        self._memory.charge_part(PART, now - before)
+        self._memory.charge_part(CONNECTION_BUFFER_PART, now - before)
         if now:
             charged[connection] = now
             if self._sweep is None:
@@ -72,7 +73,7 @@ class ConnectionBuffers:
         """The connection closed: whatever it held is released."""
         before = self._charged.pop(connection, 0)
         if before:
-            self._memory.charge_part(PART, -before)
+            self._memory.charge_part(CONNECTION_BUFFER_PART, -before)
 
     def _measure_all(self) -> None:
         self._sweep = None

@@ -18,12 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pagemq.spark.arrow_rows import ArrowRows
+from pagemq.spark.page_decode import HEADERS_TYPE, header_map
 from pagemq.spark.schema import ARROW_SCHEMA
 from pagemq.storage.message_codec import read_head
 
 __all__ = ["EncodedRows"]
 
-_HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
 _MAX_BUFFER = (1 << 31) - 1  # int32 offsets: a chunk is cut well below this (CHUNK_BYTES)
 
 
@@ -102,15 +102,13 @@ class EncodedRows:
 
     def _headers(self) -> pa.Array:
         if not self.include_headers:
-            return pa.nulls(self.count, _HEADERS_TYPE)
+            return pa.nulls(self.count, HEADERS_TYPE)
         lengths = self._lengths
         ends = pc.cumulative_sum(pa.array(lengths, pa.int32()))
         offsets = pa.concat_arrays([pa.array([0], pa.int32()), ends])
         texts = pa.Array.from_buffers(pa.binary(), len(lengths), [
             None, offsets.buffers()[1], pa.py_buffer(b"".join(self._texts))])
-        keys = pc.take(texts, pa.array(range(0, len(lengths), 2), pa.int32())).cast(pa.string())
-        values = pc.take(texts, pa.array(range(1, len(lengths), 2), pa.int32())).cast(pa.string())
-        return pa.MapArray.from_arrays(pa.array(self._pairs, pa.int32()), keys, values).cast(_HEADERS_TYPE)
+        return header_map(texts, pa.array(self._pairs, pa.int32()))
 
     def _decoded(self) -> pa.RecordBatch:
         rows = ArrowRows(self.address, include_headers=self.include_headers)

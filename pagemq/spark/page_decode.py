@@ -51,7 +51,7 @@ from pagemq.storage.paging.page_format import (
     read_frames,
 )
 
-__all__ = ["CODEC_HEAD", "Located", "RowProblem", "build_batch", "locate"]
+__all__ = ["CODEC_HEAD", "HEADERS_TYPE", "Located", "RowProblem", "build_batch", "header_map", "locate"]
 
 CODEC_HEAD = struct.Struct("<BBBBQqqHII")  # message_codec's fixed head (docs/formats/page.md)
 # One MESSAGE frame of one entry routed to one queue: frame header, record type, entry head,
@@ -170,7 +170,7 @@ class RowProblem:
     reason: str
 
 
-_HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
+HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
 _HEADER_PAIRS: dict[int, struct.Struct] = {}
 
 
@@ -225,7 +225,7 @@ def _batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int],
     bodies = parts.take(pa.array(range(2, 4 * count, 4), pa.int32()))
     if bodies.type != pa.binary():
         bodies = bodies.cast(pa.binary())
-    headers = _headers(parts, count, header_counts) if include_headers else pa.nulls(count, _HEADERS_TYPE)
+    headers = _headers(parts, count, header_counts) if include_headers else pa.nulls(count, HEADERS_TYPE)
     millis = pa.array(columns[TIMESTAMP], pa.int64())
     seqs = pa.array(columns[ORDINAL], pa.int64())
     arrays = [
@@ -316,15 +316,21 @@ def _headers(parts: pa.Array, count: int, header_counts: Sequence[int]) -> pa.Ar
     row_starts = token_array.take(pc.multiply(map_offsets, 2))
     if not pc.all(pc.equal(row_starts, pa.array(text_offsets, pa.int32()))).as_py():
         raise _HeaderTrouble("header lengths do not add up")
-    offsets = token_array.buffers()[1]
-    tokens = pa.Array.from_buffers(pa.binary(), 2 * total, [None, offsets, pa.py_buffer(text)])
+    tokens = pa.Array.from_buffers(pa.binary(), 2 * total,
+                                   [None, token_array.buffers()[1], pa.py_buffer(text)])
     try:
-        keys = tokens.take(pa.array(range(0, 2 * total, 2), pa.int32())).cast(pa.string())
-        values = tokens.take(pa.array(range(1, 2 * total, 2), pa.int32())).cast(pa.string())
+        return header_map(tokens, map_offsets)
     except pa.ArrowInvalid as exc:  # not UTF-8 (or a lone surrogate, which Arrow strings cannot hold)
         raise _HeaderTrouble(str(exc)) from exc
-    headers = pa.MapArray.from_arrays(map_offsets, keys, values)
-    return headers.cast(_HEADERS_TYPE)
+
+
+def header_map(tokens: pa.Array, map_offsets: pa.Array) -> pa.Array:
+    """The `headers` column from binary tokens (name, value, name, value, ...) and each row's
+    first pair; `pa.ArrowInvalid` if a token is not UTF-8."""
+    count = len(tokens)
+    keys = tokens.take(pa.array(range(0, count, 2), pa.int32())).cast(pa.string())
+    values = tokens.take(pa.array(range(1, count, 2), pa.int32())).cast(pa.string())
+    return pa.MapArray.from_arrays(map_offsets, keys, values).cast(HEADERS_TYPE)
 
 
 def _header_problems(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int]  # type: ignore[type-arg]

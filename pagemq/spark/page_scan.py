@@ -199,15 +199,15 @@ def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
     damage: list[FrameDamage] = []
     page = read_page_bytes(Path(path), task.page_no, damage, limit=task.limit)
     if page is None:
-        _report(task, path, damage, 0)
+        _report(task, path, damage)
         return
     data, version = page
     found = locate(data, FILE_HEADER.size, len(data), version=version, committed=task.committed,
                    damage=damage)
-    _report(task, path, damage, 0)
+    _report(task, path, damage)
     rows, ends = found.rows, found.ends
     if task.selector is not None:
-        rows, ends = _matching(task, path, found)
+        rows, ends = _matching(task, path, found, task.selector)
     names = _QueueNames(task.queue_names)
     base = task.page_no << ORDINAL_BITS
     for start in range(0, len(rows), BATCH_ROWS):
@@ -221,16 +221,16 @@ def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
             yield batch
 
 
-def _matching(task: FileTask, path: str, found: Located) -> tuple[list[tuple], list[int]]:  # type: ignore[type-arg]
+def _matching(task: FileTask, path: str, found: Located, selector_text: str
+              ) -> tuple[list[tuple], list[int]]:  # type: ignore[type-arg]
     """The rows whose message the task's selector matches (a row that does not decode is
     data loss, as when the batch is built)."""
-    selector = compile_selector(task.selector) if task.selector is not None else None
-    assert selector is not None
+    selector = compile_selector(selector_text)
     rows: list[tuple] = []  # type: ignore[type-arg]
     ends: list[int] = []
     for i, row in enumerate(found.rows):
         try:
-            message = decode_message(bytes(found.message(i)), task.address)
+            message = decode_message(found.message(i), task.address)
         except CodecError as exc:
             _data_loss(task, f"{path}: record {row[ORDINAL]} (message {row[MESSAGE_ID]}) does not "
                              f"decode: {exc}")
@@ -251,14 +251,13 @@ def _existing(task: FileTask) -> str | None:
     return None
 
 
-def _report(task: FileTask, path: str, damage: list[FrameDamage], start: int) -> int:
-    for found in damage[start:]:
+def _report(task: FileTask, path: str, damage: list[FrameDamage]) -> None:
+    for found in damage:
         if found.torn and not task.complete:
             continue  # the live page's end: an append in progress (or one a crash cut short)
         lost = f", {found.lost} record(s) lost" if found.lost is not None else ""
         _data_loss(task, f"{path}: damaged bytes at offset {found.offset} ({found.reason}): "
                          f"{found.length} bytes unreadable{lost}")
-    return len(damage)
 
 
 def _data_loss(task: FileTask, problem: str) -> None:

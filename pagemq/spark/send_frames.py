@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pagemq.protocol.stomp import frames
+
 __all__ = ["OWN_HEADERS", "SendTemplate", "body_column", "encode_sends", "escape", "split_rows"]
 
 # Headers the sink sets itself; a `headers` column entry by these names is not sent.
@@ -27,10 +29,8 @@ _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), (":", "\\c"))
 
 
 def escape(text: str) -> str:
-    """A header name or value escaped for STOMP 1.2."""
-    for raw, escaped in _ESCAPES:
-        text = text.replace(raw, escaped)
-    return text
+    """A header name or value escaped for STOMP 1.2 (the protocol's own escaping)."""
+    return frames.escape(text, "1.2")
 
 
 class SendTemplate:

@@ -237,15 +237,6 @@ def _check_address(folder: Path, base: str, address: str, fileio: FileIO) -> Non
         raise PageFolderConflict(f"{folder} holds pages of address {recorded!r}, not {address!r}")
 
 
-def _numbered(paths: list[Path]) -> dict[int, Path]:
-    numbered: dict[int, Path] = {}
-    for path in paths:
-        page_no = page_number(path.name)
-        if page_no is not None:
-            numbered[page_no] = path
-    return numbered
-
-
 def _high_water(folder: Path, fileio: FileIO) -> int:
     """The highest page number ever deleted in this folder (`last-page`), 0 if unknown."""
     try:

@@ -231,8 +231,7 @@ class PageStore:
         root = os.fspath(paging_directory)
         for name in names:
             try:
-                with open(f"{root}/{name}/{ADDRESS_FILE}", "rb", buffering=0) as marker:
-                    address = marker.readall()
+                address = REAL_FILE_IO.read_bytes(f"{root}/{name}/{ADDRESS_FILE}")
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 continue
             found[address.decode("utf-8", "surrogatepass")] = paging_directory / name

@@ -13,7 +13,7 @@ from pathlib import Path
 from test_paging_acks import close, paging_broker, run
 
 from pagemq.core.browse import QueueBrowse
-from pagemq.core.paging import BROWSE_PART as PART
+from pagemq.core.memory import BROWSE_PART as PART
 from pagemq.storage.paging.page_io import CHUNK_BYTES, QueuedPageIO
 
 SETTINGS = {"max-size-bytes": 0, "page-size-bytes": 4096}

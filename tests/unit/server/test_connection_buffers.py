@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from manual_loop import ManualLoop
 
+from pagemq.core.memory import CONNECTION_BUFFER_PART as PART
 from pagemq.core.memory import MemoryAccountant
-from pagemq.server.connection_buffers import PART, SWEEP_PERIOD, ConnectionBuffers
+from pagemq.server.connection_buffers import SWEEP_PERIOD, ConnectionBuffers
 
 
 class Conn:
