@@ -47,8 +47,13 @@ class NullTransport:
         asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
-        if self.session is not None:
-            self.write(self.session.take_output())
+        session = self.session
+        if session is not None:
+            self.write(session.take_output())
+            # As the server's shell does: input held for a receipt backlog goes on once
+            # the receipts are out (stomp_server.StompServerProtocol._flush).
+            if not session.writable and not session.replies_backlogged:
+                session.set_writable(True)
 
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
@@ -98,6 +103,9 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
     cpu, wall, loop_cpu = time.process_time(), time.perf_counter(), time.thread_time()
     for chunk in chunks:
         session.receive(chunk)
+        await asyncio.sleep(0)
+    while session.buffered_bytes():  # frames held for receipts or deferred: carried out yet
+        transport.flush()
         await asyncio.sleep(0)
     await store.flush()
     await asyncio.sleep(0.01)

@@ -18,10 +18,12 @@ from pathlib import Path
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord, PageScan
-from pagemq.storage.paging.page_io import PageIO, ReadSize
+from pagemq.storage.paging.page_io import PageIO, ReadAhead, ReadSize
 from pagemq.storage.paging.page_store import PageInfo, PageState, RecordsLost, SummaryBuilder
 from pagemq.storage.paging.paged_queues import PagedQueues
 from pagemq.storage.paging.queue_store import CursorRecords
+
+RECORD_OVERHEAD = 32  # bytes a record counts for besides its message (a frame's share, roughly)
 
 RECORD_OVERHEAD = 32
 """Bytes a record counts for besides its message (ids, flags, framing), for page rolling."""
@@ -107,6 +109,13 @@ class MemoryPages:
         self.roll()
 
     # -- reading --------------------------------------------------------------------------
+
+    def read_page_ahead(self, page_no: int, start_ordinal: int, *, size: ReadSize,
+                        arrived: Callable[[], None]) -> Iterator[tuple[int, PagedRecord] | None]:
+        records = self.read_page(page_no, start_ordinal)
+        if self.page_io is None:
+            return records  # in memory: nothing to wait for
+        return _read_through(self.page_io, records, size, arrived)
 
     def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
                   ) -> Iterator[tuple[int, PagedRecord]]:
@@ -218,3 +227,23 @@ class MemoryPagedQueueStore(PagedQueues):
                  summaries: Callable[[bytes], object] | None = None) -> None:
         super().__init__(pages, records, summaries=summaries)
         self.pages = pages
+
+
+def _read_through(io: PageIO, records: Iterator[tuple[int, PagedRecord]], size: ReadSize,
+                  arrived: Callable[[], None]) -> Iterator[tuple[int, PagedRecord] | None]:
+    """Records as the file store hands them over a page-I/O worker: each `size` bytes of them
+    wait for a read there, one read ahead. A seam (`page_io` is None in a broker), so the
+    contract tests run the worker's "nothing now, woken later" over both stores alike."""
+    ahead = ReadAhead(lambda _at, length: bytes(length), 1 << 62, io, arrived)
+    at = budget = 0
+    try:
+        for entry in records:
+            if budget <= 0:
+                while ahead.fetch(at, size.bytes) is None:
+                    yield None
+                at += size.bytes
+                budget = size.bytes
+            budget -= len(entry[1].message) + RECORD_OVERHEAD
+            yield entry
+    finally:
+        ahead.close()

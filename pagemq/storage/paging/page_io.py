@@ -1,18 +1,22 @@
-"""Page reads off the event loop: the page-I/O worker and a queue's read-ahead over it.
+"""Page reads off the event loop: the page-I/O worker and a reader's read-ahead over it.
 
-A page is up to `page-size-bytes` (10 MiB by default): reading and decoding one on the loop
-stalled every connection for hundreds of milliseconds while a consumer drained a deep paged
-queue. So a queue's in-order reading (`queue_cursor.QueueCursor.peek`) reads through a
-`ReadAhead`: the page store's record iterator is advanced in the worker a chunk at a time
-(~`CHUNK_BYTES` of messages), the chunk is handed back to the loop, and the next chunk is
-read while this one is consumed. While the queue waits for a chunk its reading answers
-"nothing now" and the store's listener wakes it when the chunk is in.
+A page is up to `page-size-bytes` (10 MiB by default): reading one on the loop stalled every
+connection while a consumer drained a deep paged queue. So a queue's in-order reading
+(`queue_cursor.QueueCursor.peek`) reads the page file through a `ReadAhead`: the worker reads
+the file's bytes a range at a time (~`CHUNK_BYTES`), the range is handed back to the loop,
+and the next range is read while the loop decodes this one. While the reader waits for a
+range its iterator yields None ("nothing now") and `arrived` wakes it once the range is in.
+
+Only the read runs in the worker, not the decoding of frames into records: the worker needs
+the GIL for a few microseconds per range, so it neither slows the loop nor waits long for the
+loop to let go of it. (It once decoded too: every chunk then waited a switch interval or more
+for the GIL while the loop was busy, and a draining queue sat idle half the time, waiting
+for its next chunk.)
 
 Ownership: `PageIO` is one worker thread (`pagemq-page-io`) shared by every address of a
 broker (`server/app.py` makes it and shuts it down after the page stores closed). The worker
-only reads page files and decodes frames into `PagedRecord`s, one chunk of one iterator at a
-time (an iterator is never advanced by two threads at once); every piece of bookkeeping stays
-on the loop. What a reader may see is fixed on the loop when it is made (`PageStore.read_page`).
+only reads byte ranges of page files; decoding and every piece of bookkeeping stay on the
+loop. What a reader may see is fixed on the loop when it is made (`PageStore.read_page`).
 
 A seam for tests: anything with `submit` will do; `InlinePageIO` runs the read at once on
 the caller's thread; `QueuedPageIO` holds reads until the test runs them.
@@ -22,20 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
-
-from pagemq.storage.paging.page_format import PagedRecord
 
 __all__ = ["CHUNK_BYTES", "InlinePageIO", "PageIO", "PageIOWorker", "QueuedPageIO", "ReadAhead", "ReadSize"]
 
 CHUNK_BYTES = 256 * 1024
-"""Messages read per chunk: with one chunk read ahead, a reading queue holds at most about
-twice this of records it has not taken yet (whatever the page size)."""
-
-RECORD_OVERHEAD = 32
-"""Bytes a record counts for besides its message, so chunks of tiny messages stay bounded."""
+"""Bytes of a page file read at a time: with one range read ahead, a reading queue holds at
+most about twice this of page data it has not decoded yet (whatever the page size)."""
 
 T = TypeVar("T")
 
@@ -48,9 +46,6 @@ class ReadSize:
 
     def __init__(self, size: int = CHUNK_BYTES) -> None:
         self.bytes = size
-
-Record = tuple[int, PagedRecord]
-Chunk = tuple[list[Record], bool]
 
 
 class PageIO(Protocol):
@@ -107,9 +102,9 @@ class QueuedPageIO:
         return len(todo)
 
 
-def _hand_back(loop: asyncio.AbstractEventLoop, landed: Callable[[concurrent.futures.Future[Chunk]], None],
-               done: concurrent.futures.Future[Chunk]) -> None:
-    """In the worker: the chunk is in, tell the loop (unless it is gone: shutdown)."""
+def _hand_back(loop: asyncio.AbstractEventLoop, landed: Callable[[concurrent.futures.Future[bytes]], None],
+               done: concurrent.futures.Future[bytes]) -> None:
+    """In the worker: the range is in, tell the loop (unless it is gone: shutdown)."""
     if not loop.is_closed():
         try:
             loop.call_soon_threadsafe(landed, done)
@@ -117,82 +112,61 @@ def _hand_back(loop: asyncio.AbstractEventLoop, landed: Callable[[concurrent.fut
             pass
 
 
-def read_chunk(records: Iterator[Record], budget: int = CHUNK_BYTES) -> Chunk:
-    """The next records of `records` up to about `budget` bytes; True once it is exhausted.
-    Runs in the worker: reads and decodes only."""
-    chunk: list[Record] = []
-    size = 0
-    for entry in records:
-        chunk.append(entry)
-        size += len(entry[1].message) + RECORD_OVERHEAD
-        if size >= budget:
-            return chunk, False
-    return chunk, True
-
-
 class ReadAhead:
-    """A page's records for one queue's reading, read a chunk ahead in the page-I/O worker.
+    """One page file's bytes for one reader, read in the page-I/O worker a range ahead.
 
-    An iterator that ends either when the page's records (as readable when it was made) are
-    all read (`pending` False) or when the next chunk is still being read (`pending` True:
-    `arrived` is called on the loop once it is in). Loop-only but for the chunk reads.
+    `fetch(offset, length)` answers the bytes at `offset` (fewer at the end of the file), or
+    None while they are being read (`pending`: `arrived` is called on the loop once they are
+    in). Once a range is handed over, the next one (same length, up to `limit`) is read while
+    the reader decodes this one: a reader that reads on sequentially rarely waits. Any other
+    range (a damaged stretch read whole, a frame longer than a range) is read when asked.
+    Loop-only but for the reads.
     """
 
-    __slots__ = ("_arrived", "_buffer", "_io", "_next", "_records", "_size", "_waiting")
+    __slots__ = ("_arrived", "_io", "_limit", "_next", "_next_at", "_read", "pending")
 
-    def __init__(self, records: Iterator[Record], io: PageIO, arrived: Callable[[], None],
-                 size: ReadSize | None = None) -> None:
-        self._records = records
-        self._size = size if size is not None else ReadSize()
+    def __init__(self, read: Callable[[int, int], bytes], limit: int, io: PageIO,
+                 arrived: Callable[[], None]) -> None:
+        self._read = read
+        self._limit = limit
         self._io = io
         self._arrived = arrived
-        self._buffer: deque[Record] = deque()
-        self._next: concurrent.futures.Future[Chunk] | None = None
-        self._waiting = False
-        self._read_next()
+        self._next: concurrent.futures.Future[bytes] | None = None
+        self._next_at = (-1, 0)
+        self.pending = False
 
-    @property
-    def pending(self) -> bool:
-        """The buffer ran out while the next chunk is being read: `arrived` follows."""
-        return self._waiting
+    def fetch(self, offset: int, length: int) -> bytes | None:
+        future = self._next
+        if future is None or self._next_at != (offset, length):
+            future = self._submit(offset, length)
+        if not future.done():
+            self.pending = True
+            return None
+        self._next = None
+        self.pending = False  # in before its hand-back ran: that one is ignored
+        if future.cancelled():
+            return b""  # the worker shut down (broker stop): nothing more is read
+        data = future.result()  # a read's error surfaces here, on the loop
+        end = offset + len(data)
+        if len(data) == length and end < self._limit:
+            self._submit(end, min(length, self._limit - end))  # read on while this is decoded
+        return data
 
-    def _read_next(self) -> None:
-        records, chunk_bytes = self._records, self._size.bytes
-        future = self._io.submit(lambda: read_chunk(records, chunk_bytes))
-        self._next = future
+    def _submit(self, offset: int, length: int) -> concurrent.futures.Future[bytes]:
+        read = self._read
+        future = self._io.submit(lambda: read(offset, length))
+        self._next, self._next_at = future, (offset, length)
         if not future.done():
             loop = asyncio.get_running_loop()
             future.add_done_callback(lambda done: _hand_back(loop, self._landed, done))
+        return future
 
-    def _landed(self, future: concurrent.futures.Future[Chunk]) -> None:
-        if future is self._next and self._waiting:
-            self._waiting = False
+    def _landed(self, future: concurrent.futures.Future[bytes]) -> None:
+        if future is self._next and self.pending:
+            self.pending = False
             self._arrived()
 
     def close(self) -> None:
-        """The queue stopped reading through this: no `arrived` for a chunk still in flight."""
+        """The reader is done with (or gave up) the page: no `arrived` for a read in flight."""
         self._next = None
-        self._waiting = False
-        self._buffer.clear()
-
-    def __iter__(self) -> ReadAhead:
-        return self
-
-    def __next__(self) -> Record:
-        buffer = self._buffer
-        while not buffer:
-            future = self._next
-            if future is None:
-                raise StopIteration  # read out
-            if not future.done():
-                self._waiting = True
-                raise StopIteration
-            self._next = None
-            self._waiting = False  # in before its hand-back ran: that one is ignored
-            if future.cancelled():
-                raise StopIteration  # the worker shut down (broker stop): nothing more is read
-            chunk, ended = future.result()  # a read's error surfaces here, on the loop
-            buffer.extend(chunk)
-            if not ended:
-                self._read_next()  # read the next chunk while this one is consumed
-        return buffer.popleft()
+        self.pending = False

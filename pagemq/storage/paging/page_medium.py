@@ -32,6 +32,11 @@ class PageMedium(Protocol):
     def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
                   ) -> Iterator[tuple[int, PagedRecord]]: ...
 
+    def read_page_ahead(self, page_no: int, start_ordinal: int, *, size: ReadSize,
+                        arrived: Callable[[], None]) -> Iterator[tuple[int, PagedRecord] | None]:
+        """`read_page`, None while the next records are read in the page-I/O worker
+        (`arrived` follows): see PageStore.read_page_ahead."""
+
     def fully_readable(self, page_no: int) -> bool: ...
 
     def live_page_no(self) -> int: ...

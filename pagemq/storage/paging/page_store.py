@@ -46,7 +46,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pagemq.storage.disk_space import is_no_space
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
@@ -66,7 +66,7 @@ from pagemq.storage.paging.page_format import (
     page_format_version,
     read_frames,
 )
-from pagemq.storage.paging.page_io import PageIO, ReadSize
+from pagemq.storage.paging.page_io import PageIO, ReadAhead, ReadSize
 from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summary
 from pagemq.storage.paging.page_sync_pool import PageSyncPool
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
@@ -478,16 +478,42 @@ class PageStore:
 
     def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
                   ) -> Iterator[tuple[int, PagedRecord]]:
-        """(ordinal, record) from `start_ordinal` on, of records readable now (see module doc).
+        """(ordinal, record) from `start_ordinal` on, of records readable now (see module doc),
+        read on the caller's thread.
 
         What is readable is fixed when this is called; a page deleted meanwhile ends the
         iteration. A damaged stretch is logged (file, offset, records lost) and read past: the
         records after it keep their ordinals (format-2 frames carry them), and the page is
         marked damaged, so it is set aside (`*.page.damaged`), not deleted, when done with.
         """
+        found = self._reader(page_no, start_ordinal, size)
+        if found is None:
+            return iter(())
+        reader, offset, limit, ordinal, previous_run = found
+        return cast("Iterator[tuple[int, PagedRecord]]",  # without a read-ahead: never None
+                    reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=previous_run))
+
+    def read_page_ahead(self, page_no: int, start_ordinal: int, *, size: ReadSize,
+                        arrived: Callable[[], None]) -> Iterator[tuple[int, PagedRecord] | None]:
+        """`read_page`, the file read in the page-I/O worker a range ahead (page_io.ReadAhead):
+        the iterator yields None while the next bytes are being read, and `arrived` is called
+        on the loop once they are in; iterate on then. Closing the iterator stops the
+        read-ahead. With no worker (`page_io` None) it is `read_page`."""
+        found = self._reader(page_no, start_ordinal, size)
+        if found is None:
+            return iter(())
+        reader, offset, limit, ordinal, previous_run = found
+        ahead = ReadAhead(reader.read, limit, self.page_io, arrived) if self.page_io is not None else None
+        return reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=previous_run,
+                              ahead=ahead)
+
+    def _reader(self, page_no: int, start_ordinal: int, size: ReadSize | None
+                ) -> tuple[_PageReader, int, int, int, bool] | None:
+        """A reader of the page's readable part, from the frame holding `start_ordinal`:
+        (reader, offset, limit, its first ordinal, whether the page is of an earlier run)."""
         page = self._pages.get(page_no)
         if page is None:
-            return iter(())
+            return None
         limit = page.stats.good_size
         if not page.previous_run:
             visible = self._writer.visible_size(page_no) if self._writer is not None else None
@@ -499,11 +525,11 @@ class PageStore:
                 version = page.frame_version = page_format_version(
                     self.fileio.read_range(path, 0, FILE_HEADER.size))
             except (OSError, struct.error):
-                return iter(())
+                return None
         ordinal, offset = _seek(list(page.stats.index), start_ordinal, limit)
         reader = _PageReader(self.fileio, path, version, self.address, page, self._found_damage,
                              size if size is not None else ReadSize(READ_CHUNK))
-        return reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=page.previous_run)
+        return reader, offset, limit, ordinal, page.previous_run
 
     def stats(self) -> dict[str, int]:
         writer = self._writer
@@ -536,8 +562,10 @@ def _seek(index: list[tuple[int, int]], start_ordinal: int, limit: int) -> tuple
 
 
 class _PageReader:
-    """Reads one page's frames from an offset, in chunks so one reader holds ~READ_CHUNK bytes;
-    on damage reads the rest of the readable part whole and resynchronises past it."""
+    """Reads one page's frames from an offset, a range (`size`) at a time, so one reader holds
+    about one range; on damage reads the rest of the readable part whole and resynchronises
+    past it. Ranges are read one after the other, never twice (a frame cut by the end of a
+    range waits in `tail` for the next), so a read-ahead can guess the next one."""
 
     def __init__(self, fileio: FileIO, path: Path, version: int, address: str, page: PageState,
                  on_damage: Callable[[PageState], None], size: ReadSize) -> None:
@@ -545,47 +573,73 @@ class _PageReader:
         self.address, self.page, self.on_damage = address, page, on_damage
         self.size = size
 
+    def read(self, offset: int, length: int) -> bytes:
+        """The file's bytes at `offset` (b"" once it is deleted). Any thread."""
+        try:
+            return self.fileio.read_range(self.path, offset, length)
+        except FileNotFoundError:
+            return b""
+
     def records(self, offset: int, limit: int, ordinal: int, start_ordinal: int, *,
-                skip_non_persistent: bool) -> Iterator[tuple[int, PagedRecord]]:
+                skip_non_persistent: bool, ahead: ReadAhead | None = None
+                ) -> Iterator[tuple[int, PagedRecord] | None]:
+        read = ahead.fetch if ahead is not None else self.read
         header = FRAME_HEADER if self.version >= 2 else V1_FRAME_HEADER
+        tail = b""  # the start of a frame the last range cut off
+        at = offset  # where the next range starts
         want = self.size.bytes
-        while offset < limit:
-            try:
-                data = self.fileio.read_range(self.path, offset, min(want, limit - offset))
-            except FileNotFoundError:
-                return
-            consumed = 0
-            try:
-                for at, size, first, entries in read_frames(data, 0, len(data), version=self.version,
-                                                            ordinal=ordinal):
-                    for record in entries:  # (inline: this runs for every paged message read)
-                        if first >= start_ordinal and (record.persistent or not skip_non_persistent):
-                            yield first, record
-                        first += 1
-                    ordinal = first
-                    consumed = at + size
-            except FrameError:
-                yield from self._past_damage(offset + consumed, limit, ordinal, start_ordinal,
-                                             skip_non_persistent)
-                return
-            if consumed:
-                offset += consumed
+        try:
+            while at < limit:
+                length = min(want, limit - at)
+                data = read(at, length)
+                while data is None:  # being read in the worker: `arrived` follows
+                    yield None
+                    data = read(at, length)
+                if not data:
+                    return  # deleted meanwhile
+                at += len(data)
+                if tail:
+                    data = tail + data
+                base = at - len(data)  # the file offset of data[0]
+                consumed = 0
+                try:
+                    frames = read_frames(data, 0, len(data), version=self.version, ordinal=ordinal)
+                    for frame_at, size, first, entries in frames:
+                        for record in entries:  # (inline: this runs for every paged message read)
+                            if first >= start_ordinal and (record.persistent or not skip_non_persistent):
+                                yield first, record
+                            first += 1
+                        ordinal = first
+                        consumed = frame_at + size
+                except FrameError:
+                    yield from self._past_damage(base + consumed, limit, ordinal, start_ordinal,
+                                                 skip_non_persistent, read)
+                    return
+                tail = data[consumed:] if consumed < len(data) else b""
                 want = self.size.bytes
-                continue
-            # A frame longer than the chunk: read it whole, unless it cannot be one.
-            length = 0
-            if len(data) >= header.size:
-                length = header.unpack_from(data, 0)[2 if self.version >= 2 else 0]
-            want = header.size + length
-            if len(data) < header.size or not length or offset + want > limit:
-                yield from self._past_damage(offset, limit, ordinal, start_ordinal, skip_non_persistent)
-                return
+                if tail and not consumed and len(tail) >= header.size:
+                    # A frame longer than a range: read the rest of it, unless it cannot be one.
+                    frame = header.size + header.unpack_from(tail, 0)[2 if self.version >= 2 else 0]
+                    if frame == header.size or base + frame > limit:
+                        yield from self._past_damage(base, limit, ordinal, start_ordinal,
+                                                     skip_non_persistent, read)
+                        return
+                    want = max(frame - len(tail), 1)
+            if tail:  # the readable part ends inside a frame
+                yield from self._past_damage(at - len(tail), limit, ordinal, start_ordinal,
+                                             skip_non_persistent, read)
+        finally:
+            if ahead is not None:
+                ahead.close()
 
     def _past_damage(self, offset: int, limit: int, ordinal: int, start_ordinal: int,
-                     skip_non_persistent: bool) -> Iterator[tuple[int, PagedRecord]]:
-        try:
-            data = self.fileio.read_range(self.path, offset, limit - offset)
-        except FileNotFoundError:
+                     skip_non_persistent: bool, read: Callable[[int, int], bytes | None]
+                     ) -> Iterator[tuple[int, PagedRecord] | None]:
+        data = read(offset, limit - offset)
+        while data is None:
+            yield None
+            data = read(offset, limit - offset)
+        if not data:
             return
         damage: list[FrameDamage] = []
         reported = 0

@@ -28,7 +28,7 @@ from typing import Protocol
 from pagemq.storage.api import CursorAck
 from pagemq.storage.paging.ordinal_set import OrdinalSet
 from pagemq.storage.paging.page_format import PagedRecord
-from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadAhead, ReadSize
+from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadSize
 from pagemq.storage.paging.page_medium import PageMedium
 from pagemq.storage.paging.queue_store import CursorJournal, Entry, PageSpan, Position
 
@@ -95,9 +95,10 @@ class QueueCursor:
         self._page_read_out = False
         # The record at (_read_page, _read_ordinal), read from the page but not yet taken.
         self._peeked: Entry | None = None
-        self._reader: Iterator[tuple[int, PagedRecord]] | None = None
-        # The reader, when its chunks are read in the page-I/O worker (see page_io).
-        self._ahead: ReadAhead | None = None
+        self._reader: Iterator[tuple[int, PagedRecord] | None] | None = None
+        # The reader yielded None: its next bytes are being read in the page-I/O worker (see
+        # page_io), `_chunk_in` follows.
+        self._pending = False
         # The reader covers the whole page: made after it closed and every batch was written.
         self._reader_final = False
         # Every record appended was readable when the reader was made, and none for this
@@ -158,7 +159,12 @@ class QueueCursor:
             # once per record (a record of 200 queues is a scan of 200 ids).
             seen_ids: tuple[int, ...] | None = None
             mine = False
-            for ordinal, record in reader:
+            self._pending = False
+            for entry in reader:
+                if entry is None:
+                    self._pending = True
+                    return None  # the next bytes are being read: `_chunk_in` wakes the queue
+                ordinal, record = entry
                 self._read_ordinal = ordinal + 1
                 if record.queue_ids is not seen_ids:
                     seen_ids = record.queue_ids
@@ -176,8 +182,6 @@ class QueueCursor:
                     return None
                 self._peeked = (self._read_page, ordinal, record)
                 return self._peeked
-            if self._ahead is not None and self._ahead.pending:
-                return None  # the next chunk is being read: `_chunk_in` wakes the queue
             self._drop_reader()
             if self._reader_final:
                 self._page_read_out = True
@@ -190,7 +194,7 @@ class QueueCursor:
                 self.wait_for_write()
                 return None
 
-    def _open_reader(self) -> Iterator[tuple[int, PagedRecord]] | None:
+    def _open_reader(self) -> Iterator[tuple[int, PagedRecord] | None] | None:
         """A reader from the read position, moved to the next page if this one is read out;
         None when no page is left."""
         medium = self._medium
@@ -204,19 +208,17 @@ class QueueCursor:
         # meanwhile, and a later answer would not be about what this reader sees.
         saw_all = self._reader_saw_all = medium.fully_readable(self._read_page)
         self._reader_final = saw_all and self._read_page != medium.live_page_no()
-        size = self._read_size
-        reader = medium.read_page(self._read_page, self._read_ordinal, size=size)
-        if medium.page_io is not None:
-            reader = self._ahead = ReadAhead(reader, medium.page_io, self._chunk_in, size)
-        self._reader = reader
+        reader = self._reader = medium.read_page_ahead(self._read_page, self._read_ordinal,
+                                                       size=self._read_size, arrived=self._chunk_in)
         return reader
 
     @property
     def reading(self) -> bool:
         """`peek` found nothing because a chunk of the page is being read: a wake follows."""
-        return self._ahead is not None and self._ahead.pending
+        return self._pending
 
     def _chunk_in(self) -> None:
+        self._pending = False
         self._owner.wake(self.queue_id)
 
     def _wake_soon(self) -> None:
@@ -227,10 +229,11 @@ class QueueCursor:
             self._owner.wake(self.queue_id)
 
     def _drop_reader(self) -> None:
-        if self._ahead is not None:
-            self._ahead.close()
-            self._ahead = None
-        self._reader = None
+        reader, self._reader = self._reader, None
+        self._pending = False
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()  # a read-ahead in flight is dropped (no `arrived` for it)
 
     def _next_page(self) -> int | None:
         later = [p for p in self.pages if p > self._read_page]
@@ -282,20 +285,24 @@ class QueueCursor:
                 yield None
             if self.pages.get(page_no) is not page:
                 return
-        records = medium.read_page(page_no, ordinal, size=size)
-        io = medium.page_io
-        if io is None:
-            yield from self._visible(page, records, claimed)
-            return
-        ahead = ReadAhead(records, io, arrived, size)
+        records = medium.read_page_ahead(page_no, ordinal, size=size, arrived=arrived)
+        queue_id = self.queue_id
         try:
-            while True:
-                yield from self._visible(page, ahead, claimed)
-                if not ahead.pending or self.pages.get(page_no) is not page:
-                    return
-                yield None  # the next chunk is being read: `arrived` follows
+            for entry in records:
+                if entry is None:
+                    yield None  # the next bytes are being read: `arrived` follows
+                    if self.pages.get(page_no) is not page:
+                        return
+                    continue
+                index, record = entry
+                if (queue_id not in record.queue_ids or index in page.acked or index in page.lost
+                        or (not claimed and index in page.claimed)):
+                    continue
+                yield entry
         finally:
-            ahead.close()
+            close = getattr(records, "close", None)
+            if close is not None:
+                close()
 
     def _visible(self, page: CursorPage, records: Iterator[tuple[int, PagedRecord]], claimed: bool
                  ) -> Iterator[tuple[int, PagedRecord]]:

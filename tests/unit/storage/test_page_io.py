@@ -1,17 +1,20 @@
 """Page reads off the event loop (storage/paging/page_io.py): a queue's in-order reading of
-page files runs in the page-I/O worker, a bounded chunk at a time, one chunk read ahead."""
+page files reads their bytes in the page-I/O worker, a bounded range at a time, one range read
+ahead; the records are decoded on the loop."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pagemq.storage.api import MemoryStore
 from pagemq.storage.fileio import RealFileIO
+from pagemq.storage.paging import page_store as page_store_module
 from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_io import (
@@ -20,7 +23,7 @@ from pagemq.storage.paging.page_io import (
     PageIOWorker,
     QueuedPageIO,
     ReadAhead,
-    read_chunk,
+    ReadSize,
 )
 from pagemq.storage.paging.page_store import PageStore
 from pagemq.storage.paging.queue_store import CursorRecords
@@ -88,52 +91,155 @@ def test_a_queues_page_reads_run_in_the_worker_not_on_the_loop(tmp_path: Path) -
     asyncio.run(main())
 
 
-def records(count: int, size: int) -> Iterator[tuple[int, PagedRecord]]:
-    for n in range(count):
-        yield n, PagedRecord(n + 1, (QUEUE,), True, b"y" * size)
+def test_records_are_decoded_on_the_loop_only_the_bytes_are_read_in_the_worker(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    decoders: set[int] = set()
+    real = page_store_module.read_frames
 
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        decoders.add(threading.get_ident())
+        return real(*args, **kwargs)
 
-def test_a_chunk_is_bounded_by_bytes_not_by_the_page() -> None:
-    source = records(100, 100 * 1024)
-    chunk, ended = read_chunk(source)
-    assert not ended and len(chunk) == 3  # ~CHUNK_BYTES of messages, not the whole page
-    assert sum(len(r.message) for _o, r in chunk) < CHUNK_BYTES + 100 * 1024
-    rest, ended = read_chunk(records(2, 10))
-    assert ended and [o for o, _r in rest] == [0, 1]
+    monkeypatch.setattr(page_store_module, "read_frames", noting)
 
-
-def test_the_next_chunk_is_read_while_this_one_is_consumed() -> None:
     async def main() -> None:
+        fileio = ThreadNotingFileIO()
+        worker = PageIOWorker()
+        pages = PageStore(tmp_path, "deep", page_size_bytes=1 << 20, fileio=fileio, page_io=worker)
+        pages.open()
+        pages.start(asyncio.get_running_loop())
+        pages.append([PagedRecord(n, (QUEUE,), True, b"x" * 2000) for n in range(1, 501)])
+        await pages.flush()
+        arrived = asyncio.Event()
+        got: list[int] = []
+        for entry in pages.read_page_ahead(1, 0, size=ReadSize(64 * 1024), arrived=arrived.set):
+            if entry is None:  # the next range is being read
+                await asyncio.wait_for(arrived.wait(), 5)
+                arrived.clear()
+                continue
+            got.append(entry[1].message_id)
+        assert got == list(range(1, 501))
+        assert fileio.readers and threading.get_ident() not in fileio.readers
+        assert decoders == {threading.get_ident()}
+        await pages.close()
+        worker.shutdown()
+
+    asyncio.run(main())
+
+
+def file_bytes(size: int) -> bytes:
+    return bytes(n % 251 for n in range(size))
+
+
+def test_the_next_range_is_read_while_this_one_is_decoded() -> None:
+    async def main() -> None:
+        data = file_bytes(10_000)
         io = QueuedPageIO()
         arrived: list[bool] = []
-        ahead = ReadAhead(records(10, 100 * 1024), io, lambda: arrived.append(True))
-        assert list(ahead) == [] and ahead.pending and len(io.queued) == 1
+        ahead = ReadAhead(lambda at, n: data[at:at + n], len(data), io, lambda: arrived.append(True))
+        assert ahead.fetch(0, 4096) is None and ahead.pending and len(io.queued) == 1
         io.run(1)
         await asyncio.sleep(0)
         assert arrived == [True] and not ahead.pending
-        assert next(ahead)[0] == 0
-        assert len(io.queued) == 1  # the second chunk is on its way before the first is used
+        assert ahead.fetch(0, 4096) == data[:4096]
+        assert len(io.queued) == 1  # the next range is on its way before this one is decoded
         io.run(1)
-        assert [o for o, _r in ahead] == [1, 2, 3, 4, 5]  # on from the first chunk to the second
-        assert len(io.queued) == 1  # and the third is read ahead, never more than one
+        assert ahead.fetch(4096, 4096) == data[4096:8192]
+        assert len(io.queued) == 1  # and the one after, up to the end: never more than one
+        io.run(1)
+        assert ahead.fetch(8192, 1808) == data[8192:]
+        assert io.queued == []  # the end of the readable part: nothing more is read
+        assert arrived == [True]  # ranges already in are taken without a wake
+
+    asyncio.run(main())
+
+
+def test_a_range_other_than_the_one_read_ahead_is_read_when_asked() -> None:
+    async def main() -> None:
+        data = file_bytes(10_000)
+        io = QueuedPageIO()
+        ahead = ReadAhead(lambda at, n: data[at:at + n], len(data), io, lambda: None)
+        assert ahead.fetch(0, 1000) is None
+        io.run()
+        assert ahead.fetch(0, 1000) == data[:1000]  # (1000, 1000) is read ahead now
+        assert ahead.fetch(500, 9500) is None  # a damaged stretch read whole, say
+        io.run()
+        assert ahead.fetch(500, 9500) == data[500:]
+
+    asyncio.run(main())
+
+
+def test_a_range_landing_after_close_wakes_nobody() -> None:
+    async def main() -> None:
+        io = QueuedPageIO()
+        arrived: list[bool] = []
+        ahead = ReadAhead(lambda at, n: b"z" * n, 1 << 20, io, lambda: arrived.append(True))
+        assert ahead.fetch(0, 100) is None
         ahead.close()
-        io.run(1)
+        io.run()
         await asyncio.sleep(0)
-        assert arrived == [True]  # closed: a chunk landing after is dropped
+        assert arrived == [] and not ahead.pending
 
     asyncio.run(main())
 
 
 def test_inline_reads_are_synchronous() -> None:
-    ahead = ReadAhead(records(5, 10), InlinePageIO(), lambda: None)
-    assert [o for o, _r in ahead] == [0, 1, 2, 3, 4] and not ahead.pending
+    data = file_bytes(300)
+    ahead = ReadAhead(lambda at, n: data[at:at + n], len(data), InlinePageIO(), lambda: None)
+    assert ahead.fetch(0, 100) == data[:100] and ahead.fetch(100, 100) == data[100:200]
+    assert not ahead.pending
 
 
 def test_a_read_cancelled_at_shutdown_ends_the_reader() -> None:
     async def main() -> None:
         io = QueuedPageIO()
-        ahead = ReadAhead(records(3, 10), io, lambda: None)
+        ahead = ReadAhead(lambda at, n: b"z" * n, 1 << 20, io, lambda: None)
+        assert ahead.fetch(0, 100) is None
         io.queued.pop()[1].cancel()
-        assert list(ahead) == [] and not ahead.pending
+        assert ahead.fetch(0, 100) == b"" and not ahead.pending
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("range_bytes", [64, 700, 4096, CHUNK_BYTES])
+@pytest.mark.parametrize("damaged", [False, True])
+def test_read_ahead_reads_what_a_read_on_the_loop_reads(
+        tmp_path: Path, range_bytes: int, damaged: bool) -> None:
+    """Ranges of any size, frames longer than a range, a damaged frame mid-page: the records
+    read through the worker's ranges are those read at once."""
+    sizes = [10, 3000, 50, 9000, 200, 1, 5000, 700] * 3
+
+    async def write() -> None:
+        pages = PageStore(tmp_path, "mixed", page_size_bytes=1 << 20)
+        pages.open()
+        pages.start(asyncio.get_running_loop())
+        for n, size in enumerate(sizes):
+            pages.append([PagedRecord(n + 1, (QUEUE,), True, bytes([n]) * size)])
+        await pages.flush()
+        await pages.close()
+
+    asyncio.run(write())
+    if damaged:
+        (page,) = tmp_path.glob("*/*.page")
+        data = bytearray(page.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        page.write_bytes(bytes(data))
+
+    async def read() -> tuple[list[int], list[int]]:
+        io = QueuedPageIO()
+        pages = PageStore(tmp_path, "mixed", page_size_bytes=1 << 20, page_io=io)
+        pages.open()
+        pages.start(asyncio.get_running_loop())
+        at_once = [r.message_id for _o, r in pages.read_page(1)]
+        ahead: list[int] = []
+        for entry in pages.read_page_ahead(1, 0, size=ReadSize(range_bytes), arrived=lambda: None):
+            if entry is None:
+                assert io.run() >= 1
+            else:
+                ahead.append(entry[1].message_id)
+        await pages.close()
+        return at_once, ahead
+
+    at_once, ahead = asyncio.run(read())
+    assert ahead == at_once
+    assert (len(at_once) < len(sizes)) == damaged
