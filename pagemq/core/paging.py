@@ -41,7 +41,7 @@ from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadSize
 from pagemq.storage.paging.page_store import RecordsLost
-from pagemq.storage.paging.queue_store import Entry, PagedQueue, PagedQueueStore
+from pagemq.storage.paging.queue_store import PagedQueue, PagedQueueStore
 
 if TYPE_CHECKING:
     import asyncio
@@ -110,6 +110,7 @@ class PageCursor:
         self._returned: dict[tuple[int, int], int] = {}
         self._waiting_for_budget = False
         self._read_ahead_charge = 0  # its page reads' chunks, charged while it is a reader
+        self._share = -2  # the budget share its page reads were last sized for (_read_in)
 
     @property
     def unread(self) -> int:
@@ -139,10 +140,15 @@ class PageCursor:
         prefetch_messages = settings.prefetch_page_messages
         held = queue.held
         book = self.book
-        budget = self.pager.budget
+        pager = self.pager
+        budget = pager.budget
         share = budget.read_share()
-        if share >= 0:  # the page reads and read-ahead of many readers fit the budget too
+        if share != self._share:  # the page reads and read-ahead of many readers fit the budget too
+            self._share = share
             book.read_chunk_bytes = _chunk_for(share)
+        address = pager.address
+        name = address.name
+        returned = self._returned
         while book.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
@@ -166,15 +172,23 @@ class PageCursor:
             entry = book.take()
             if entry is None:
                 return
-            ref = self._decoded(entry)
-            self._into_memory(ref.message.memory_size)
+            # _decoded, _ref and _into_memory inline: this runs for every message read back.
+            page_no, ordinal, record = entry
+            message = (decode_message(record.message, name) if len(pager.cursors) < 2
+                       else pager.decoded(page_no, ordinal, record))
+            ref = MessageRef(message, (page_no, ordinal))
+            if returned:
+                ref.delivery_count = returned.pop((page_no, ordinal), 0)
+            size = message.memory_size
+            if not self.in_memory:
+                self._start_reading()
+            self.in_memory += 1
+            self.bytes_in_memory += size
+            address.charge(size)
+            budget.charge_depaged(size)
             if held:
-                self._release_below(ref.message.message_id)
+                self._release_below(message.message_id)
             queue.add_depaged(ref)
-
-    def _decoded(self, entry: Entry) -> MessageRef:
-        page_no, ordinal, record = entry
-        return self._ref(self.pager.decoded(page_no, ordinal, record), page_no, ordinal)
 
     def _wait_for_budget(self) -> None:
         if not self._waiting_for_budget:
@@ -473,7 +487,9 @@ class PageCursor:
         self.bytes_in_memory -= size
         if not self.in_memory:
             self._stop_reading()
-        self.pager.release(size)
+        pager = self.pager
+        pager.address.release(size)  # (pager.release's body: this runs for every ack)
+        pager.budget.release_depaged(size)
         position = ref.page_pos
         if not acked:
             if position is not None and not self.book.unclaim(*position):

@@ -16,25 +16,23 @@ __all__ = ["Waiters"]
 Retry = Callable[[], bool]
 
 
-class Waiters:
-    __slots__ = ("_waiting",)
+class Waiters(list[Retry]):
+    """The waiting callbacks in arrival order; a list, so `if waiters:` (asked on every
+    release of memory) costs no Python call."""
 
-    def __init__(self) -> None:
-        self._waiting: list[Retry] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._waiting)
+    __slots__ = ()
 
     def add(self, retry: Retry) -> None:
-        self._waiting.append(retry)
+        self.append(retry)
 
     def cancel(self, retry: Retry) -> None:
         try:
-            self._waiting.remove(retry)
+            self.remove(retry)
         except ValueError:
             pass
 
     def wake(self) -> None:
-        waiting, self._waiting = self._waiting, []
+        waiting = self[:]
+        del self[:]
         still = [retry for retry in waiting if not retry()]
-        self._waiting = still + self._waiting
+        self[:0] = still  # before any added while waking

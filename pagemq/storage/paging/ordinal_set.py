@@ -17,13 +17,19 @@ __all__ = ["OrdinalSet"]
 
 
 class OrdinalSet:
-    """Set-like (add, discard, in, len, iteration, |=) over non-negative ints."""
+    """Set-like (add, discard, in, len, iteration, |=) over non-negative ints.
 
-    __slots__ = ("_bits", "_count")
+    `count` is len() and `top` an upper bound of the ordinals in it (the highest ever added),
+    as plain attributes: a queue's reading asks `ordinal in acked` for every record it reads,
+    and `ordinal > acked.top` answers most of those without a call.
+    """
+
+    __slots__ = ("_bits", "count", "top")
 
     def __init__(self, ordinals: Iterable[int] = ()) -> None:
         self._bits = bytearray()
-        self._count = 0
+        self.count = 0
+        self.top = -1
         for ordinal in ordinals:
             self.add(ordinal)
 
@@ -34,16 +40,21 @@ class OrdinalSet:
         bits = self._bits
         return 0 <= byte < len(bits) and bool(bits[byte] >> (ordinal & 7) & 1)
 
-    def add(self, ordinal: int) -> None:
+    def add(self, ordinal: int) -> bool:
+        """Whether it was not in the set (set.add answers nothing; one call here does both)."""
         byte = ordinal >> 3
         bits = self._bits
         if byte >= len(bits):
             # Grow by half again at least: pages fill in order, one ordinal at a time.
             bits.extend(bytes(max(byte + 1 - len(bits), len(bits) // 2, 16)))
         mask = 1 << (ordinal & 7)
-        if not bits[byte] & mask:
-            bits[byte] |= mask
-            self._count += 1
+        if bits[byte] & mask:
+            return False
+        bits[byte] |= mask
+        self.count += 1
+        if ordinal > self.top:
+            self.top = ordinal
+        return True
 
     def discard(self, ordinal: int) -> None:
         byte = ordinal >> 3
@@ -52,7 +63,7 @@ class OrdinalSet:
             mask = 1 << (ordinal & 7)
             if bits[byte] & mask:
                 bits[byte] &= ~mask & 0xFF
-                self._count -= 1
+                self.count -= 1
 
     def update(self, ordinals: Iterable[int]) -> None:
         for ordinal in ordinals:
@@ -66,15 +77,15 @@ class OrdinalSet:
         """How many of these ordinals are in none of `others` (whole bitmaps at once)."""
         mine = int.from_bytes(self._bits, "little")
         for other in others:
-            if other._count:
+            if other.count:
                 mine &= ~int.from_bytes(other._bits, "little")
         return mine.bit_count()
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     def __bool__(self) -> bool:
-        return self._count > 0
+        return self.count > 0
 
     def __iter__(self) -> Iterator[int]:
         for index, value in enumerate(self._bits):

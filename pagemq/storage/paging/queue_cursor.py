@@ -169,7 +169,7 @@ class QueueCursor:
                 if record.queue_ids is not seen_ids:
                     seen_ids = record.queue_ids
                     mine = queue_id in seen_ids
-                if page is None or not mine or ordinal in page.acked:
+                if page is None or not mine or (ordinal <= page.acked.top and ordinal in page.acked):
                     continue
                 # Claimed: a selective consumer took it ahead of us (already counted). Lost: a
                 # reader made before the damage; it no longer counts (records_lost).
@@ -376,15 +376,16 @@ class QueueCursor:
 
     def acknowledge(self, page_no: int, ordinal: int, *, journal: bool) -> None:
         page = self.pages.get(page_no)
-        if page is None or ordinal in page.acked:
-            return
-        page.claimed.discard(ordinal)
-        page.acked.add(ordinal)
+        if page is None or not page.acked.add(ordinal):
+            return  # (acknowledged before)
+        if page.claimed:
+            page.claimed.discard(ordinal)
         if journal:
             if not page.unwritten:
                 self._owner.acks_gathered(self)
             page.unwritten.append(ordinal)
-        self._maybe_done(page_no, page)
+        if page.acked.count >= page.count:
+            self._done_with(page_no)
 
     def ack_records(self, positions: Sequence[Position]) -> list[CursorAck]:
         by_page: dict[int, list[int]] = {}
@@ -445,11 +446,15 @@ class QueueCursor:
     # -- completion -----------------------------------------------------------------------
 
     def _maybe_done(self, page_no: int, page: CursorPage) -> None:
-        if len(page.acked) >= page.count:
-            if page_no != self._medium.live_page_no():
-                self._complete(page_no)
-            else:
-                self._owner.live_page_caught_up(page_no)
+        if page.acked.count >= page.count:
+            self._done_with(page_no)
+
+    def _done_with(self, page_no: int) -> None:
+        """Every record of the page meant for this queue is acknowledged."""
+        if page_no != self._medium.live_page_no():
+            self._complete(page_no)
+        else:
+            self._owner.live_page_caught_up(page_no)
 
     def caught_up(self, page_no: int) -> bool:
         """Acknowledged every record of the page meant for it (or holds none of it)."""
