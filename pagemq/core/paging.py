@@ -39,7 +39,7 @@ from pagemq.core.message_codec import decode_message, encode_message
 from pagemq.core.selector.properties import message_view
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord
-from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadSize
+from pagemq.storage.paging.page_io import AHEAD, CHUNK_BYTES, ReadSize
 from pagemq.storage.paging.page_store import RecordsLost
 from pagemq.storage.paging.queue_store import PagedQueue, PagedQueueStore
 
@@ -58,7 +58,7 @@ MIN_READ_CHUNK = 16 * 1024
 """The smallest page read a queue makes when many share a tight budget (see _read_in)."""
 
 
-PAGE_READ_CHUNKS_HELD = 2  # a queue's reading holds the chunk being taken and the next one
+PAGE_READ_CHUNKS_HELD = 1 + AHEAD  # a queue's reading: the range being decoded, those read ahead
 BROWSE_CHUNKS_HELD = 2  # a browse holds one chunk being consumed and the next read ahead
 
 

@@ -4,7 +4,7 @@ A page is up to `page-size-bytes` (10 MiB by default): reading one on the loop s
 connection while a consumer drained a deep paged queue. So a queue's in-order reading
 (`queue_cursor.QueueCursor.peek`) reads the page file through a `ReadAhead`: the worker reads
 the file's bytes a range at a time (~`CHUNK_BYTES`), the range is handed back to the loop,
-and the next range is read while the loop decodes this one. While the reader waits for a
+and the next ranges are read while the loop decodes this one. While the reader waits for a
 range its iterator yields None ("nothing now") and `arrived` wakes it once the range is in.
 
 Only the read runs in the worker, not the decoding of frames into records: the worker needs
@@ -26,14 +26,23 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["CHUNK_BYTES", "InlinePageIO", "PageIO", "PageIOWorker", "QueuedPageIO", "ReadAhead", "ReadSize"]
+__all__ = [
+    "AHEAD", "CHUNK_BYTES", "InlinePageIO", "PageIO", "PageIOWorker", "QueuedPageIO", "ReadAhead", "ReadSize",
+]
 
 CHUNK_BYTES = 256 * 1024
-"""Bytes of a page file read at a time: with one range read ahead, a reading queue holds at
-most about twice this of page data it has not decoded yet (whatever the page size)."""
+"""Bytes of a page file read at a time: with `AHEAD` ranges read ahead, a reading queue holds
+at most about `AHEAD` + 1 times this of page data it has not decoded yet (whatever the page
+size)."""
+
+AHEAD = 2
+"""Ranges a reader has the worker read ahead of the one it decodes: the worker, woken for a
+read, waits for the GIL while the loop runs (a few milliseconds), about as long as the loop
+takes to decode and deliver a range; two in flight keep a draining queue from waiting."""
 
 T = TypeVar("T")
 
@@ -113,17 +122,17 @@ def _hand_back(loop: asyncio.AbstractEventLoop, landed: Callable[[concurrent.fut
 
 
 class ReadAhead:
-    """One page file's bytes for one reader, read in the page-I/O worker a range ahead.
+    """One page file's bytes for one reader, read in the page-I/O worker `AHEAD` ranges ahead.
 
     `fetch(offset, length)` answers the bytes at `offset` (fewer at the end of the file), or
     None while they are being read (`pending`: `arrived` is called on the loop once they are
-    in). Once a range is handed over, the next one (same length, up to `limit`) is read while
-    the reader decodes this one: a reader that reads on sequentially rarely waits. Any other
-    range (a damaged stretch read whole, a frame longer than a range) is read when asked.
-    Loop-only but for the reads.
+    in). Once a range is handed over, the next ones (same length, up to `limit`) are read
+    while the reader decodes this one: a reader that reads on sequentially rarely waits. Any
+    other range (a damaged stretch read whole, a frame longer than a range) is read when
+    asked. Loop-only but for the reads.
     """
 
-    __slots__ = ("_arrived", "_io", "_limit", "_next", "_next_at", "_read", "pending")
+    __slots__ = ("_ahead", "_arrived", "_io", "_limit", "_read", "pending")
 
     def __init__(self, read: Callable[[int, int], bytes], limit: int, io: PageIO,
                  arrived: Callable[[], None]) -> None:
@@ -131,42 +140,49 @@ class ReadAhead:
         self._limit = limit
         self._io = io
         self._arrived = arrived
-        self._next: concurrent.futures.Future[bytes] | None = None
-        self._next_at = (-1, 0)
+        # (offset, length, read) of the ranges asked of the worker, in file order
+        self._ahead: deque[tuple[int, int, concurrent.futures.Future[bytes]]] = deque()
         self.pending = False
 
     def fetch(self, offset: int, length: int) -> bytes | None:
-        future = self._next
-        if future is None or self._next_at != (offset, length):
-            future = self._submit(offset, length)
+        ahead = self._ahead
+        if not ahead or ahead[0][0] != offset or ahead[0][1] != length:
+            ahead.clear()  # not what was read ahead: read what is asked
+            self._submit(offset, length)
+        future = ahead[0][2]
         if not future.done():
             self.pending = True
             return None
-        self._next = None
+        ahead.popleft()
         self.pending = False  # in before its hand-back ran: that one is ignored
         if future.cancelled():
+            ahead.clear()
             return b""  # the worker shut down (broker stop): nothing more is read
         data = future.result()  # a read's error surfaces here, on the loop
-        end = offset + len(data)
-        if len(data) == length and end < self._limit:
-            self._submit(end, min(length, self._limit - end))  # read on while this is decoded
+        if len(data) < length:
+            ahead.clear()  # the file ends here
+            return data
+        end = ahead[-1][0] + ahead[-1][1] if ahead else offset + length
+        while len(ahead) < AHEAD and end < self._limit:  # read on while this is decoded
+            size = min(length, self._limit - end)
+            self._submit(end, size)
+            end += size
         return data
 
-    def _submit(self, offset: int, length: int) -> concurrent.futures.Future[bytes]:
+    def _submit(self, offset: int, length: int) -> None:
         read = self._read
         future = self._io.submit(lambda: read(offset, length))
-        self._next, self._next_at = future, (offset, length)
+        self._ahead.append((offset, length, future))
         if not future.done():
             loop = asyncio.get_running_loop()
             future.add_done_callback(lambda done: _hand_back(loop, self._landed, done))
-        return future
 
     def _landed(self, future: concurrent.futures.Future[bytes]) -> None:
-        if future is self._next and self.pending:
+        if self.pending and self._ahead and future is self._ahead[0][2]:
             self.pending = False
             self._arrived()
 
     def close(self) -> None:
         """The reader is done with (or gave up) the page: no `arrived` for a read in flight."""
-        self._next = None
+        self._ahead.clear()
         self.pending = False

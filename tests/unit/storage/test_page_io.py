@@ -18,6 +18,7 @@ from pagemq.storage.paging import page_store as page_store_module
 from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_io import (
+    AHEAD,
     CHUNK_BYTES,
     InlinePageIO,
     PageIOWorker,
@@ -131,9 +132,9 @@ def file_bytes(size: int) -> bytes:
     return bytes(n % 251 for n in range(size))
 
 
-def test_the_next_range_is_read_while_this_one_is_decoded() -> None:
+def test_the_next_ranges_are_read_while_this_one_is_decoded() -> None:
     async def main() -> None:
-        data = file_bytes(10_000)
+        data = file_bytes(20_000)
         io = QueuedPageIO()
         arrived: list[bool] = []
         ahead = ReadAhead(lambda at, n: data[at:at + n], len(data), io, lambda: arrived.append(True))
@@ -142,12 +143,15 @@ def test_the_next_range_is_read_while_this_one_is_decoded() -> None:
         await asyncio.sleep(0)
         assert arrived == [True] and not ahead.pending
         assert ahead.fetch(0, 4096) == data[:4096]
-        assert len(io.queued) == 1  # the next range is on its way before this one is decoded
+        assert len(io.queued) == AHEAD  # the next ranges are on their way before this one is decoded
         io.run(1)
         assert ahead.fetch(4096, 4096) == data[4096:8192]
-        assert len(io.queued) == 1  # and the one after, up to the end: never more than one
-        io.run(1)
-        assert ahead.fetch(8192, 1808) == data[8192:]
+        assert len(io.queued) == AHEAD  # topped up, never more
+        io.run()
+        for at in range(8192, 16384, 4096):
+            assert ahead.fetch(at, 4096) == data[at:at + 4096]
+            io.run()
+        assert ahead.fetch(16384, 3616) == data[16384:]
         assert io.queued == []  # the end of the readable part: nothing more is read
         assert arrived == [True]  # ranges already in are taken without a wake
 
