@@ -11,8 +11,8 @@ queue's own reading does (the paged part is `core.paging.PagedBrowse`). While th
 is being read (or a batch of the page is still being written) the walk stops with `pending`
 set, and `arrived` (given by whoever drives it) is called on the loop when it is in; the
 same iterator then goes on. Its chunks are sized like a reader's (`PageCursor.chunk_bytes`:
-the reader share of the memory budget / 8, 16-256 KiB), and the two chunks it may hold (one
-being consumed, one read ahead) are charged to the budget while the walk is open
+the reader share of the memory budget / 8, 16-256 KiB), and the ranges of page file it may
+hold (one being decoded, two read ahead) are charged to the budget while the walk is open
 (`browse_read_ahead_bytes`); `close` releases them (the walk closes itself once done).
 
 Without `arrived` (a management count of a filtered queue) the pages are read at once, on

@@ -59,7 +59,7 @@ MIN_READ_CHUNK = 16 * 1024
 
 
 PAGE_READ_CHUNKS_HELD = 1 + AHEAD  # a queue's reading: the range being decoded, those read ahead
-BROWSE_CHUNKS_HELD = 2  # a browse holds one chunk being consumed and the next read ahead
+BROWSE_CHUNKS_HELD = 1 + AHEAD  # a browse: the range being decoded, those read ahead
 
 
 class Budget(Protocol):
@@ -547,7 +547,7 @@ def _message_id(ref: MessageRef) -> int:
 class PagedBrowse:
     """The paged part of a queue, from its read position when made, in order, read-only;
     the refs held back behind them at their place. Read in the page-I/O worker when given
-    `arrived`, its two chunks charged to the budget while open (core/browse.py says why)."""
+    `arrived`, its ranges charged to the budget while open (core/browse.py says why)."""
 
     __slots__ = ("_arrived", "_charged", "_cursor", "_first", "_held", "_held_index", "_number",
                  "_pages", "_ready", "_records", "_selector", "_size", "pending")

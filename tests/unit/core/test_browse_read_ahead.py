@@ -14,7 +14,7 @@ from test_paging_acks import close, paging_broker, run
 
 from pagemq.core.browse import QueueBrowse
 from pagemq.core.memory import BROWSE_PART as PART
-from pagemq.storage.paging.page_io import CHUNK_BYTES, QueuedPageIO
+from pagemq.storage.paging.page_io import AHEAD, CHUNK_BYTES, QueuedPageIO
 
 SETTINGS = {"max-size-bytes": 0, "page-size-bytes": 4096}
 MESSAGES = 40  # 700-byte bodies: several 4 KiB pages
@@ -38,7 +38,7 @@ def test_a_browse_waits_for_the_page_io_worker_and_shows_every_paged_message_in_
         browse = QueueBrowse(queue, None, lambda: arrivals.append(1))
         seen = [int(ref.message.headers["n"]) for ref in browse]
         assert seen == [] and browse.pending  # the page is read in the worker, not here
-        assert broker.memory.parts[PART] == 2 * CHUNK_BYTES  # two chunks, while it is open
+        assert broker.memory.parts[PART] == (1 + AHEAD) * CHUNK_BYTES  # its ranges, while it is open
         turns = 0
         while browse.pending and turns < 200:
             io.run()
