@@ -1,0 +1,234 @@
+"""Hostile use of the page read path (byte ranges read two ahead in the page-I/O worker,
+frames decoded on the loop, page summaries folding decimal headers inline).
+
+Each test runs its own short broker: a damaged page met mid-drain with messages larger than
+a range mixed with small ones; SIGTERM and kill -9 while a consumer drains through the
+worker; numeric selectors over paged data whose summaries let a consumer skip pages
+(compared with the same messages on an address that never pages); a browser while the queue
+drains; tiny read limits and pages smaller than a message.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from brokerproc import unique
+from test_paging_helpers import (
+    ack_frames,
+    consume,
+    labels,
+    numbered,
+    page_files,
+    send_all,
+    wait_address,
+    wait_frames,
+)
+from test_selectors_helpers import browse, drain, send_each
+
+from pagemq.core.selector.runtime import read_number
+from pagemq.storage.paging.page_format import FILE_HEADER, FRAME_HEADER
+
+KIB = 1024
+BIG = 300 * KIB  # larger than a read range (256 KiB)
+
+
+def _frames(page: Path) -> list[tuple[int, int]]:
+    data = page.read_bytes()
+    at, out = FILE_HEADER.size, []
+    while at + FRAME_HEADER.size <= len(data):
+        end = at + FRAME_HEADER.size + FRAME_HEADER.unpack_from(data, at)[2]
+        out.append((at, end))
+        at = end
+    return out
+
+
+def _flip(path: Path, marker: bytes, skip: int) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.find(marker)
+    assert at >= 0, f"{marker!r} not in {path}"
+    data[at + len(marker) + skip] ^= 0x41
+    path.write_bytes(bytes(data))
+
+
+def _take_acking(consumer, count: int, timeout: float = 30) -> list:
+    """MESSAGE frames as they come, each acknowledged (the last of each batch with a
+    receipt), until `count` came or `timeout`."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        more = consumer.listener.messages[len(got):count]
+        if more:
+            ack_frames(consumer, more)
+            got.extend(more)
+        else:
+            time.sleep(0.02)
+    return got
+
+
+def _holding(pages: list[Path], marker: bytes) -> Path:
+    return next(p for p in pages if marker in p.read_bytes())
+
+
+def test_a_page_damaged_mid_drain_with_messages_larger_than_a_range_costs_only_the_damaged_ones(
+        start_broker, stomp_client):
+    """Big (300 KiB) and small messages mixed, several pages; while a consumer is draining,
+    bytes flip inside one big message (its frame spans ranges) and one small one in a later
+    page. Every other message comes, once, in order; the queue counts down to 0."""
+    proc = start_broker({"address-settings": {"#": {"page-size-bytes": "1MiB", "max-size-bytes": 0}}})
+    queue = unique("bigdmg")
+    dest = f"/queue/{queue}"
+    producer = stomp_client(proc)
+    names = numbered("m", 40)
+    for name in names:
+        send_all(producer, dest, [name], size=BIG if int(name[1:]) % 3 == 0 else 2 * KIB)
+    producer.disconnect()
+    pages = page_files(proc, queue)
+    assert len(pages) >= 4, pages
+
+    consumer = stomp_client(proc)
+    consumer.subscribe(dest, ack="client-individual", headers={"activemq.prefetchSize": 2})
+    first = wait_frames(consumer, 2)
+    # the consumer holds two unacknowledged: the reader is in the first page; damage later ones
+    _flip(_holding(pages, b"m27|"), b"m27|", 100_000)  # a big one, inside its second range
+    _flip(_holding(pages, b"m31|"), b"m31|", 10)  # a small one
+    assert labels(first) == ["m0", "m1"]
+    got = _take_acking(consumer, 38)
+    expected = [n for n in names if n not in ("m27", "m31")]
+    assert labels(got) == expected
+    wait_address(proc, queue, 10.0, messages=0)
+    time.sleep(0.3)
+    assert len(consumer.listener.messages) == 38, "more came than were sent"
+    damaged = [line for line in proc.current_log if "damaged bytes at offset" in line]
+    assert len(damaged) == 2, proc.log_tail()
+
+
+def _drain_interrupted(start_broker, stomp_client, *, kill: bool) -> None:
+    proc = start_broker({"address-settings": {"#": {
+        "page-size-bytes": "64KiB", "max-size-bytes": 0, "max-read-page-bytes": "32KiB"}}})
+    queue = unique("midstop")
+    dest = f"/queue/{queue}"
+    producer = stomp_client(proc)
+    names = numbered("m", 300)
+    send_all(producer, dest, names, size=3 * KIB)
+    producer.disconnect()
+    consumer = stomp_client(proc)
+    consumer.subscribe(dest, ack="client-individual", headers={"activemq.prefetchSize": 50})
+    frames = _take_acking(consumer, 120)  # acked as they come, the last with a receipt
+    assert labels(frames) == names[:120]
+    if kill:
+        proc.kill()
+        proc.start()
+    else:
+        proc.stop()
+        assert not proc.tracebacks(), proc.log_tail(80)
+        proc.start()
+    again = stomp_client(proc)
+    assert consume(again, dest, 180, timeout=30) == names[120:]
+    wait_address(proc, queue, 10.0, messages=0)
+
+
+def test_sigterm_while_a_consumer_drains_through_the_worker_loses_and_repeats_nothing(
+        start_broker, stomp_client):
+    _drain_interrupted(start_broker, stomp_client, kill=False)
+
+
+def test_kill_9_while_a_consumer_drains_through_the_worker_loses_and_repeats_nothing(
+        start_broker, stomp_client):
+    _drain_interrupted(start_broker, stomp_client, kill=True)
+
+
+VALUES = ["0", "007", "7", "12345678901234567890", "-5", "1e3", "1000", "9" * 400, "abc",
+          "18446744073709551617", "9007199254740993", "3.5", "", "٣", "+7"]
+SELECTORS = ["n = 7", "n > 1e19", "n < 0", "n >= 1000", "n > 9007199254740992",
+             "n = 9007199254740993", "n BETWEEN 1 AND 10", "n <> 0"]
+
+
+def _numeric(value: str, selector: str) -> bool:
+    number = read_number(value)
+    if number is None:
+        return False
+    if selector == "n = 7":
+        return number == 7
+    if selector == "n > 1e19":
+        return number > 1e19
+    if selector == "n < 0":
+        return number < 0
+    if selector == "n >= 1000":
+        return number >= 1000
+    if selector == "n > 9007199254740992":
+        return number > 9007199254740992
+    if selector == "n = 9007199254740993":
+        return number == 9007199254740993
+    if selector == "n BETWEEN 1 AND 10":
+        return 1 <= number <= 10
+    return number != 0
+
+
+def test_numeric_selectors_select_the_same_on_paged_and_unpaged_subscriptions(start_broker, stomp_client):
+    """Durable subscribers with numeric selectors on a header whose values are "0", "007",
+    20 and 400 digit integers, "-5", "1e3" ...; grouped so each 8 KiB page holds few distinct
+    values (summaries that prune). What each selector gets is what it gets where nothing
+    pages, and what the header's numbers say."""
+    proc = start_broker({"address-settings": {
+        "paged.#": {"page-size-bytes": "8KiB", "max-size-bytes": 0},
+    }})
+    plan: list[tuple[str, dict[str, str]]] = []
+    for group, value in enumerate(VALUES):
+        for k in range(12):
+            plan.append((f"g{group}k{k}", {"n": value}))
+    plan.append(("last", {"n": "7"}))
+    results: dict[str, dict[str, list[str]]] = {}
+    for kind in ("paged", "plain"):
+        topic = f"{kind}.{unique('num')}"
+        for index, selector in enumerate(SELECTORS):
+            sub = stomp_client(proc, client_id=f"{topic}-c{index}")
+            sub.subscribe(f"/topic/{topic}", headers={"durable-subscription-name": "s", "selector": selector})
+            sub.disconnect()
+        send_each(stomp_client(proc), f"/topic/{topic}", plan, size=512, timeout=30)
+        if kind == "paged":
+            assert len(page_files(proc, topic)) > 5
+        results[kind] = {}
+        for index, selector in enumerate(SELECTORS):
+            expected = [name for name, headers in plan if _numeric(headers["n"], selector)]
+            client = stomp_client(proc, client_id=f"{topic}-c{index}")
+            got = drain(client, f"/topic/{topic}", len(expected),
+                        headers={"durable-subscription-name": "s", "selector": selector}, settle=0.2)
+            results[kind][selector] = got
+            assert got == expected, (kind, selector)
+            client.disconnect()
+    assert results["paged"] == results["plain"]
+
+
+def test_a_browser_while_the_queue_drains_sees_no_message_twice_and_the_drain_loses_none(
+        start_broker, stomp_client):
+    proc = start_broker({"address-settings": {"#": {
+        "page-size-bytes": "16KiB", "max-size-bytes": 0, "max-read-page-messages": 3}}})
+    queue = unique("brdrain")
+    dest = f"/queue/{queue}"
+    names = numbered("m", 200)
+    send_all(stomp_client(proc), dest, names, size=2 * KIB)
+    consumer = stomp_client(proc)
+    consumer.subscribe(dest, ack="client-individual", headers={"activemq.prefetchSize": 5})
+    browser = stomp_client(proc)
+    seen = browse(browser, dest)
+    assert seen == sorted(seen, key=lambda n: int(n[1:])) and set(seen) <= set(names)
+    assert labels(_take_acking(consumer, 200)) == names
+    wait_address(proc, queue, 10.0, messages=0)
+
+
+def test_pages_smaller_than_a_message_and_a_tiny_budget_deliver_every_message_in_order(
+        start_broker, stomp_client):
+    proc = start_broker({"broker": {"global-max-size": "64KiB"}, "address-settings": {"#": {
+        "page-size-bytes": "8KiB", "max-size-bytes": 0, "max-read-page-messages": 1,
+        "max-read-page-bytes": "16KiB"}}})
+    queue = unique("tiny")
+    dest = f"/queue/{queue}"
+    names = numbered("m", 30)
+    producer = stomp_client(proc)
+    for name in names:
+        send_all(producer, dest, [name], size=100 * KIB if int(name[1:]) % 2 else 500)
+    assert len(page_files(proc, queue)) >= 15
+    consumer = stomp_client(proc)
+    assert consume(consumer, dest, 30, timeout=30) == names
+    wait_address(proc, queue, 10.0, messages=0)
