@@ -232,3 +232,81 @@ def test_pages_smaller_than_a_message_and_a_tiny_budget_deliver_every_message_in
     consumer = stomp_client(proc)
     assert consume(consumer, dest, 30, timeout=30) == names
     wait_address(proc, queue, 10.0, messages=0)
+
+
+def test_six_subscribers_draining_at_once_on_a_tiny_budget_each_get_every_message(
+        start_broker, stomp_client):
+    """Each reading queue charges its ranges in flight (one decoded, two read ahead, 16 KiB
+    at least each) to the budget: six of them alone exceed a 64 KiB budget. Every subscriber
+    still gets every message, in order."""
+    proc = start_broker({"broker": {"global-max-size": "64KiB"}, "address-settings": {"#": {
+        "page-size-bytes": "32KiB", "max-size-bytes": 0}}})
+    topic = unique("tinytopic")
+    clients = []
+    for n in range(6):
+        sub = stomp_client(proc, client_id=f"{topic}-c{n}")
+        sub.subscribe(f"/topic/{topic}", ack="client-individual",
+                      headers={"durable-subscription-name": "s", "activemq.prefetchSize": 1 + n * 7})
+        clients.append(sub)
+    names = numbered("m", 150)
+    send_all(stomp_client(proc), f"/topic/{topic}", names, size=2 * KIB, timeout=30)
+    deadline = time.monotonic() + 40
+    got: list[list] = [[] for _ in clients]
+    while time.monotonic() < deadline and any(len(g) < 150 for g in got):
+        idle = True
+        for sub, have in zip(clients, got, strict=True):
+            more = sub.listener.messages[len(have):150]
+            if more:
+                idle = False
+                ack_frames(sub, more)
+                have.extend(more)
+        if idle:
+            time.sleep(0.02)
+    for n, have in enumerate(got):
+        assert labels(have) == names, f"subscriber {n}: {len(have)} of 150"
+    wait_address(proc, topic, 10.0, messages=0)
+
+
+def test_consumers_leaving_mid_read_and_a_selector_taking_ahead_lose_and_repeat_nothing(
+        start_broker, stomp_client):
+    """Big frames keep ranges in flight in the worker. A plain consumer takes a few, acks all
+    but the last and disconnects, again and again, while a selective consumer takes every
+    red message far ahead of the queue's read position (completing pages under the reader).
+    Each message is acknowledged exactly once; nothing is left."""
+    proc = start_broker({"address-settings": {"#": {"page-size-bytes": "1MiB", "max-size-bytes": 0}}})
+    queue = unique("leave")
+    dest = f"/queue/{queue}"
+    plan = [(f"m{n}", {"color": "red" if n % 4 == 1 else "blue"}) for n in range(48)]
+    producer = stomp_client(proc)
+    for name, headers in plan:
+        send_each(producer, dest, [(name, headers)], size=BIG if int(name[1:]) % 3 == 0 else 3 * KIB)
+    red = stomp_client(proc)
+    red.subscribe(dest, ack="client-individual", headers={"selector": "color = 'red'",
+                                                          "activemq.prefetchSize": 3})
+    acked: list[str] = []
+    deadline = time.monotonic() + 40
+    while len(acked) < 48 and time.monotonic() < deadline:
+        plain = stomp_client(proc)
+        plain.subscribe(dest, ack="client-individual", headers={"activemq.prefetchSize": 4})
+        time.sleep(0.15)
+        frames = plain.listener.messages[:]
+        if len(frames) > 1:
+            ack_frames(plain, frames[:-1])
+            acked.extend(labels(frames[:-1]))
+        plain.disconnect()
+        reds = red.listener.messages[len([a for a in acked if a.startswith("r")]):]
+        if reds:
+            ack_frames(red, reds)
+            acked.extend("r" + label for label in labels(reds))
+        if len(frames) <= 1 and not reds:
+            last = stomp_client(proc)
+            last.subscribe(dest, ack="client-individual")
+            time.sleep(0.3)
+            ack_frames(last, last.listener.messages[:])
+            acked.extend(labels(last.listener.messages))
+            last.disconnect()
+    plain_names = [a for a in acked if not a.startswith("r")]
+    red_names = [a[1:] for a in acked if a.startswith("r")]
+    everything = sorted(plain_names + red_names, key=lambda n: int(n[1:]))
+    assert everything == [name for name, _h in plan], "a message was lost or acknowledged twice"
+    wait_address(proc, queue, 10.0, messages=0)
