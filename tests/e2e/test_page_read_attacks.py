@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from admin_http import ok, path_of
 from brokerproc import unique
 from test_paging_helpers import (
     ack_frames,
@@ -309,4 +310,30 @@ def test_consumers_leaving_mid_read_and_a_selector_taking_ahead_lose_and_repeat_
     red_names = [a[1:] for a in acked if a.startswith("r")]
     everything = sorted(plain_names + red_names, key=lambda n: int(n[1:]))
     assert everything == [name for name, _h in plan], "a message was lost or acknowledged twice"
+    wait_address(proc, queue, 10.0, messages=0)
+
+
+def test_a_queue_deleted_while_its_pages_are_read_in_the_worker_leaves_the_broker_sound(
+        start_broker, stomp_client):
+    """A consumer and a browser are reading 300 KiB frames (ranges in flight) when the queue
+    is deleted over HTTP: no traceback, no hang; a queue made again under the same name
+    starts empty and delivers what is sent to it, and the stop is clean."""
+    proc = start_broker({"address-settings": {"#": {"page-size-bytes": "1MiB", "max-size-bytes": 0}}})
+    queue = unique("delread")
+    dest = f"/queue/{queue}"
+    producer = stomp_client(proc)
+    send_all(producer, dest, numbered("m", 24), size=BIG)
+    consumer = stomp_client(proc)
+    consumer.subscribe(dest, ack="client-individual", headers={"activemq.prefetchSize": 1})
+    wait_frames(consumer, 1)
+    browser = stomp_client(proc)
+    browser.subscribe(dest, headers={"browser": "true"})
+    ok(proc, "DELETE", path_of("queues", queue))
+    time.sleep(0.5)
+    consumer.drop()
+    browser.drop()
+    assert not proc.tracebacks(), proc.log_tail(80)
+    send_all(producer, dest, ["after"], size=BIG)
+    again = stomp_client(proc)
+    assert consume(again, dest, 1) == ["after"]
     wait_address(proc, queue, 10.0, messages=0)
