@@ -337,3 +337,27 @@ def test_a_queue_deleted_while_its_pages_are_read_in_the_worker_leaves_the_broke
     again = stomp_client(proc)
     assert consume(again, dest, 1) == ["after"]
     wait_address(proc, queue, 10.0, messages=0)
+
+
+def test_stopping_while_big_frames_are_being_read_exits_cleanly_and_keeps_every_message(
+        start_broker, stomp_client):
+    """Three consumers read 300 KiB frames (ranges in the worker) when SIGTERM comes: the
+    broker exits 0 without a traceback; after the restart every unacknowledged message is
+    there, in order."""
+    proc = start_broker({"address-settings": {"#": {"page-size-bytes": "2MiB", "max-size-bytes": 0}}})
+    queues = [unique(f"stopbig{n}") for n in range(3)]
+    producer = stomp_client(proc)
+    for queue in queues:
+        send_all(producer, f"/queue/{queue}", numbered("m", 12), size=BIG)
+    consumers = []
+    for queue in queues:
+        consumer = stomp_client(proc)
+        consumer.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 1})
+        consumers.append(consumer)
+    for consumer in consumers:
+        ack_frames(consumer, wait_frames(consumer, 1))
+    proc.stop()
+    assert not proc.tracebacks(), proc.log_tail(80)
+    proc.start()
+    for queue in queues:
+        assert consume(stomp_client(proc), f"/queue/{queue}", 11, timeout=20) == numbered("m", 11, start=1)
