@@ -32,6 +32,16 @@ def _frame_spans(data: bytes) -> list[tuple[int, int]]:
     return spans
 
 
+async def _write_one_record_frames(folder: Path, records: list[PagedRecord]) -> None:
+    store = PageStore(folder, "a", page_size_bytes=64 << 20)
+    store.open()
+    store.start(asyncio.get_running_loop())
+    for record in records:
+        store.append([record])
+    await store.flush()
+    await store.close()
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_ranged_reads_of_a_random_damaged_page_read_every_intact_record_once_in_order(
         tmp_path: Path, seed: int, caplog: pytest.LogCaptureFixture) -> None:
@@ -40,16 +50,8 @@ def test_ranged_reads_of_a_random_damaged_page_read_every_intact_record_once_in_
     count = rnd.randint(1, 30)
     sizes = [rnd.choice(SIZES) for _ in range(count)]
 
-    async def write() -> None:
-        pages = PageStore(tmp_path, "a", page_size_bytes=64 << 20)
-        pages.open()
-        pages.start(asyncio.get_running_loop())
-        for n, size in enumerate(sizes):
-            pages.append([PagedRecord(n + 1, (QUEUE,), True, bytes([n]) * size)])
-        await pages.flush()
-        await pages.close()
-
-    asyncio.run(write())
+    asyncio.run(_write_one_record_frames(
+        tmp_path, [PagedRecord(n + 1, (QUEUE,), True, bytes([n]) * size) for n, size in enumerate(sizes)]))
     (page,) = tmp_path.glob("*/*.page")
     data = bytearray(page.read_bytes())
     spans = _frame_spans(bytes(data))
