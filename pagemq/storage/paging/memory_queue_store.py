@@ -234,7 +234,7 @@ def _read_through(io: PageIO, records: Iterator[tuple[int, PagedRecord]], size: 
     """Records as the file store hands them over a page-I/O worker: each `size` bytes of them
     wait for a read there, one read ahead. A seam (`page_io` is None in a broker), so the
     contract tests run the worker's "nothing now, woken later" over both stores alike."""
-    ahead = ReadAhead(lambda _at, length: bytes(length), 1 << 62, io, arrived)
+    ahead = ReadAhead(lambda _at, length: bytes(length), 1 << 62, io, arrived, size)
     at = budget = 0
     try:
         for entry in records:

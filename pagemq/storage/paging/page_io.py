@@ -132,14 +132,15 @@ class ReadAhead:
     asked. Loop-only but for the reads.
     """
 
-    __slots__ = ("_ahead", "_arrived", "_io", "_limit", "_read", "pending")
+    __slots__ = ("_ahead", "_arrived", "_io", "_limit", "_read", "_size", "pending")
 
     def __init__(self, read: Callable[[int, int], bytes], limit: int, io: PageIO,
-                 arrived: Callable[[], None]) -> None:
+                 arrived: Callable[[], None], size: ReadSize | None = None) -> None:
         self._read = read
         self._limit = limit
         self._io = io
         self._arrived = arrived
+        self._size = size  # the reader's usual range (None: the length last asked for)
         # (offset, length, read) of the ranges asked of the worker, in file order
         self._ahead: deque[tuple[int, int, concurrent.futures.Future[bytes]]] = deque()
         self.pending = False
@@ -163,8 +164,11 @@ class ReadAhead:
             ahead.clear()  # the file ends here
             return data
         end = ahead[-1][0] + ahead[-1][1] if ahead else offset + length
+        # The reader's next ranges are of its usual size (the rest of a frame longer than a
+        # range is asked for once, not read ahead).
+        usual = self._size.bytes if self._size is not None else length
         while len(ahead) < AHEAD and end < self._limit:  # read on while this is decoded
-            size = min(length, self._limit - end)
+            size = min(usual, self._limit - end)
             self._submit(end, size)
             end += size
         return data

@@ -503,7 +503,8 @@ class PageStore:
         if found is None:
             return iter(())
         reader, offset, limit, ordinal, previous_run = found
-        ahead = ReadAhead(reader.read, limit, self.page_io, arrived) if self.page_io is not None else None
+        ahead = (ReadAhead(reader.read, limit, self.page_io, arrived, size)
+                 if self.page_io is not None else None)
         return reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=previous_run,
                               ahead=ahead)
 

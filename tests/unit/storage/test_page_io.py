@@ -173,6 +173,32 @@ def test_a_range_other_than_the_one_read_ahead_is_read_when_asked() -> None:
     asyncio.run(main())
 
 
+def test_after_the_rest_of_a_long_frame_the_usual_ranges_are_read_ahead() -> None:
+    """The reader asks once for the rest of a frame longer than its range; what it asks next,
+    and what is read ahead, are ranges of its usual size (no read thrown away)."""
+    async def main() -> None:
+        data = file_bytes(10_000)
+        io = QueuedPageIO()
+        asked: list[tuple[int, int]] = []
+
+        def read(at: int, n: int) -> bytes:
+            asked.append((at, n))
+            return data[at:at + n]
+
+        ahead = ReadAhead(read, len(data), io, lambda: None, ReadSize(1000))
+        assert ahead.fetch(0, 3500) is None  # the rest of a long frame
+        io.run()
+        assert ahead.fetch(0, 3500) == data[:3500]
+        io.run()
+        assert asked == [(0, 3500), (3500, 1000), (4500, 1000)]
+        assert ahead.fetch(3500, 1000) == data[3500:4500]  # read ahead, not asked again
+        assert ahead.fetch(4500, 1000) == data[4500:5500]
+        io.run()
+        assert all(n == 1000 for _at, n in asked[1:])
+
+    asyncio.run(main())
+
+
 def test_a_range_landing_after_close_wakes_nobody() -> None:
     async def main() -> None:
         io = QueuedPageIO()
