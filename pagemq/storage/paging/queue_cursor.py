@@ -12,9 +12,10 @@ record it would take without taking it (the core's held-back refs and selective 
 need its message id), `take` passes it. A page not yet fully written (a batch still with the
 page writer) is waited for (`wait_for_write`) rather than taken as read; a record of an
 undecided transaction stops the reading until the transaction is decided. Over a medium with
-a page-I/O worker (`page_io`), the page is read there a chunk ahead: while the next chunk is
-being read the queue's reading answers None (`reading`) and is woken when it is in, or at the
-next loop turn if the page is completed (and its read dropped) before it is.
+a page-I/O worker (`page_io`), the page file's bytes are read there ranges ahead and decoded
+here: while the next range is being read the queue's reading answers None (`reading`) and is
+woken when it is in, or at the next loop turn if the page is completed (and its read dropped)
+before it is.
 
 Loop-only.
 """
