@@ -94,10 +94,8 @@ class Ledger:
     # -- settling -------------------------------------------------------------------------
 
     def acknowledge(self, queue: Queue, refs: Iterable[MessageRef]) -> None:
-        counters = queue.counters
         for ref in refs:
-            counters.acknowledged += 1  # (settle's body: this runs for every ACK)
-            self.release(queue, ref)
+            self.settle(queue, ref)
         queue.dispatch()
 
     def settle(self, queue: Queue, ref: MessageRef) -> None:

@@ -82,10 +82,7 @@ class MemoryAccountant:
 
     def is_full(self) -> bool:
         """At or over a limit, connections' buffers included: readers read nothing more."""
-        # (_at_limit's test inline: a queue reading back asks this for every message it reads)
-        if self.max_bytes >= 0 and self.used_bytes >= self.max_bytes:
-            return True
-        return self.max_messages >= 0 and self.used_messages >= self.max_messages
+        return self._at_limit(self.used_bytes)
 
     def _at_limit(self, used_bytes: int) -> bool:
         if self.max_bytes >= 0 and used_bytes >= self.max_bytes:
@@ -114,8 +111,7 @@ class MemoryAccountant:
 
     def charge_depaged(self, size: int) -> None:
         self.depaged_bytes += size
-        self.used_bytes += size  # (charge's body: this runs for every message read back)
-        self.used_messages += 1
+        self.charge(size)
 
     def release_depaged(self, size: int) -> None:
         self.depaged_bytes -= size

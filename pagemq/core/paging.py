@@ -146,9 +146,6 @@ class PageCursor:
         if share != self._share:  # the page reads and read-ahead of many readers fit the budget too
             self._share = share
             book.read_chunk_bytes = _chunk_for(share)
-        address = pager.address
-        name = address.name
-        returned = self._returned
         while book.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
@@ -172,20 +169,10 @@ class PageCursor:
             entry = book.take()
             if entry is None:
                 return
-            # _decoded, _ref and _into_memory inline: this runs for every message read back.
             page_no, ordinal, record = entry
-            message = (decode_message(record.message, name) if len(pager.cursors) < 2
-                       else pager.decoded(page_no, ordinal, record))
-            ref = MessageRef(message, (page_no, ordinal))
-            if returned:
-                ref.delivery_count = returned.pop((page_no, ordinal), 0)
-            size = message.memory_size
-            if not self.in_memory:
-                self._start_reading()
-            self.in_memory += 1
-            self.bytes_in_memory += size
-            address.charge(size)
-            budget.charge_depaged(size)
+            message = pager.decoded(page_no, ordinal, record)
+            ref = self._ref(message, page_no, ordinal)
+            self._into_memory(message.memory_size)
             if held:
                 self._release_below(message.message_id)
             queue.add_depaged(ref)
@@ -487,9 +474,7 @@ class PageCursor:
         self.bytes_in_memory -= size
         if not self.in_memory:
             self._stop_reading()
-        pager = self.pager
-        pager.address.release(size)  # (pager.release's body: this runs for every ack)
-        pager.budget.release_depaged(size)
+        self.pager.release(size)
         position = ref.page_pos
         if not acked:
             if position is not None and not self.book.unclaim(*position):

@@ -203,15 +203,15 @@ class RealFileIO:
         # a page-I/O worker waits up to a switch interval to take it back while the loop runs.
         fd = os.open(path, os.O_RDONLY)
         try:
-            data = os.pread(fd, length, offset)
-            if len(data) < length and data:  # (a regular file reads short only at its end)
-                parts = [data]
-                while length > 0 and parts[-1]:
-                    length -= len(parts[-1])
-                    offset += len(parts[-1])
-                    parts.append(os.pread(fd, length, offset) if length > 0 else b"")
-                data = b"".join(parts)
-            return data
+            parts = []
+            while length > 0:  # (a regular file reads short only at its end)
+                data = os.pread(fd, length, offset)
+                if not data:
+                    break
+                parts.append(data)
+                length -= len(data)
+                offset += len(data)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
         finally:
             os.close(fd)
 

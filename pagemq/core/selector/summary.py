@@ -112,22 +112,7 @@ class PageSummary:
                 stats.present += 1
                 continue
             stats.present += 1
-            # _fold_new inline, with its commonest case, a decimal integer (a counter, a
-            # timestamp), read without calls when its float is exact.
-            stats.last = value
-            if stats.values is not None:
-                _fold_value(stats, value)
-            if value.__class__ is str and value.isdigit() and value.isascii() and len(value) < 300:
-                number = int(value)
-                least, most = stats.min_number, stats.max_number
-                if least is None or most is None:
-                    stats.min_number, stats.max_number = _float_bounds(number)
-                elif number < least:
-                    stats.min_number = float(number) if number <= _EXACT else _float_bounds(number)[0]
-                elif number > most:
-                    stats.max_number = float(number) if number <= _EXACT else _float_bounds(number)[1]
-                continue
-            _fold_number(stats, value)
+            _fold_new(stats, value)
         jms = self._jms
         if jms is None:
             jms = self._jms = _JmsFold(message)
@@ -286,6 +271,18 @@ def _fold_value(stats: PropertyStats, value: object) -> None:
 
 def _fold_number(stats: PropertyStats, value: object) -> None:
     number: int | float | None
+    if value.__class__ is str and value.isdigit() and value.isascii() and len(value) < 300:
+        # The commonest case, a decimal integer (a counter, a timestamp), without calls when
+        # its float is exact (read_number would say the same, by way of three calls).
+        number = int(value)
+        least, most = stats.min_number, stats.max_number
+        if least is None or most is None:
+            stats.min_number, stats.max_number = _float_bounds(number)
+        elif number < least:
+            stats.min_number = float(number) if number <= _EXACT else _float_bounds(number)[0]
+        elif number > most:
+            stats.max_number = float(number) if number <= _EXACT else _float_bounds(number)[1]
+        return
     if isinstance(value, str):
         number = read_number(value)
     elif isinstance(value, (int, float)) and value.__class__ is not bool:  # a bool is no number here

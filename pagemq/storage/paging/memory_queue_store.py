@@ -23,8 +23,6 @@ from pagemq.storage.paging.page_store import PageInfo, PageState, RecordsLost, S
 from pagemq.storage.paging.paged_queues import PagedQueues
 from pagemq.storage.paging.queue_store import CursorRecords
 
-RECORD_OVERHEAD = 32  # bytes a record counts for besides its message (a frame's share, roughly)
-
 RECORD_OVERHEAD = 32
 """Bytes a record counts for besides its message (ids, flags, framing), for page rolling."""
 

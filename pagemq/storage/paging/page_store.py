@@ -486,35 +486,24 @@ class PageStore:
         records after it keep their ordinals (format-2 frames carry them), and the page is
         marked damaged, so it is set aside (`*.page.damaged`), not deleted, when done with.
         """
-        found = self._reader(page_no, start_ordinal, size)
-        if found is None:
-            return iter(())
-        reader, offset, limit, ordinal, previous_run = found
-        return cast("Iterator[tuple[int, PagedRecord]]",  # without a read-ahead: never None
-                    reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=previous_run))
+        return cast("Iterator[tuple[int, PagedRecord]]",  # without `arrived`: never None
+                    self._records(page_no, start_ordinal, size, None))
 
     def read_page_ahead(self, page_no: int, start_ordinal: int, *, size: ReadSize,
                         arrived: Callable[[], None]) -> Iterator[tuple[int, PagedRecord] | None]:
-        """`read_page`, the file read in the page-I/O worker a range ahead (page_io.ReadAhead):
+        """`read_page`, the file read in the page-I/O worker ranges ahead (page_io.ReadAhead):
         the iterator yields None while the next bytes are being read, and `arrived` is called
         on the loop once they are in; iterate on then. Closing the iterator stops the
         read-ahead. With no worker (`page_io` None) it is `read_page`."""
-        found = self._reader(page_no, start_ordinal, size)
-        if found is None:
-            return iter(())
-        reader, offset, limit, ordinal, previous_run = found
-        ahead = (ReadAhead(reader.read, limit, self.page_io, arrived, size)
-                 if self.page_io is not None else None)
-        return reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=previous_run,
-                              ahead=ahead)
+        return self._records(page_no, start_ordinal, size, arrived)
 
-    def _reader(self, page_no: int, start_ordinal: int, size: ReadSize | None
-                ) -> tuple[_PageReader, int, int, int, bool] | None:
-        """A reader of the page's readable part, from the frame holding `start_ordinal`:
-        (reader, offset, limit, its first ordinal, whether the page is of an earlier run)."""
+    def _records(self, page_no: int, start_ordinal: int, size: ReadSize | None,
+                 arrived: Callable[[], None] | None) -> Iterator[tuple[int, PagedRecord] | None]:
+        """The page's readable part from the frame holding `start_ordinal`; read through the
+        worker when `arrived` is given and there is one."""
         page = self._pages.get(page_no)
         if page is None:
-            return None
+            return iter(())
         limit = page.stats.good_size
         if not page.previous_run:
             visible = self._writer.visible_size(page_no) if self._writer is not None else None
@@ -526,11 +515,15 @@ class PageStore:
                 version = page.frame_version = page_format_version(
                     self.fileio.read_range(path, 0, FILE_HEADER.size))
             except (OSError, struct.error):
-                return None
+                return iter(())
         ordinal, offset = _seek(list(page.stats.index), start_ordinal, limit)
-        reader = _PageReader(self.fileio, path, version, self.address, page, self._found_damage,
-                             size if size is not None else ReadSize(READ_CHUNK))
-        return reader, offset, limit, ordinal, page.previous_run
+        size = size if size is not None else ReadSize(READ_CHUNK)
+        reader = _PageReader(self.fileio, path, version, self.address, page, self._found_damage, size)
+        ahead = None
+        if arrived is not None and self.page_io is not None:
+            ahead = ReadAhead(reader.read, limit, self.page_io, arrived, size)
+        return reader.records(offset, limit, ordinal, start_ordinal, skip_non_persistent=page.previous_run,
+                              ahead=ahead)
 
     def stats(self) -> dict[str, int]:
         writer = self._writer

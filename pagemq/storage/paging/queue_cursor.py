@@ -287,19 +287,14 @@ class QueueCursor:
             if self.pages.get(page_no) is not page:
                 return
         records = medium.read_page_ahead(page_no, ordinal, size=size, arrived=arrived)
-        queue_id = self.queue_id
         try:
             for entry in records:
                 if entry is None:
                     yield None  # the next bytes are being read: `arrived` follows
                     if self.pages.get(page_no) is not page:
                         return
-                    continue
-                index, record = entry
-                if (queue_id not in record.queue_ids or index in page.acked or index in page.lost
-                        or (not claimed and index in page.claimed)):
-                    continue
-                yield entry
+                elif self._shown(page, *entry, claimed):
+                    yield entry
         finally:
             close = getattr(records, "close", None)
             if close is not None:
@@ -307,12 +302,12 @@ class QueueCursor:
 
     def _visible(self, page: CursorPage, records: Iterator[tuple[int, PagedRecord]], claimed: bool
                  ) -> Iterator[tuple[int, PagedRecord]]:
-        queue_id = self.queue_id
-        for index, record in records:
-            if (queue_id not in record.queue_ids or index in page.acked or index in page.lost
-                    or (not claimed and index in page.claimed)):
-                continue
-            yield index, record
+        return (entry for entry in records if self._shown(page, *entry, claimed))
+
+    def _shown(self, page: CursorPage, index: int, record: PagedRecord, claimed: bool) -> bool:
+        """A record of the page this queue still has on disk (or claimed, when asked for)."""
+        return not (self.queue_id not in record.queue_ids or index in page.acked or index in page.lost
+                    or (not claimed and index in page.claimed))
 
     def claim_unread(self, page_no: int, ordinal: int) -> bool:
         """Claim the record if it is still on disk only (not read, claimed, acknowledged or
@@ -385,8 +380,7 @@ class QueueCursor:
             if not page.unwritten:
                 self._owner.acks_gathered(self)
             page.unwritten.append(ordinal)
-        if page.acked.count >= page.count:
-            self._done_with(page_no)
+        self._maybe_done(page_no, page)
 
     def ack_records(self, positions: Sequence[Position]) -> list[CursorAck]:
         by_page: dict[int, list[int]] = {}
@@ -448,14 +442,10 @@ class QueueCursor:
 
     def _maybe_done(self, page_no: int, page: CursorPage) -> None:
         if page.acked.count >= page.count:
-            self._done_with(page_no)
-
-    def _done_with(self, page_no: int) -> None:
-        """Every record of the page meant for this queue is acknowledged."""
-        if page_no != self._medium.live_page_no():
-            self._complete(page_no)
-        else:
-            self._owner.live_page_caught_up(page_no)
+            if page_no != self._medium.live_page_no():
+                self._complete(page_no)
+            else:
+                self._owner.live_page_caught_up(page_no)
 
     def caught_up(self, page_no: int) -> bool:
         """Acknowledged every record of the page meant for it (or holds none of it)."""
