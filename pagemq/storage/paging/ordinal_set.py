@@ -1,6 +1,7 @@
 """A set of record ordinals of one page, as a bitmap: one bit per record, not ~40 bytes.
 
-A queue keeps, per page it still has records in, which ordinals it acknowledged and read.
+A queue keeps, per page it still has records in, which ordinals it acknowledged, read and
+claimed (taken ahead by a selective consumer).
 As Python sets those cost ~40 bytes per ordinal (hash slot plus int object): a selective
 consumer that acknowledged every other message of a 10M-message backlog held 5M of them, some
 200 MB; 200 subscribers of a topic, each two pages of 10,000 records into its backlog, as
@@ -19,9 +20,9 @@ __all__ = ["OrdinalSet"]
 class OrdinalSet:
     """Set-like (add, discard, in, len, iteration, |=) over non-negative ints.
 
-    `count` is len() and `top` an upper bound of the ordinals in it (the highest ever added),
-    as plain attributes: a queue's reading asks `ordinal in acked` for every record it reads,
-    and `ordinal > acked.top` answers most of those without a call.
+    `count` is len() and `top` an upper bound of the ordinals in it (the highest added since
+    it was last empty), as plain attributes: a queue's reading asks `ordinal in acked` for
+    every record it reads, and `ordinal > acked.top` answers most of those without a call.
     """
 
     __slots__ = ("_bits", "count", "top")
@@ -64,6 +65,9 @@ class OrdinalSet:
             if bits[byte] & mask:
                 bits[byte] &= ~mask & 0xFF
                 self.count -= 1
+                if not self.count:  # emptied (claims, all settled): hold no bytes for it
+                    self._bits = bytearray()
+                    self.top = -1
 
     def update(self, ordinals: Iterable[int]) -> None:
         for ordinal in ordinals:

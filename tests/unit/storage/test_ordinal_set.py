@@ -32,3 +32,12 @@ def test_half_of_a_large_page_marked_costs_bits_not_set_entries() -> None:
     bits = OrdinalSet(range(0, 100_000, 2))
     assert len(bits) == 50_000
     assert sys.getsizeof(bits._bits) < 20_000  # a set of the same: ~2 MB with its int objects
+
+
+def test_an_emptied_set_holds_no_bytes() -> None:
+    claimed = OrdinalSet(range(0, 9000, 2))
+    for ordinal in range(0, 9000, 2):
+        claimed.discard(ordinal)
+    assert not claimed and len(claimed._bits) == 0 and claimed.top == -1
+    claimed.add(5)
+    assert list(claimed) == [5] and claimed.top == 5
