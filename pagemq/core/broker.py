@@ -102,6 +102,8 @@ class Broker:
         self.acks_to_write = self.ledger.acks_to_write
         self.write_acks = self.ledger.write_acks
         self.acknowledge = self.ledger.acknowledge
+        self.begin_acks = self.ledger.begin_acks
+        self.end_acks = self.ledger.end_acks
         self.settle = self.ledger.settle
         self.recover = self.recovery.recover
         self.forget_record = self.recovery.forget_record

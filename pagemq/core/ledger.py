@@ -12,6 +12,11 @@ Acks of paged messages are gathered per cursor and written once per loop turn
 (`acks_to_write`), so a burst of ACK frames costs one journal record per page; `flush` writes
 what is gathered before asking the journal for durability, so a receipt covers them.
 
+The room acknowledgements make is filled after a burst of them (`begin_acks`/`end_acks`: the
+frames of one socket read), one dispatch per queue. Dispatching after each ACK sent one
+message per ACK: the consumer, getting small batches, acknowledged in small batches, and a
+drain settled into reads, writes and journal records of a dozen messages each.
+
 Loop-only: every method runs on the event loop thread.
 """
 
@@ -46,6 +51,9 @@ class Ledger:
         self._addresses = addresses
         # Cursors holding acks of paged messages not yet written; see acks_to_write().
         self._unwritten_acks: dict[AckWriter, None] = {}
+        # Between `begin_acks` and `end_acks`: queues whose acks made room, dispatched at the end.
+        self._batching = 0
+        self._to_dispatch: dict[Queue, None] = {}
 
     # -- holding ------------------------------------------------------------------------------
 
@@ -96,7 +104,23 @@ class Ledger:
     def acknowledge(self, queue: Queue, refs: Iterable[MessageRef]) -> None:
         for ref in refs:
             self.settle(queue, ref)
-        queue.dispatch()
+        if self._batching:
+            self._to_dispatch[queue] = None
+        else:
+            queue.dispatch()
+
+    def begin_acks(self) -> None:
+        """A burst of acknowledgements follows (the frames of one socket read): the room
+        they make is filled once, when `end_acks` is called, rather than once per ACK."""
+        self._batching += 1
+
+    def end_acks(self) -> None:
+        self._batching -= 1
+        if self._batching or not self._to_dispatch:
+            return
+        queues, self._to_dispatch = self._to_dispatch, {}
+        for queue in queues:
+            queue.dispatch()
 
     def settle(self, queue: Queue, ref: MessageRef) -> None:
         """Acknowledge one ref (also during dispatch: an auto ack; the dispatch goes on)."""

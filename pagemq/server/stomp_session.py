@@ -286,6 +286,16 @@ class StompSession:
         if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
+        self.broker.begin_acks()  # the room the read's ACKs make is filled once, after it
+        try:
+            self._carry_out(events)
+        finally:
+            try:
+                self.broker.end_acks()
+            except Exception:  # a bug in a dispatch: the ACKs stand, the broker goes on
+                log.exception("%s: internal error dispatching after acknowledgements", self.session_id)
+
+    def _carry_out(self, events: Sequence[ev.Event | _Failure]) -> None:
         spent = self._turn.spent
         for index, event in enumerate(events):
             if self.closing:

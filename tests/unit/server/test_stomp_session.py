@@ -298,3 +298,32 @@ def test_a_read_of_many_frames_is_carried_out_over_several_turns_in_order() -> N
     h.loop.run_ready()
     receipts = [c for c in h.transport.commands() if c.startswith("RECEIPT:")]
     assert receipts == [f"RECEIPT:r{n}" for n in range(count)]
+
+
+# -- acknowledgements -------------------------------------------------------------------------
+
+
+def test_the_acks_of_one_read_refill_the_window_with_one_dispatch() -> None:
+    """A burst of ACK frames makes room once: the queue fills the consumer's window after the
+    read's frames, in one dispatch, not once per ACK (each of which would send one message)."""
+    h = Harness()
+    for n in range(30):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
+                            "activemq.prefetchSize": "10"})
+    first = h.transport.messages()
+    assert [m.body for m in first] == [f"m{n}".encode() for n in range(10)]
+    queue = h.broker.queues["q"]
+    dispatches = 0
+    dispatch = queue.dispatch
+
+    def counted() -> None:
+        nonlocal dispatches
+        dispatches += 1
+        dispatch()
+
+    queue.dispatch = counted  # type: ignore[method-assign]
+    h.session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first))
+    assert dispatches == 1
+    assert [m.body for m in h.transport.messages()[10:]] == [f"m{n}".encode() for n in range(10, 20)]
+    assert h.broker.queue_info("q")["messages"] == 20
