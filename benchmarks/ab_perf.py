@@ -14,6 +14,16 @@ much less with the machine's load than the rates.
 
 Everything after `--` goes to `pagemq perf` (`--url`, `--destination` and `--json` are
 set here). The "after" tree is this checkout.
+
+A paged fill and drain, each phase its own `pagemq perf` run so that the broker's CPU is
+told apart per phase (`produce_cpu_us`, `consume_cpu_us`: microseconds a message), on a
+64 MiB budget as the paging benchmark's (`paging_bench.py`) flags:
+
+    printf '[broker]\nglobal-max-size = "64MiB"\njournal-sync = true\n' > /tmp/paged.toml
+    .venv/bin/python benchmarks/ab_perf.py --before /tmp/before --rounds 4 \
+        --config /tmp/paged.toml --split -- --producers 4 --consumers 4 --processes 4 \
+        --count 300000 --persistent --receipt-window 1000 --ack client-individual \
+        --prefetch 1000 --phase sequential
 """
 
 from __future__ import annotations
@@ -99,16 +109,33 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _run(tree: Path, perf_args: list[str], round_no: int) -> dict[str, float]:
+def _phases(perf_args: list[str], split: bool) -> list[list[str]]:
+    """The perf runs of one round: as given, or with `split` one per phase of a sequential run."""
+    if not split:
+        return [perf_args]
+    if "--phase" in perf_args:
+        at = perf_args.index("--phase")
+        perf_args = perf_args[:at] + perf_args[at + 2:]
+    return [[*perf_args, "--phase", phase] for phase in ("produce", "consume")]
+
+
+def _run(tree: Path, perf_args: list[str], round_no: int, *, config: Path | None = None,
+         split: bool = False) -> dict[str, float]:
     data = Path(tempfile.mkdtemp(prefix="ab-perf-"))
     port = free_port()
-    proc = start_broker(tree, data, port)
+    proc = start_broker(tree, data, port, *(["--config", str(config)] if config else []))
     try:
-        document = run_perf(port, f"/queue/ab-{round_no}", ["--broker-pid", str(proc.pid), *perf_args])
-        rates = {}
-        for result in document["results"]:
-            rates[f"{result['phase']}/{result['role']}"] = result["msgs_per_s"]
-            rates["peak_rss_mib"] = max(rates.get("peak_rss_mib", 0.0), result["broker_peak_rss_mib"] or 0)
+        rates: dict[str, float] = {}
+        for args in _phases(perf_args, split):
+            before = _cpu_seconds(proc.pid)
+            document = run_perf(port, f"/queue/ab-{round_no}", ["--broker-pid", str(proc.pid), *args])
+            spent = _cpu_seconds(proc.pid) - before
+            for result in document["results"]:
+                rates[f"{result['phase']}/{result['role']}"] = result["msgs_per_s"]
+                peak = result["broker_peak_rss_mib"] or 0
+                rates["peak_rss_mib"] = max(rates.get("peak_rss_mib", 0.0), peak)
+                if split:
+                    rates[f"{result['phase']}_cpu_us"] = 1e6 * spent / result["messages"]
         # CPU the broker used for the same work: moves far less with the machine's load than
         # a rate does (lower is better; start-up included)
         rates["broker_cpu_s"] = _cpu_seconds(proc.pid)
@@ -126,13 +153,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True, help="the tree to compare against")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--config", type=Path, help="a broker config file both trees' brokers start with")
+    parser.add_argument("--split", action="store_true",
+                        help="run produce and consume as separate perf runs, each with its broker CPU")
     args = parser.parse_args(own)
     trees = {"before": args.before.resolve(), "after": HERE}
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for round_no in range(args.rounds):
         order = ["before", "after"] if round_no % 2 == 0 else ["after", "before"]
         for name in order:
-            rates = _run(trees[name], perf_args, round_no)
+            rates = _run(trees[name], perf_args, round_no, config=args.config, split=args.split)
             runs[name].append(rates)
             shown = ", ".join(f"{k} {v:,.0f}" if v >= 100 else f"{k} {v:.2f}"
                               for k, v in sorted(rates.items()))
