@@ -3,7 +3,7 @@ expiry, transactions."""
 
 from __future__ import annotations
 
-from brokerproc import bodies, now_ms
+from brokerproc import bodies, encode_frame, now_ms
 
 MAX_DELIVERY_ATTEMPTS = 3
 BROKER_CONFIG = {"address-settings": {"#": {"max-delivery-attempts": MAX_DELIVERY_ATTEMPTS}}}
@@ -156,6 +156,37 @@ def test_consumer_vanishing_max_delivery_attempts_times_moves_message_to_dlq(
     (dead,) = _moved_messages(broker, stomp_client, "DLQ", queue_name)
     assert dead.body == "crashes consumers"
     broker.wait_queue(queue_name, messages=0, messages_killed=1)
+
+
+def test_acks_written_with_unsubscribe_or_disconnect_start_no_new_deliveries(
+    broker, raw_stomp, stomp_client, queue_name
+):
+    """The room a read's ACKs make is filled after the read's frames: a subscription the same
+    read ends gets nothing more, so no message it never saw spends a delivery attempt."""
+    producer = stomp_client(broker)
+    for ending in ("UNSUBSCRIBE", "DISCONNECT"):
+        queue = f"{queue_name}-{ending.lower()}"
+        for n in range(20):
+            producer.send(f"/queue/{queue}", f"m{n}", receipt=True)
+        raw = raw_stomp(broker)
+        raw.connect()
+        raw.send_frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "s", "ack": "client-individual",
+                                     "activemq.prefetchSize": "5"})
+        got = [raw.read_frame() for _ in range(5)]
+        burst = b"".join(encode_frame("ACK", {"id": f.headers["ack"]}) for f in got)
+        ends = {"id": "s", "receipt": "end"} if ending == "UNSUBSCRIBE" else {"receipt": "end"}
+        burst += encode_frame(ending, ends)
+        raw.send(burst)
+        after = raw.read_until_receipt("end")
+        assert [f.command for f in after] == ["RECEIPT"], f"{ending}: {[f.command for f in after]}"
+        raw.close()
+        broker.wait_queue(queue, messages=15, messages_acknowledged=5, messages_delivering=0,
+                          messages_killed=0)
+        reader = stomp_client(broker)
+        reader.subscribe(f"/queue/{queue}")
+        frames = reader.wait_for(15)
+        assert bodies(frames) == [f"m{n}" for n in range(5, 20)]
+        assert {f.headers.get("redelivered") for f in frames} == {"false"}
 
 
 # -- prefetch -------------------------------------------------------------------------------
