@@ -7,7 +7,9 @@ Artemis runs its page stores' writes on a shared executor pool; so does this: ea
 *scheduled* here, at the time that batch is due (`page-sync-timeout` after its previous
 batch started, or at once when urgent). A pool thread takes the writer whose batch is due
 first and runs one batch of it (`PageWriter.run_batch`: write, fsync, closes, deletes,
-futures resolved on the loop), then the writer is scheduled again if more came meanwhile.
+futures resolved on the loop), then the writer is scheduled again if more came meanwhile,
+and that same thread runs it when it is due: one address writing steadily keeps to one
+thread, as with a thread of its own (a second one woken per batch only took the GIL).
 
 - One writer is run by one pool thread at a time (its `_busy` flag), so its batches keep
   their order and its file handles have one user, as with a thread of its own.
@@ -68,6 +70,11 @@ class PageSyncPool:
                 raise RuntimeError("page sync pool is shut down")
             first = not self._heap or due < self._heap[0][0]
             heapq.heappush(self._heap, (due, next(self._seq), writer))
+            if threading.current_thread() in self._threads:
+                # A pool thread at the end of a batch (its writer's next one): it looks at the
+                # heap before it waits again, so neither a new thread nor a wake-up is needed
+                # (each would take the GIL from the loop for nothing).
+                return
             if self._idle == 0 and len(self._threads) < self.max_threads:
                 self._start_thread()
             elif first or self._idle > 1:

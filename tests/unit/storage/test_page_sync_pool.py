@@ -114,3 +114,25 @@ def test_recovery_after_a_kill_leaves_the_scanned_summary_to_the_writer(tmp_path
 def test_a_pool_needs_a_thread(threads: int) -> None:
     with pytest.raises(ValueError, match="at least one thread"):
         PageSyncPool(threads=threads)
+
+
+def test_one_page_store_writing_without_pause_keeps_to_one_thread(tmp_path: Path) -> None:
+    """A store's next batch, scheduled by the pool thread that ends the one before, is run by
+    that thread: a second thread would only wake to wait and take the GIL from the loop."""
+    async def body() -> None:
+        pool = PageSyncPool(threads=4, name="test-pool")
+        store = PageStore(tmp_path, "orders", page_size_bytes=1 << 20, sync_pool=pool, sync_timeout=0.002)
+        store.open()
+        store.start(asyncio.get_running_loop())
+        futures = []
+        for n in range(400):  # appends keep coming while batches are written
+            futures.append(store.append([rec(n)])[2])
+            await asyncio.sleep(0.0002)
+        await asyncio.gather(*futures)
+        assert len({id(f) for f in futures}) > 5 and pool.threads == 1  # many batches, one thread
+        read = [r.message_id for info in store.pages() for _, r in store.read_page(info.page_no)]
+        assert read == list(range(400))
+        await store.close()
+        pool.shutdown()
+
+    asyncio.run(body())
