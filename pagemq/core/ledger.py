@@ -119,8 +119,14 @@ class Ledger:
         if self._batching or not self._to_dispatch:
             return
         queues, self._to_dispatch = self._to_dispatch, {}
-        for queue in queues:
-            queue.dispatch()
+        failure: Exception | None = None
+        for queue in queues:  # one queue's failing dispatch leaves no other queue unfilled
+            try:
+                queue.dispatch()
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def settle(self, queue: Queue, ref: MessageRef) -> None:
         """Acknowledge one ref (also during dispatch: an auto ack; the dispatch goes on)."""

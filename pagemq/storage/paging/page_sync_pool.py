@@ -120,8 +120,11 @@ class PageSyncPool:
                 finally:
                     self._idle -= 1
                 due, _seq, writer = heapq.heappop(self._heap)
-                if self._heap and self._idle:
-                    self._cond.notify()  # the next one may be due too
+                if self._heap:  # the next one may be due while this batch is written
+                    if self._idle:
+                        self._cond.notify()
+                    elif len(self._threads) < self.max_threads:
+                        self._start_thread()  # e.g. one this thread scheduled itself
             try:
                 writer.run_batch(due)
             except Exception:  # a bug in one writer must not end a thread all others share
