@@ -113,6 +113,8 @@ class Broker:
         self.ensure_queue = self.bindings.ensure_queue
         self.delete_queue = self.bindings.delete_queue
         self.send = self.router.send
+        self.begin_sends = self.router.begin_sends
+        self.end_sends = self.router.end_sends
         self.wait_for_memory = self.router.wait_for_memory
         self.cancel_wait = self.router.cancel_wait
         self.disk = self.router.disk

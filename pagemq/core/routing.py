@@ -27,7 +27,7 @@ from pagemq.core.consumer import MessageRef
 from pagemq.core.disk import FAIL, DiskGuard
 from pagemq.core.duplicates import DUPLICATE_ID_HEADER
 from pagemq.core.errors import AddressFull
-from pagemq.core.futures import all_of
+from pagemq.core.futures import all_of, chain
 from pagemq.core.message import Message
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
     from pagemq.core.memory import MemoryAccountant
+    from pagemq.core.paging import AddressPager
     from pagemq.core.queue import Queue
     from pagemq.storage.api import MessageStore
 
@@ -44,8 +45,25 @@ log = logging.getLogger("pagemq.broker")
 
 MEMORY, PAGE, DROP = "memory", "page", "drop"
 
+GROUP_BYTES = 256 * 1024
+"""Bodies of paged sends appended as one frame at most (a bigger send goes alone)."""
+
 Routed = tuple["Address", Message, list["Queue"], str]
 """A routed send: its address, the new message, its queues, MEMORY or PAGE."""
+
+
+class _PageGroup:
+    """Paged sends to one address waiting to be appended as one frame."""
+
+    __slots__ = ("bytes", "future", "items", "pager")
+
+    def __init__(self, pager: AddressPager) -> None:
+        self.pager = pager
+        self.items: list[tuple[Message, list[Queue]]] = []
+        self.bytes = 0
+        # Settles as the append does: at once after it when nothing in it is persistent,
+        # else once its batch is fsynced; a failed append fails every send of the group.
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
 
 class Blocked(Exception):
@@ -72,6 +90,9 @@ class Router:
         self._bindings_durable: asyncio.Future[None] | None = None
         # The last journal write batch watched for failure; see _writes_done.
         self._watched_write: asyncio.Future[None] | None = None
+        # Paged sends of one socket read, appended together (begin_sends/end_sends).
+        self._grouping = False
+        self._group: _PageGroup | None = None
 
     def send(
         self,
@@ -100,6 +121,7 @@ class Router:
         # would lose the message.
         dup_id = headers.get(DUPLICATE_ID_HEADER) if headers and not internal else None
         if dup_id is not None:
+            self.flush_sends()  # stored in its turn, after the sends grouped before it
             seen, original = self.duplicates.seen(address_name, dup_id)
             if seen:
                 return original
@@ -114,11 +136,62 @@ class Router:
             pager = self.bindings.pagers.get(address.name)
             if pager is None or pager.address is not address:
                 pager = self.bindings.pager(address)
+            if self._grouping and not internal:
+                return self._pend(pager, message, queues)
+            group = self._group
+            if group is not None and group.pager is pager:
+                self.flush_sends()
             durable = pager.page([(message, queues)])
             if self.bindings.dirty or self._bindings_durable is not None:
                 return self.after_bindings(durable)
             return durable
         return self._keep(message, address, queues)
+
+    # -- the paged sends of one read ------------------------------------------------------
+
+    def begin_sends(self) -> None:
+        """From now until `end_sends`, consecutive paged sends to one address are appended
+        together: one page frame, one write and one future for all of them, instead of one
+        each (a producer's socket read carries dozens of SENDs). The caller runs nothing
+        but sends in between (any other frame ends the group first), so nothing else sees
+        a message routed but not yet appended. Without a running loop (a tool, a test
+        driving the broker by hand) there is no future to give, and nothing is grouped."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._grouping = True
+
+    def end_sends(self) -> None:
+        self._grouping = False
+        self.flush_sends()
+
+    def flush_sends(self) -> None:
+        """Append the pending group now (its futures settle as the append's does)."""
+        group = self._group
+        if group is None:
+            return
+        self._group = None
+        try:
+            durable = group.pager.page(group.items)
+            if durable is not None and (self.bindings.dirty or self._bindings_durable is not None):
+                durable = self.after_bindings(durable)
+        except Exception as exc:  # nothing of the group was stored: each send's future says so
+            group.future.set_exception(exc)
+            return
+        chain(durable, group.future)
+
+    def _pend(self, pager: AddressPager, message: Message, queues: list[Queue]) -> asyncio.Future[None]:
+        group = self._group
+        size = len(message.body)
+        if group is not None and (group.pager is not pager or group.bytes + size > GROUP_BYTES):
+            self.flush_sends()
+            group = None
+        if group is None:
+            group = self._group = _PageGroup(pager)
+        group.items.append((message, queues))
+        group.bytes += size
+        return group.future
 
     def _keep(self, message: Message, address: Address, queues: list[Queue]) -> asyncio.Future[None] | None:
         """Hold a routed message in memory, journaled when persistent to a durable queue."""
@@ -280,6 +353,8 @@ class Router:
         pager = self.bindings.pagers.get(address.name)
         if pager is None or (settings.page_limit_bytes < 0 and settings.page_limit_messages < 0):
             return PAGE
+        if self._group is not None and self._group.pager is pager:
+            self.flush_sends()  # counted with the sends grouped before this one
         over_messages = 0 <= settings.page_limit_messages <= pager.records_on_disk + address.staged_records
         over_bytes = 0 <= settings.page_limit_bytes <= pager.bytes_on_disk + address.staged_bytes
         if not (over_messages or over_bytes):

@@ -296,22 +296,37 @@ class StompSession:
                 log.exception("%s: internal error dispatching after acknowledgements", self.session_id)
 
     def _carry_out(self, events: Sequence[ev.Event | _Failure]) -> None:
+        """Carry out a read's frames in order; consecutive SENDs are stored as a group
+        (`Broker.begin_sends`), ended before any other frame runs."""
         spent = self._turn.spent
-        for index, event in enumerate(events):
-            if self.closing:
-                return
-            if index == FRAMES_PER_TURN or spent():
-                self._leave_rest(events, index)
-                break
-            if isinstance(event, _Failure):
-                self.fail(event.message, event.receipt_id)
-                return
-            if self._backlog or self._committing is not None or self._authenticating is not None:
-                self._hold_one(event)  # held (_waiting, inlined: this runs for every frame)
-            elif not self._run(event):
-                size = _size(event)
-                self._backlog.append((event, size))
-                self._backlog_bytes += size
+        broker = self.broker
+        sending = False
+        try:
+            for index, event in enumerate(events):
+                if self.closing:
+                    return
+                if index == FRAMES_PER_TURN or spent():
+                    self._leave_rest(events, index)
+                    break
+                if type(event) is ev.Send:
+                    if not sending:
+                        broker.begin_sends()
+                        sending = True
+                elif sending:
+                    sending = False
+                    broker.end_sends()
+                if isinstance(event, _Failure):
+                    self.fail(event.message, event.receipt_id)
+                    return
+                if self._backlog or self._committing is not None or self._authenticating is not None:
+                    self._hold_one(event)  # held (_waiting, inlined: this runs for every frame)
+                elif not self._run(event):
+                    size = _size(event)
+                    self._backlog.append((event, size))
+                    self._backlog_bytes += size
+        finally:
+            if sending:
+                broker.end_sends()
         self._check_read_ahead()
 
     def _leave_rest(self, events: Sequence[ev.Event | _Failure], index: int) -> None:

@@ -12,7 +12,7 @@ import re
 import threading
 import time
 
-from brokerproc import WAIT, StompClient, run_cli, unique
+from brokerproc import WAIT, RawStomp, StompClient, encode_frame, run_cli, unique
 from test_paging_helpers import (
     ack_frames,
     assert_paging,
@@ -237,6 +237,35 @@ def test_paged_messages_acked_just_before_a_sigkill_are_not_delivered_again(star
     back = [name for name in got if name in set(sent[:100])]
     assert not back, f"{len(back)} acknowledged messages delivered again after SIGKILL: {back[:20]}"
     assert got == sent[100:]
+
+
+def test_sends_written_in_one_burst_survive_a_sigkill_once_receipted(start_broker, stomp_client):
+    """A producer's frames arriving in one read are appended to the page file together (one
+    batch per address): once each RECEIPT is out, a SIGKILL loses none of them, on a topic
+    with two durable subscribers and a queue written in the same burst, in order."""
+    proc = start_broker(PAGE_ALL_HOLD)
+    topic, queue = unique("burst"), unique("burstq")
+    for name in ("s1", "s2"):
+        durable(stomp_client, proc, f"c-{name}", topic, name).disconnect()
+    burst = []
+    for n in range(300):
+        destination = f"/queue/{queue}" if n % 3 == 2 else f"/topic/{topic}"
+        burst.append(encode_frame("SEND", {"destination": destination, "persistent": "true",
+                                           "receipt": f"r{n}"}, body(f"m{n}")))
+    with RawStomp(proc.stomp_port) as raw:
+        raw.connect()
+        raw.send(b"".join(burst))
+        frames = raw.read_until_receipt("r299")
+    receipts = [f.headers["receipt-id"] for f in frames if f.command == "RECEIPT"]
+    assert receipts == [f"r{n}" for n in range(300)]
+    proc.kill()
+    proc.start()
+    on_topic = [f"m{n}" for n in range(300) if n % 3 != 2]
+    for name in ("s1", "s2"):
+        client = durable(stomp_client, proc, f"c-{name}", topic, name)
+        assert labels(wait_frames(client, len(on_topic))) == on_topic
+        client.listener.assert_no_more(len(on_topic), within=0.3)
+    assert consume(stomp_client(proc), f"/queue/{queue}", 100) == [f"m{n}" for n in range(2, 300, 3)]
 
 
 # -- pagemq data print -----------------------------------------------------------------------
