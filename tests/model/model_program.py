@@ -288,7 +288,8 @@ class _Generator:
         dest, mid = self.dest(), self.mid()
         colors = [self.color() for _ in range(count)]
         self.sent.extend((dest, f"{mid}-{n}", color) for n, color in enumerate(colors))
-        self.emit("burst", slot=self.any_slot(), dest=dest, mid=mid, colors=colors)
+        self.emit("burst", slot=self.any_slot(), dest=dest, mid=mid, colors=colors,
+                  dup_ids=self.rnd.random() < 0.5, one_write=self.rnd.random() < 0.7)
 
     def op_settle(self, _slot: int | None) -> None:
         self.emit("settle")

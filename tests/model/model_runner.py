@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from brokerproc import HOST, PAGEMQ, BrokerProcess, StompClient, free_port, run_cli
+from brokerproc import HOST, PAGEMQ, BrokerProcess, StompClient, encode_frame, free_port, run_cli
 from forkserver import ForkServer
 from model_program import Program
 from model_reference import PRESENT, Model, QueueModel, Status, Sub, Violation
@@ -341,11 +341,21 @@ class Runner:
     # -- sending --------------------------------------------------------------------------
 
     def _send_frame(self, client: Client, message: Any, receipt: bool,
-                    transaction: str | None = None) -> str | None:
-        # Every SEND carries Artemis' duplicate id (the mid is unique in a program), so every
-        # program also exercises the remembered ids: their records, recovery and cleanup.
-        headers = {"mid": message.mid, "color": message.color, "from": str(message.slot),
-                   "_AMQ_DUPL_ID": message.mid}
+                    transaction: str | None = None, *, dup_id: bool = True) -> str | None:
+        receipt_id, headers, body = self._send_parts(message, receipt, transaction, dup_id)
+        client.conn.send(message.dest, body, headers=headers)
+        return receipt_id
+
+    def _send_parts(self, message: Any, receipt: bool, transaction: str | None = None,
+                    dup_id: bool = True) -> tuple[str | None, dict[str, str], str]:
+        """(receipt id, headers, body) of a SEND. Every SEND carries Artemis' duplicate id
+        (the mid is unique in a program), so every program also exercises the remembered
+        ids: their records, recovery and cleanup; but a burst may go without (`dup_id`):
+        sends with an id are stored one by one, those without are appended to a paging
+        address as one group when they come in one read."""
+        headers = {"mid": message.mid, "color": message.color, "from": str(message.slot)}
+        if dup_id:
+            headers["_AMQ_DUPL_ID"] = message.mid
         if message.persistent:
             headers["persistent"] = "true"
         receipt_id = next(self._receipts) if receipt else None
@@ -353,9 +363,7 @@ class Runner:
             headers["receipt"] = receipt_id
         if transaction is not None:
             headers["transaction"] = transaction
-        body = (message.mid + "|").ljust(self.program.body_size, "x")
-        client.conn.send(message.dest, body, headers=headers)
-        return receipt_id
+        return receipt_id, headers, (message.mid + "|").ljust(self.program.body_size, "x")
 
     def op_send(self, slot: int, dest: str, mid: str, color: str, no_receipt: bool = False,
                 non_persistent: bool = False) -> None:
@@ -383,17 +391,28 @@ class Runner:
         receipt = self._send_frame(client, retry, receipt=True)
         self.receipt(client, receipt, f"resent SEND {mid}", lambda: None)
 
-    def op_burst(self, slot: int, dest: str, mid: str, colors: list[str]) -> None:
-        """Pipelined receipted SENDs: all written, then all receipts awaited."""
+    def op_burst(self, slot: int, dest: str, mid: str, colors: list[str], dup_ids: bool = True,
+                 one_write: bool = False) -> None:
+        """Pipelined receipted SENDs: all written (frame by frame, or in one socket write,
+        which the broker reads at once and pages as one group), then all receipts awaited."""
         client = self.client(slot)
         sends = []
+        frames = []
         for n, color in enumerate(colors):
             message = self.model.new_message(f"{mid}-{n}", slot, dest, color)
-            sends.append((message, self._send_frame(client, message, receipt=True)))
+            if one_write:
+                receipt_id, headers, body = self._send_parts(message, True, dup_id=dup_ids)
+                frames.append(encode_frame("SEND", {"destination": dest, **headers}, body))
+            else:
+                receipt_id = self._send_frame(client, message, receipt=True, dup_id=dup_ids)
+            sends.append((message, receipt_id))
+        if frames:
+            client.conn.transport.send(b"".join(frames))
         def route_all() -> None:
             for message, _ in sends:
                 self.model.route(message, receipted=True)
-                self.resendable.add(message.mid)
+                if dup_ids:
+                    self.resendable.add(message.mid)
 
         self.receipt(client, [r for _, r in sends if r is not None], f"SENDs {mid}-*", route_all)
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from pagemq.core.message import Message
-from pagemq.spark.page_decode import build_batch, locate
+from pagemq.spark import page_decode
+from pagemq.spark.page_decode import ORDINAL, build_batch, locate
 from pagemq.spark.schema import ARROW_SCHEMA
 from pagemq.storage.message_codec import decode_fields, encode_message
 from pagemq.storage.paging.page_files import read_page_file
@@ -236,3 +237,39 @@ def test_a_batch_holds_its_own_rows_bytes_not_the_page_buffer():
     assert batch.column("body").to_pylist() == [decode_fields(records[0].message).body]
     held = sum(buffer.size for buffer in batch.column("body").buffers() if buffer is not None)
     assert held < 1200  # what Spark is sent: this row's body, not the 50 KB page behind it
+
+
+def test_batch_frames_of_pipelined_sends_decode_as_the_record_reader_reads_them(tmp_path, monkeypatch):
+    """The broker appends a producer's pipelined SENDs as one BATCH frame: each entry
+    routed to one queue is taken in one call (never the general path), the same rows."""
+    rng = random.Random(11)
+    records = [PagedRecord(500 + n, (1,), True, random_record(rng, 500 + n).message) for n in range(40)]
+    sizes = [1, 17, 5, 1, 16]
+    parts, at = [encode_file_header(1)], 0
+    for size in sizes:
+        parts.append(encode_frame(records[at:at + size], at))
+        at += size
+    data = b"".join(parts)
+    expected = expected_rows(write(tmp_path, data), set())
+    monkeypatch.setattr(page_decode, "read_frames", None)  # the general path would fail
+    found = locate(data, FILE_HEADER.size, len(data))
+    assert [row[ORDINAL] for row in found.rows] == list(range(40))
+    assert decoded_rows(data) == expected
+
+
+def test_a_damaged_batch_frame_is_read_past_and_a_batch_with_a_short_record_goes_the_general_way(tmp_path):
+    rng = random.Random(12)
+    records = [PagedRecord(600 + n, (1,), True, random_record(rng, 600 + n).message) for n in range(9)]
+    short = PagedRecord(609, (1,), True, b"\x01\x00")  # shorter than a codec head
+    bad = bytearray(encode_frame(records[3:6], 3))
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    data = b"".join([encode_file_header(1), encode_frame(records[:3], 0), bytes(bad),
+                     encode_frame([*records[6:], short], 6)])
+    damage: list[FrameDamage] = []
+    found = locate(data, FILE_HEADER.size, len(data), damage=damage)
+    assert [row[ORDINAL] for row in found.rows] == [0, 1, 2, 6, 7, 8, 9]
+    assert len(damage) == 1 and damage[0].lost == 3 and not damage[0].torn
+    batch, problems = build_batch(data, found.rows, found.ends, address=ADDRESS, seq_base=0,
+                                  queue_name=queue_name)
+    assert batch.column("seq").to_pylist() == [0, 1, 2, 6, 7, 8]
+    assert [(p.ordinal, p.message_id) for p in problems] == [(9, 609)]
