@@ -35,7 +35,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -298,16 +298,10 @@ class StompSession:
     def _carry_out(self, events: Sequence[ev.Event | _Failure]) -> None:
         """Carry out a read's frames in order; consecutive SENDs are stored as a group
         (`Broker.begin_sends`), ended before any other frame runs."""
-        spent = self._turn.spent
         broker = self.broker
         sending = False
         try:
-            for index, event in enumerate(events):
-                if self.closing:
-                    return
-                if index == FRAMES_PER_TURN or spent():
-                    self._leave_rest(events, index)
-                    break
+            for event in self._this_turn(events):
                 if type(event) is ev.Send:
                     if not sending:
                         broker.begin_sends()
@@ -328,6 +322,19 @@ class StompSession:
             if sending:
                 broker.end_sends()
         self._check_read_ahead()
+
+    def _this_turn(self, events: Sequence[ev.Event | _Failure]) -> Iterator[ev.Event | _Failure]:
+        """The frames this callback carries out, in order: it stops once the connection
+        closes, and leaves the rest to a later turn after FRAMES_PER_TURN frames or once
+        its slice of the turn is spent."""
+        spent = self._turn.spent
+        for index, event in enumerate(events):
+            if self.closing:
+                return
+            if index == FRAMES_PER_TURN or spent():
+                self._leave_rest(events, index)
+                return
+            yield event
 
     def _leave_rest(self, events: Sequence[ev.Event | _Failure], index: int) -> None:
         """This callback's share is done before `events[index]` (FRAMES_PER_TURN frames, or
@@ -384,13 +391,7 @@ class StompSession:
     def _hold(self, events: Sequence[ev.Event | _Failure]) -> None:
         """Held frames wait behind the backlog; but ACKs/NACKs go ahead (`_hold_one`), so
         holding a read's frames takes the turn's share too."""
-        spent = self._turn.spent
-        for index, event in enumerate(events):
-            if self.closing:
-                return
-            if index == FRAMES_PER_TURN or spent():
-                self._leave_rest(events, index)
-                break
+        for event in self._this_turn(events):
             self._hold_one(event)
         self._check_read_ahead()
 
