@@ -776,6 +776,10 @@ class AddressPager:
     def records_on_disk(self) -> int:
         return self.store.records_on_disk
 
+    def room(self, size: int) -> int:
+        """What an append starting with `size` bytes may take within page-size-bytes."""
+        return self.store.room(size)
+
     @property
     def bytes_on_disk(self) -> int:
         return self.store.bytes_on_disk

@@ -46,7 +46,9 @@ log = logging.getLogger("pagemq.broker")
 MEMORY, PAGE, DROP = "memory", "page", "drop"
 
 GROUP_BYTES = 256 * 1024
-"""Bodies of paged sends appended as one frame at most (a bigger send goes alone)."""
+"""Paged sends appended as one frame: at most this many bytes (each counted at its memory
+estimate, which is more than it takes encoded), and no more than the live page has left
+(or a whole page, when the first does not fit there), so pages keep to page-size-bytes."""
 
 Routed = tuple["Address", Message, list["Queue"], str]
 """A routed send: its address, the new message, its queues, MEMORY or PAGE."""
@@ -55,10 +57,11 @@ Routed = tuple["Address", Message, list["Queue"], str]
 class _PageGroup:
     """Paged sends to one address waiting to be appended as one frame."""
 
-    __slots__ = ("bytes", "future", "items", "pager")
+    __slots__ = ("bytes", "future", "items", "limit", "pager")
 
-    def __init__(self, pager: AddressPager) -> None:
+    def __init__(self, pager: AddressPager, limit: int) -> None:
         self.pager = pager
+        self.limit = limit
         self.items: list[tuple[Message, list[Queue]]] = []
         self.bytes = 0
         # Settles as the append does: at once after it when nothing in it is persistent,
@@ -183,12 +186,12 @@ class Router:
 
     def _pend(self, pager: AddressPager, message: Message, queues: list[Queue]) -> asyncio.Future[None]:
         group = self._group
-        size = len(message.body)
-        if group is not None and (group.pager is not pager or group.bytes + size > GROUP_BYTES):
+        size = message.memory_size + 8 * len(queues)  # more than it takes encoded
+        if group is not None and (group.pager is not pager or group.bytes + size > group.limit):
             self.flush_sends()
             group = None
         if group is None:
-            group = self._group = _PageGroup(pager)
+            group = self._group = _PageGroup(pager, min(GROUP_BYTES, pager.room(size)))
         group.items.append((message, queues))
         group.bytes += size
         return group.future

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from paged_queue_harness import FileHarness, Harness, MemoryHarness, SteppedPageIO
+from paged_queue_harness import PAGE_SIZE, FileHarness, Harness, MemoryHarness, SteppedPageIO
 
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.queue_store import Appended, Entry, PagedQueue, PagedQueueStore
@@ -639,3 +639,20 @@ async def test_a_page_not_served_whole_or_partly_in_memory_is_left_to_record_ack
     assert (A, first) in [(c.queue_id, c.page_no) for c in h.journal.completes]
     assert first in h.page_numbers()  # B still holds it
     assert ids(take_all(h.store.queue(B)))[:len(served)] == list(range(1, len(served) + 1))
+
+
+@each_store
+async def test_room_is_what_the_live_page_has_left_or_a_whole_page(h: Harness) -> None:
+    """What the broker asks before it groups a read's SENDs into one append, so that the
+    append keeps the page within page-size-bytes."""
+    whole = h.store.room(100)  # a page without records: all but its file header
+    assert PAGE_SIZE - 100 < whole < PAGE_SIZE
+    first = append(h.store, 1, A)
+    left = h.store.room(100)
+    assert 0 < left < whole - len(BODY)
+    assert h.store.room(left) == left
+    assert h.store.room(left + 1) == whole  # would not fit: the append rolls the page first
+    batch = [PagedRecord(n, (A,), True, BODY) for n in (2, 3)]
+    assert 2 * (len(BODY) + 100) <= left  # two more records fit in what is left
+    assert h.store.append(batch, summary_input=["x", "x"]).page_no == first.page_no
+    await h.settle()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from brokerproc import unique
+from brokerproc import RawStomp, encode_frame, unique
 from test_paging_helpers import (
     ack_frames,
     assert_paging,
@@ -105,6 +105,21 @@ def test_page_files_are_deleted_once_every_paged_message_is_consumed(broker, sto
     assert consume(stomp_client(broker), f"/queue/{address}", 200) == sent
     wait_address(broker, address, paging=False, messages=0, messages_paged=0)
     wait_no_page_files(broker, address)
+
+
+def test_sends_in_one_burst_keep_each_page_file_within_page_size_bytes(broker, stomp_client, queue_name):
+    """The SENDs of one socket read are appended together; a page still keeps to
+    page-size-bytes (16 KiB here), as when they come one by one."""
+    address = f"zero.{queue_name}"
+    names = numbered("m", 200)
+    with RawStomp(broker.stomp_port) as raw:
+        raw.connect()
+        raw.send(b"".join(encode_frame("SEND", {"destination": f"/queue/{address}", "persistent": "true",
+                                                "receipt": name}, body(name)) for name in names))
+        raw.read_until_receipt(names[-1])
+    sizes = [path.stat().st_size for path in page_files(broker, address)]
+    assert len(sizes) >= 12 and max(sizes) <= 16 * 1024, sizes
+    assert consume(stomp_client(broker), f"/queue/{address}", 200) == names
 
 
 def test_paging_starts_and_ends_again_five_times_in_a_row(broker, stomp_client, queue_name):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
-from pagemq.storage.paging.page_format import PagedRecord, PageScan
+from pagemq.storage.paging.page_format import FILE_HEADER, PagedRecord, PageScan
 from pagemq.storage.paging.page_io import PageIO, ReadAhead, ReadSize
 from pagemq.storage.paging.page_store import PageInfo, PageState, RecordsLost, SummaryBuilder
 from pagemq.storage.paging.paged_queues import PagedQueues
@@ -88,6 +88,10 @@ class MemoryPages:
         state.fold_summary(summary_input)
         durable = _done() if any(record.persistent for record in records) else None
         return state.page_no, first, durable
+
+    def room(self, size: int) -> int:
+        left = self.page_size_bytes - self._live.state.stats.good_size
+        return left if size <= left else self.page_size_bytes - FILE_HEADER.size
 
     def roll(self) -> None:
         if self._live.state.stats.count == 0:

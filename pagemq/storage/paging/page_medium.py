@@ -29,6 +29,11 @@ class PageMedium(Protocol):
     def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
                ) -> tuple[int, int, asyncio.Future[None] | None]: ...
 
+    def room(self, size: int) -> int:
+        """Bytes an append of at least `size` bytes may take without taking a page past
+        `page-size-bytes`: what the live page has left when `size` fits there, else a whole
+        page (the append rolls it first). What groups a read's SENDs asks (core/routing)."""
+
     def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
                   ) -> Iterator[tuple[int, PagedRecord]]: ...
 

@@ -321,6 +321,11 @@ class PageStore:
         page.fold_summary(summary_input)
         return page.page_no, first, future
 
+    def room(self, size: int) -> int:
+        """See `page_medium.PageMedium.room`."""
+        left = self.page_size_bytes - self._live.stats.good_size
+        return left if size <= left else self.page_size_bytes - FILE_HEADER.size
+
     def _page_for(self, frame_size: int) -> PageState:
         """The live page, rolled first if this frame would take it past page_size_bytes."""
         live = self._live

@@ -143,6 +143,9 @@ class PagedQueues:
             self._watch(future, (page_no, routed, len(records), size))
         return Appended(page_no, first, future)
 
+    def room(self, size: int) -> int:
+        return self.medium.room(size)
+
     def _watch(self, future: asyncio.Future[None], append: _Append) -> None:
         """Undo the append if its write fails; one callback per write batch, not per record."""
         appends = self._unsynced.get(future)

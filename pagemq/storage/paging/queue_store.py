@@ -267,6 +267,11 @@ class PagedQueueStore(Protocol):
         `txid` (all the same) are read by no queue until `release_tx` (or `abandon_tx`), and
         dropped at a restart unless the `PageTxCommit` from `commit_tx` is durable."""
 
+    def room(self, size: int) -> int:
+        """Bytes an append of at least `size` bytes may take without taking a page past
+        `page-size-bytes`: what the live page has left when `size` fits there, else a whole
+        page (the append rolls it first). What groups a read's SENDs asks (core/routing)."""
+
     def is_pending(self, txid: int) -> bool: ...
 
     def commit_tx(self, txid: int) -> PageTxCommit:

@@ -208,3 +208,18 @@ def test_non_persistent_sends_are_grouped_and_receipted_once_appended() -> None:
         assert client.receipts() == ["r0", "r1", "r2"]
 
     run(body)
+
+
+def test_a_burst_of_small_sends_keeps_each_page_within_page_size_bytes() -> None:
+    async def body() -> None:
+        client = Client(**{"page-size-bytes": "16KiB"})
+        client.read(*(send("q", f"m{n}".ljust(1000, "x")) for n in range(60)))
+        client.sync()
+        pages = client.pages["q"]
+        sizes = [page.size for page in pages.pages()]
+        assert len(sizes) >= 4 and max(sizes) <= 16 * 1024
+        assert min(sizes[:-1]) > 12 * 1024  # and each (but the live one) is well filled
+        assert len(pages.appends) < 20  # still a few appends, not one per SEND
+        assert [b.rstrip("x") for b in client.bodies("q")] == [f"m{n}" for n in range(60)]
+
+    run(body)
