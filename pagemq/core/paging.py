@@ -660,8 +660,10 @@ class AddressPager:
 
     # -- writing --------------------------------------------------------------------------
 
-    def page(self, items: list[tuple[Message, list[Queue]]], *, txid: int = 0) -> asyncio.Future[None] | None:
-        """Append messages (several = one atomic batch) and hand them to their queues' cursors.
+    def page(self, items: list[tuple[Message, list[Queue]]], *, txid: int = 0, atomic: bool = True
+             ) -> asyncio.Future[None] | None:
+        """Append messages (several = one atomic batch, unless not `atomic`: then they only
+        share the write) and hand them to their queues' cursors.
 
         With a `txid` the batch belongs to a transaction committed elsewhere (the journal, or
         other addresses too): counted now, read by no cursor until `release_tx` (or dropped
@@ -676,7 +678,7 @@ class AddressPager:
                                        encode_message(message), txid))
             routed += queues
             summary_input.append(message)
-        appended = self.store.append(records, summary_input=summary_input)
+        appended = self.store.append(records, summary_input=summary_input, atomic=atomic)
         cursors = self.cursors
         for queue in routed:
             queue.counters.added += 1

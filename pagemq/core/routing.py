@@ -46,7 +46,7 @@ log = logging.getLogger("pagemq.broker")
 MEMORY, PAGE, DROP = "memory", "page", "drop"
 
 GROUP_BYTES = 256 * 1024
-"""Paged sends appended as one frame: at most this many bytes (each counted at its memory
+"""Paged sends appended in one write: at most this many bytes (each counted at its memory
 estimate, which is more than it takes encoded), and no more than the live page has left
 (or a whole page, when the first does not fit there), so pages keep to page-size-bytes."""
 
@@ -55,7 +55,7 @@ Routed = tuple["Address", Message, list["Queue"], str]
 
 
 class _PageGroup:
-    """Paged sends to one address waiting to be appended as one frame."""
+    """Paged sends to one address waiting to be appended in one write."""
 
     __slots__ = ("bytes", "future", "items", "limit", "pager")
 
@@ -154,8 +154,9 @@ class Router:
 
     def begin_sends(self) -> None:
         """From now until `end_sends`, consecutive paged sends to one address are appended
-        together: one page frame, one write and one future for all of them, instead of one
-        each (a producer's socket read carries dozens of SENDs). The caller runs nothing
+        together: one call into the page store, one write and one future for all of them,
+        instead of one each (a producer's socket read carries dozens of SENDs); each is
+        still its own page frame, so damage costs one message. The caller runs nothing
         but sends in between (any other frame ends the group first), so nothing else sees
         a message routed but not yet appended. Without a running loop (a tool, a test
         driving the broker by hand) there is no future to give, and nothing is grouped."""
@@ -176,7 +177,7 @@ class Router:
             return
         self._group = None
         try:
-            durable = group.pager.page(group.items)
+            durable = group.pager.page(group.items, atomic=False)  # each send on its own
             if durable is not None and (self.bindings.dirty or self._bindings_durable is not None):
                 durable = self.after_bindings(durable)
         except Exception as exc:  # nothing of the group was stored: each send's future says so

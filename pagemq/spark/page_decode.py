@@ -7,8 +7,8 @@ API itself costs. Here a page's bytes are read once and:
 1. `locate` walks the frames with one `struct` call per record: the usual frame (a MESSAGE
    frame of one entry routed to one queue) is checked (magic, length, ordinal, CRC, entry
    length) and its fixed fields (frame header, entry head, queue id, message codec head)
-   are taken in that one call; a BATCH frame (a producer's pipelined SENDs, appended
-   together) is checked once and each entry routed to one queue takes one call too.
+   are taken in that one call; a BATCH frame (a COMMIT's sends to one address) is checked
+   once and each entry routed to one queue takes one call too.
    Anything else (TX_BATCH frames, several queues,
    format-1 pages, damage, a torn tail) goes through `page_format.read_frames`, which
    reads past damage and notes it exactly as every other page reader does; the walk then
@@ -148,8 +148,8 @@ def _batch_rows(view: memoryview, pos: int, stop: int, first: int,
                 rows: list[tuple], ends: list[int]) -> int:  # type: ignore[type-arg]
     """Add the rows of the BATCH frame at `pos` (its CRC matched) when every entry is routed
     to one queue and holds a codec head: one `struct` call each, as for a MESSAGE frame (a
-    producer's pipelined SENDs are appended as one batch, so most paged records are in
-    one); their count. 0, with nothing added, for anything else: the general path reads it."""
+    COMMIT's sends to one address are one batch); their count. 0, with nothing added, for
+    anything else: the general path reads it."""
     count: int = BATCH_COUNT.unpack_from(view, pos + _ENTRY_AT)[0]
     at = pos + _ENTRY_AT + BATCH_COUNT.size
     found: list[tuple] = []  # type: ignore[type-arg]

@@ -239,9 +239,9 @@ def test_a_batch_holds_its_own_rows_bytes_not_the_page_buffer():
     assert held < 1200  # what Spark is sent: this row's body, not the 50 KB page behind it
 
 
-def test_batch_frames_of_pipelined_sends_decode_as_the_record_reader_reads_them(tmp_path, monkeypatch):
-    """The broker appends a producer's pipelined SENDs as one BATCH frame: each entry
-    routed to one queue is taken in one call (never the general path), the same rows."""
+def test_batch_frames_decode_as_the_record_reader_reads_them(tmp_path, monkeypatch):
+    """A COMMIT that pages to one address writes one BATCH frame: each entry routed to
+    one queue is taken in one call (never the general path), the same rows."""
     rng = random.Random(11)
     records = [PagedRecord(500 + n, (1,), True, random_record(rng, 500 + n).message) for n in range(40)]
     sizes = [1, 17, 5, 1, 16]

@@ -67,8 +67,8 @@ class MemoryPages:
 
     # -- writing --------------------------------------------------------------------------
 
-    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
-               ) -> tuple[int, int, asyncio.Future[None] | None]:
+    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None,
+               atomic: bool = True) -> tuple[int, int, asyncio.Future[None] | None]:
         if not records:
             raise ValueError("append needs at least one record")
         if summary_input is not None and len(summary_input) != len(records):

@@ -44,6 +44,7 @@ __all__ = [
     "decode_file_header",
     "encode_file_header",
     "encode_frame",
+    "encode_frames",
     "folder_name",
     "iter_frames",
     "page_file_name",
@@ -230,6 +231,13 @@ def encode_frame(records: Sequence[PagedRecord], first_ordinal: int = 0) -> byte
     for part in parts:
         crc = zlib.crc32(part, crc)
     return b"".join((FRAME_HEADER.pack(FRAME_MAGIC, crc, length, first_ordinal), *parts))
+
+
+def encode_frames(records: Sequence[PagedRecord], first_ordinal: int = 0) -> bytes:
+    """Records that share one write but not their fate: a MESSAGE frame each, in a row, so
+    damage to one costs that one only (the SENDs of one socket read, core/routing)."""
+    return b"".join([_encode_message_frame(record, ordinal)
+                     for ordinal, record in enumerate(records, first_ordinal)])
 
 
 def _encode_message_frame(record: PagedRecord, first_ordinal: int) -> bytes:

@@ -26,8 +26,8 @@ class PageMedium(Protocol):
     page_io: PageIO | None
     on_records_lost: Callable[[RecordsLost], None]
 
-    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
-               ) -> tuple[int, int, asyncio.Future[None] | None]: ...
+    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None,
+               atomic: bool = True) -> tuple[int, int, asyncio.Future[None] | None]: ...
 
     def room(self, size: int) -> int:
         """Bytes an append of at least `size` bytes may take without taking a page past

@@ -61,6 +61,7 @@ from pagemq.storage.paging.page_format import (
     PageScan,
     PageSummaryRecord,
     encode_frame,
+    encode_frames,
     folder_name,
     page_file_name,
     page_format_version,
@@ -292,8 +293,10 @@ class PageStore:
         records: Sequence[PagedRecord],
         *,
         summary_input: Sequence[object] | None = None,
+        atomic: bool = True,
     ) -> tuple[int, int, asyncio.Future[None] | None]:
-        """(page_no, first ordinal, future); several records are one atomic batch.
+        """(page_no, first ordinal, future); several records are one atomic batch (a BATCH
+        frame), or, not `atomic`, a MESSAGE frame each in one write.
 
         Records carrying a `txid` (all of them, the same) are written as a transactional
         batch and listed in `PageInfo.tx_batches`; whether that transaction committed is
@@ -307,11 +310,14 @@ class PageStore:
             raise ValueError("append needs at least one record")
         if summary_input is not None and len(summary_input) != len(records):
             raise ValueError("summary_input needs one item per record")
+        if not atomic and records[0].txid:
+            raise ValueError("a transaction's records are appended as one atomic batch")
+        encode = encode_frame if atomic else encode_frames
         live = self._live
-        frame = encode_frame(records, live.stats.count)
+        frame = encode(records, live.stats.count)
         page = self._page_for(len(frame))
         if page is not live:
-            frame = encode_frame(records, 0)  # the first record of a new page
+            frame = encode(records, 0)  # the first record of a new page
         persistent = int(records[0].persistent) if len(records) == 1 else sum(
             [1 for record in records if record.persistent])
         future = writer.write(page.page_no, frame, len(records), persistent)

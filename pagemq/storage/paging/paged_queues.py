@@ -120,9 +120,9 @@ class PagedQueues:
 
     # -- writing --------------------------------------------------------------------------
 
-    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
-               ) -> Appended:
-        page_no, first, future = self.medium.append(records, summary_input=summary_input)
+    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None,
+               atomic: bool = True) -> Appended:
+        page_no, first, future = self.medium.append(records, summary_input=summary_input, atomic=atomic)
         txid = records[0].txid
         if txid:
             self._pending_tx[txid] = (page_no, first, [record.queue_ids for record in records])

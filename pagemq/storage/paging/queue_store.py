@@ -261,9 +261,11 @@ class PagedQueueStore(Protocol):
     def drop_queue(self, queue_id: int) -> None:
         """The queue is deleted: done with every page it held."""
 
-    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
-               ) -> Appended:
-        """Append one atomic batch and count each record for its queues. Records with a
+    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None,
+               atomic: bool = True) -> Appended:
+        """Append one atomic batch (or, not `atomic`, records that merely share one write:
+        each its own frame, so damage costs one of them) and count each record for its
+        queues. Records with a
         `txid` (all the same) are read by no queue until `release_tx` (or `abandon_tx`), and
         dropped at a restart unless the `PageTxCommit` from `commit_tx` is durable."""
 

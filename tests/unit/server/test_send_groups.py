@@ -1,5 +1,6 @@
-"""The SENDs of one socket read to a paging address are appended as one batch: one page
-frame and one write for all of them, each RECEIPT still after that batch is durable, and
+"""The SENDs of one socket read to a paging address are appended together: one append and
+one write for all of them (each still its own page frame, so damage costs one), each
+RECEIPT still after that write is durable, and
 nothing else the read carries (another frame, another address, a duplicate id, a page
 limit) sees a message routed but not yet appended. A real StompSession and Broker on a
 real event loop, pages in memory (`MemoryPagedQueueStore`), no socket."""
@@ -28,15 +29,17 @@ class HeldPages(MemoryPages):
     def __init__(self, address: str, *, page_size_bytes: int) -> None:
         super().__init__(address, page_size_bytes=page_size_bytes)
         self.appends: list[int] = []
+        self.atomic: list[bool] = []
         self.held: list[asyncio.Future[None]] = []
         self.refuse: OSError | None = None
 
-    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None
-               ) -> tuple[int, int, asyncio.Future[None] | None]:
+    def append(self, records: Sequence[PagedRecord], *, summary_input: Sequence[object] | None = None,
+               atomic: bool = True) -> tuple[int, int, asyncio.Future[None] | None]:
         if self.refuse is not None:
             raise self.refuse
-        page_no, first, durable = super().append(records, summary_input=summary_input)
+        page_no, first, durable = super().append(records, summary_input=summary_input, atomic=atomic)
         self.appends.append(len(records))
+        self.atomic.append(atomic)
         if durable is not None:
             durable = asyncio.get_running_loop().create_future()
             self.held.append(durable)
@@ -110,6 +113,7 @@ def test_the_sends_of_one_read_are_one_append_and_each_receipt_waits_for_it() ->
         client = Client()
         client.read(*(send("q", f"m{n}", receipt=f"r{n}") for n in range(5)))
         assert client.pages["q"].appends == [5]
+        assert client.pages["q"].atomic == [False]  # a frame each: damage costs one message
         await settle()
         assert client.receipts() == []  # the batch is not durable yet
         client.sync()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pagemq.storage.fileio import FaultyFileIO, FileIO, StrPath
-from pagemq.storage.paging.page_format import FILE_HEADER, encode_frame
+from pagemq.storage.paging.page_format import FILE_HEADER, encode_frame, read_frames
 from pagemq.storage.paging.page_recovery import PageFolderConflict
 from pagemq.storage.paging.page_store import PagedRecord, PageStore
 
@@ -92,6 +92,33 @@ def test_batch_gets_consecutive_ordinals_in_one_frame(tmp_path: Path) -> None:
         assert ids(store, 1) == [(0, 1), (1, 2), (2, 3), (3, 4)]
         assert ids(store, 1, start=2) == [(2, 3), (3, 4)]
         await store.close()
+
+    run(body)
+
+
+def test_records_that_only_share_a_write_are_a_frame_each_and_damage_costs_one(tmp_path: Path) -> None:
+    """Not `atomic` (the SENDs of one socket read): one write, a MESSAGE frame each, so a
+    flipped byte in one costs that record only; a BATCH frame would lose all three."""
+    async def body() -> None:
+        store = await started(tmp_path)
+        store.append([rec(1)])
+        page_no, first, future = store.append([rec(2), rec(3, persistent=False), rec(4)], atomic=False)
+        assert (page_no, first) == (1, 1) and future is not None
+        await future
+        assert ids(store, 1) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+        with pytest.raises(ValueError, match="atomic batch"):
+            store.append([PagedRecord(5, (1,), True, b"x", 9)], atomic=False)
+        await store.close()
+        page = next(tmp_path.glob("**/*.page"))
+        data = page.read_bytes()
+        frames = read_frames(data, FILE_HEADER.size, len(data))
+        assert [len(entries) for _o, _s, _f, entries in frames] == [1] * 4
+        middle = data.index(bytes([3]) * 100)  # record 3's bytes
+        page.write_bytes(data[:middle] + b"\xff" + data[middle + 1:])
+        again = reopen(tmp_path)
+        again.start(asyncio.get_running_loop())
+        assert ids(again, 1) == [(0, 1), (1, 2), (3, 4)]
+        await again.close()
 
     run(body)
 
