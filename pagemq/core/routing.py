@@ -141,9 +141,7 @@ class Router:
                 pager = self.bindings.pager(address)
             if self._grouping and not internal:
                 return self._pend(pager, message, queues)
-            group = self._group
-            if group is not None and group.pager is pager:
-                self.flush_sends()
+            self.flush_sends()  # a send outside the group is stored after it
             durable = pager.page([(message, queues)])
             if self.bindings.dirty or self._bindings_durable is not None:
                 return self.after_bindings(durable)
@@ -177,9 +175,7 @@ class Router:
             return
         self._group = None
         try:
-            durable = group.pager.page(group.items, atomic=False)  # each send on its own
-            if durable is not None and (self.bindings.dirty or self._bindings_durable is not None):
-                durable = self.after_bindings(durable)
+            durable = self.after_bindings(group.pager.page(group.items, atomic=False))
         except Exception as exc:  # nothing of the group was stored: each send's future says so
             group.future.set_exception(exc)
             return

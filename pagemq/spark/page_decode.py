@@ -68,7 +68,7 @@ _BATCH_KIND = int(RecordType.BATCH)
 # One entry of a BATCH frame routed to one queue: entry head, the queue id, the codec head
 # (its row is `_NO_FRAME`, ordinal, kind, then these: the same layout as `_FAST`'s).
 _BATCH_ENTRY = struct.Struct("<" + ENTRY_HEAD.format.lstrip("<") + "Q" + CODEC_HEAD.format.lstrip("<"))
-_ENTRY_MESSAGE_AT = ENTRY_HEAD.size + 8  # an entry's message, when routed to one queue
+_ENTRY_MESSAGE_AT = _MESSAGE_AT - _ENTRY_AT  # an entry's message, when routed to one queue
 _NO_FRAME = (None,) * ORDINAL  # stands for the frame-header fields of a row found the slow way
 _BAD = -1  # VERSION of a row whose message is too short to hold a codec head
 _PERSISTENT = 0x01
@@ -148,7 +148,8 @@ def _batch_rows(view: memoryview, pos: int, stop: int, first: int,
                 rows: list[tuple], ends: list[int]) -> int:  # type: ignore[type-arg]
     """Add the rows of the BATCH frame at `pos` (its CRC matched) when every entry is routed
     to one queue and holds a codec head: one `struct` call each, as for a MESSAGE frame (a
-    COMMIT's sends to one address are one batch); their count. 0, with nothing added, for
+    COMMIT's sends to one address are one batch, so the pages the Spark sink's transactions
+    fill are mostly BATCH frames); their count. 0, with nothing added, for
     anything else: the general path reads it."""
     count: int = BATCH_COUNT.unpack_from(view, pos + _ENTRY_AT)[0]
     at = pos + _ENTRY_AT + BATCH_COUNT.size
