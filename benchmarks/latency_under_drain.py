@@ -112,7 +112,7 @@ def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
         args.probe.mkdir(parents=True, exist_ok=True)
         report = args.probe / f"stalls-{tree.name}-{int(time.time())}.txt"
         probe = str(HERE / "benchmarks" / "stall_probe.py")
-        launcher = (sys.executable, probe, "--report", str(report), "--")
+        launcher = (sys.executable, probe, "--report", str(report), "--trace", "--")
         print(f"  stall report: {report}")
     broker = start_broker(tree, workdir / "data", port, "--http", f"{HOST}:{http_port}",
                           "--config", str(_config(workdir, args.global_max_size)),

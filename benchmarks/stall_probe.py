@@ -199,6 +199,108 @@ class Probe:
         self.report.write_text("\n".join(lines) + "\n")
 
 
+class Tracer:
+    """Every callback the loop runs, timed; at each loop-lag tick that was a stall, what ran
+    since the tick before (by callback name: count, loop-thread CPU, the longest one), and
+    how much of the stall no traced callback accounts for (uvloop itself, untraced protocol
+    callbacks, waiting for a CPU)."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self.records: list[tuple[str, float]] = []  # since the last tick: name, CPU seconds
+        self.reports: list[str] = []
+        self._tick_cpu = 0.0
+
+    def wrap(self, callback, name=None):  # type: ignore[no-untyped-def]
+        records = self.records
+        if name is None:
+            name = _callback_name(callback)
+
+        def traced(*args):  # type: ignore[no-untyped-def]
+            cpu = time.thread_time()
+            try:
+                return callback(*args)
+            finally:
+                records.append((name, time.thread_time() - cpu))
+        return traced
+
+    def install(self) -> None:
+        import uvloop
+
+        from pagemq.server import loop_lag, stomp_server
+
+        tracer = self
+
+        class TracingLoop(uvloop.Loop):  # type: ignore[misc]
+            def call_soon(self, callback, *args, context=None):  # type: ignore[no-untyped-def]
+                return super().call_soon(tracer.wrap(callback), *args, context=context)
+
+            def call_soon_threadsafe(self, callback, *args, context=None):  # type: ignore[no-untyped-def]
+                return super().call_soon_threadsafe(tracer.wrap(callback), *args, context=context)
+
+            def call_at(self, when, callback, *args, context=None):  # type: ignore[no-untyped-def]
+                return super().call_at(when, tracer.wrap(callback), *args, context=context)
+
+            def call_later(self, delay, callback, *args, context=None):  # type: ignore[no-untyped-def]
+                return super().call_later(delay, tracer.wrap(callback), *args, context=context)
+
+        original_run = uvloop.run
+
+        def run(main, **kwargs):  # type: ignore[no-untyped-def]
+            kwargs["loop_factory"] = TracingLoop
+            return original_run(main, **kwargs)
+
+        uvloop.run = run
+        received = stomp_server.StompServerProtocol.data_received
+        stomp_server.StompServerProtocol.data_received = (  # type: ignore[method-assign]
+            lambda protocol, data: tracer.wrap(received, "data_received")(protocol, data))
+        original_tick = loop_lag.LoopLag._tick
+
+        def tick(lag: loop_lag.LoopLag) -> None:
+            late = lag._loop.time() - lag._due  # type: ignore[union-attr]
+            cpu = time.thread_time()
+            records = tracer.records
+            if late >= tracer.probe.stall:
+                tracer.note(late, cpu - tracer._tick_cpu, records)
+            records.clear()
+            original_tick(lag)
+            tracer._tick_cpu = time.thread_time()
+
+        loop_lag.LoopLag._tick = tick  # type: ignore[method-assign]
+        atexit.register(self.write)
+
+    def note(self, late: float, cpu: float, records: list[tuple[str, float]]) -> None:
+        by_name: dict[str, list[float]] = {}
+        for name, spent in records:
+            entry = by_name.setdefault(name, [0, 0.0, 0.0])
+            entry[0] += 1
+            entry[1] += spent
+            entry[2] = max(entry[2], spent)
+        traced = sum(e[1] for e in by_name.values())
+        top = sorted(by_name.items(), key=lambda item: -item[1][1])[:8]
+        self.reports.append(
+            f"late {late * 1000:.0f} ms, loop CPU {cpu * 1000:.0f} ms, traced {traced * 1000:.0f} ms in "
+            f"{len(records)} callbacks: "
+            + "; ".join(f"{name} x{n} {total * 1000:.1f} ms (max {most * 1000:.1f})"
+                        for name, (n, total, most) in top))
+
+    def write(self) -> None:
+        path = self.probe.report.with_suffix(".trace.txt")
+        path.write_text(f"{len(self.reports)} stalls\n" + "\n".join(self.reports) + "\n")
+
+
+def _callback_name(callback: object) -> str:
+    function = getattr(callback, "__func__", callback)
+    name = getattr(function, "__qualname__", None) or type(callback).__name__
+    owner = getattr(callback, "__self__", None)
+    if name.endswith("__step") or name.endswith("__wakeup"):  # a task: its coroutine
+        coro = getattr(owner, "get_coro", lambda: None)()
+        name += f"[{getattr(coro, '__qualname__', '?')}]"
+    elif name == "partial":
+        name = "partial:" + _callback_name(getattr(callback, "func", None))
+    return name
+
+
 def _stack(frame: FrameType | None) -> tuple[str, ...]:
     """The stack, outermost first, as file:function:line."""
     out: list[str] = []
@@ -234,10 +336,17 @@ def main() -> int:
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--sample-ms", type=float, default=2.0)
     parser.add_argument("--stall-ms", type=float, default=50.0)
+    parser.add_argument("--trace", action="store_true",
+                        help="also time every callback the loop runs (a uvloop.Loop subclass "
+                        "wrapping call_soon/call_at, and the protocols' data_received): per stall, "
+                        "the callbacks of its loop iterations by name, CPU and count")
     parser.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    Probe(args.report, args.sample_ms / 1000, args.stall_ms / 1000).install()
+    probe = Probe(args.report, args.sample_ms / 1000, args.stall_ms / 1000)
+    probe.install()
+    if args.trace:
+        Tracer(probe).install()
     from pagemq.cli import main as pagemq_main
 
     return pagemq_main(rest)

@@ -15,7 +15,12 @@ what is gathered before asking the journal for durability, so a receipt covers t
 The room acknowledgements make is filled after a burst of them (`begin_acks`/`end_acks`: the
 frames of one socket read), one dispatch per queue. Dispatching after each ACK sent one
 message per ACK: the consumer, getting small batches, acknowledged in small batches, and a
-drain settled into reads, writes and journal records of a dozen messages each.
+drain settled into reads, writes and journal records of a dozen messages each. A long burst
+is also filled every `DISPATCH_EVERY` acknowledged messages as it goes: filling is most of
+what an ACK costs (a paged message read back and sent for each), and the frames' caller
+bounds its time per frame (the server's turn budget), which only sees a dispatch done
+between frames; one dispatch after 256 ACKs was ~5 ms the budget never saw, and it let a
+paged drain take twice its share of the loop from the connections beside it (issue 14).
 
 Loop-only: every method runs on the event loop thread.
 """
@@ -37,6 +42,10 @@ if TYPE_CHECKING:
     from pagemq.storage.api import MessageStore
     from pagemq.storage.paging.queue_store import AckWriter
 
+DISPATCH_EVERY = 16
+"""Messages acknowledged within a burst after which the room they made is filled, without
+waiting for the burst's end (see the module)."""
+
 JOURNAL_ENTRY_BYTES = 384
 """The journal's in-memory index entry of one stored message (storage/journal.py: its live
 record and location, the data file's id set: ~380 bytes by tracemalloc, CPython 3.11),
@@ -54,6 +63,9 @@ class Ledger:
         # Between `begin_acks` and `end_acks`: queues whose acks made room, dispatched at the end.
         self._batching = 0
         self._to_dispatch: dict[Queue, None] = {}
+        self._settled_in_burst = 0  # since the burst's last dispatch
+        self._late_only = 0  # bursts (of those begun) that fill only at their end
+        self._burst_failure: Exception | None = None  # a dispatch's within the burst, raised at its end
 
     # -- holding ------------------------------------------------------------------------------
 
@@ -102,31 +114,51 @@ class Ledger:
     # -- settling -------------------------------------------------------------------------
 
     def acknowledge(self, queue: Queue, refs: Iterable[MessageRef]) -> None:
+        settled = 0
         for ref in refs:
             self.settle(queue, ref)
-        if self._batching:
-            self._to_dispatch[queue] = None
-        else:
+            settled += 1
+        if not self._batching:
             queue.dispatch()
+            return
+        self._to_dispatch[queue] = None
+        self._settled_in_burst += settled
+        if self._settled_in_burst >= DISPATCH_EVERY and not self._late_only:
+            self._dispatch_burst()
 
-    def begin_acks(self) -> None:
+    def begin_acks(self, *, early: bool = True) -> None:
         """A burst of acknowledgements follows (the frames of one socket read): the room
-        they make is filled once, when `end_acks` is called, rather than once per ACK."""
+        they make is filled every `DISPATCH_EVERY` of them and when `end_acks` is called,
+        rather than once per ACK. `early=False`: only at the end (the burst ends a
+        subscription, which must not be sent messages it will hand back unseen); pass the
+        same to `end_acks`."""
         self._batching += 1
+        if not early:
+            self._late_only += 1
 
-    def end_acks(self) -> None:
+    def end_acks(self, *, early: bool = True) -> None:
+        """The burst is over: the room made since its last dispatch is filled; the first
+        dispatch failure of the burst is raised (the acknowledgements stand)."""
         self._batching -= 1
-        if self._batching or not self._to_dispatch:
+        if not early:
+            self._late_only -= 1
+        if self._batching:
+            return
+        self._dispatch_burst()
+        failure, self._burst_failure = self._burst_failure, None
+        if failure is not None:
+            raise failure
+
+    def _dispatch_burst(self) -> None:
+        self._settled_in_burst = 0
+        if not self._to_dispatch:
             return
         queues, self._to_dispatch = self._to_dispatch, {}
-        failure: Exception | None = None
         for queue in queues:  # one queue's failing dispatch leaves no other queue unfilled
             try:
                 queue.dispatch()
             except Exception as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+                self._burst_failure = self._burst_failure or exc
 
     def settle(self, queue: Queue, ref: MessageRef) -> None:
         """Acknowledge one ref (also during dispatch: an auto ack; the dispatch goes on)."""

@@ -83,6 +83,7 @@ FRAMES_PER_TURN = 256
 DEFERRED_FRAMES = 16_384  # frames waiting for their turn past which the socket is not read
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_BATCH = 256
+_ENDS_SUBSCRIPTIONS = (ev.Unsubscribe, ev.Disconnect)  # frames whose read's ACKs refill only after it
 
 
 def _durable_name(headers: dict[str, str]) -> str | None:
@@ -221,19 +222,29 @@ class StompSession:
     # -- input ----------------------------------------------------------------------------
 
     def receive(self, data: bytes) -> None:
-        """Bytes from the socket; any protocol or broker error ends the connection."""
+        """Bytes from the socket; any protocol or broker error ends the connection.
+
+        While earlier frames of this connection wait for a later turn, or once the turn's
+        time is over for everybody, the bytes are only taken, not parsed: they are parsed
+        after the frames ahead of them, in a later turn. Parsing each read as it came let
+        fast producers' sockets (libuv reads a ready socket up to 32 times in one poll) spend
+        ~3 ms a read parsing SENDs that could only be deferred: 20 reads between two ticks
+        of the loop-lag timer, a 50-80 ms stall (`benchmarks/stall_probe.py --trace`)."""
         if self.closing or self._input_closed:
             return
-        self._turn.begin()
-        self._parse(data)
+        turn = self._turn
+        turn.begin()
+        waiting = bool(self._deferred) or self._unparsed or turn.late()
+        self._parse(data, 0 if waiting else FRAMES_PER_TURN)
         if self._unparsed:
             self._schedule_deferred()
 
-    def _parse(self, data: bytes) -> None:
-        """Parse up to `FRAMES_PER_TURN` frames of what was read (none while earlier bytes wait
-        to be parsed: these wait behind them) and carry them out or defer them; a later
-        turn parses the rest (`_run_deferred`)."""
-        share = 0 if self._unparsed else FRAMES_PER_TURN
+    def _parse(self, data: bytes, share: int = FRAMES_PER_TURN) -> None:
+        """Parse up to `share` frames of what was read (none while earlier bytes wait to be
+        parsed: these wait behind them) and carry them out or defer them; a later turn
+        parses the rest (`_run_deferred`)."""
+        if self._unparsed:
+            share = 0
         try:
             events = self.protocol.receive_data(data, share)
         except VersionMismatch:
@@ -256,7 +267,7 @@ class StompSession:
             else:
                 self.fail(exc.message, exc.receipt_id)
             return
-        if share and len(events) == share:  # more frames may be buffered: parsed later
+        if len(events) == share and (share or data):  # more frames may be buffered: parsed later
             self._unparsed = True
         if self._unparsed and self.protocol.buffered > READ_AHEAD_BYTES:
             self._pause_reading()
@@ -286,12 +297,16 @@ class StompSession:
         if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
-        self.broker.begin_acks()  # the room the read's ACKs make is filled once, after it
+        # The room the read's ACKs make is filled as they go (every few dozen, so the time
+        # it takes counts in this callback's slice), or only after the read when the read
+        # also ends a subscription, which must not be sent what it will hand back unseen.
+        early = not any(type(event) in _ENDS_SUBSCRIPTIONS for event in events)
+        self.broker.begin_acks(early=early)
         try:
             self._carry_out(events)
         finally:
             try:
-                self.broker.end_acks()
+                self.broker.end_acks(early=early)
             except Exception:  # a bug in a dispatch: the ACKs stand, the broker goes on
                 log.exception("%s: internal error dispatching after acknowledgements", self.session_id)
 

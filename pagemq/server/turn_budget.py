@@ -117,6 +117,15 @@ class TurnBudget:
             return True
         return False
 
+    def late(self) -> bool:
+        """Asked by a callback with new input before it parses any: whether the turn is over
+        for every callback (`1.5 * seconds` since its first frame), so the input waits for
+        the next turn (it counts as cut short when so)."""
+        if self._armed and self._clock() >= self._turn_end:
+            self._cut += 1
+            return True
+        return False
+
     def _next_turn(self) -> None:
         assert self.seconds is not None
         self._armed = False

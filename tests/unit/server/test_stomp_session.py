@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from session_harness import Harness, RecordingTransport, frame
 
+from pagemq.core import ledger
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.server import stomp_session
 from pagemq.server.stomp_session import StompSession
@@ -327,3 +328,47 @@ def test_the_acks_of_one_read_refill_the_window_with_one_dispatch() -> None:
     assert dispatches == 1
     assert [m.body for m in h.transport.messages()[10:]] == [f"m{n}".encode() for n in range(10, 20)]
     assert h.broker.queue_info("q")["messages"] == 20
+
+
+def _counting_dispatches(queue: object) -> list[int]:
+    """Count `queue`'s dispatches: the list's one item, updated in place."""
+    counts = [0]
+    dispatch = queue.dispatch  # type: ignore[attr-defined]
+
+    def counted() -> None:
+        counts[0] += 1
+        dispatch()
+
+    queue.dispatch = counted  # type: ignore[attr-defined]
+    return counts
+
+
+def test_a_long_burst_of_acks_refills_as_it_goes_so_its_time_counts_in_the_turn() -> None:
+    """The turn budget asks before each frame whether the connection's slice is over; a
+    refill of 200 messages after the read's last frame would run unseen by it."""
+    h = Harness()
+    for n in range(400):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
+                            "activemq.prefetchSize": "200"})
+    first = h.transport.messages()
+    assert len(first) == 200
+    dispatches = _counting_dispatches(h.broker.queues["q"])
+    h.session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first))
+    assert dispatches == [200 // ledger.DISPATCH_EVERY + 1]  # every DISPATCH_EVERY, then the rest
+    assert [m.body for m in h.transport.messages()[200:]] == [f"m{n}".encode() for n in range(200, 400)]
+
+
+def test_a_long_burst_of_acks_ending_its_subscription_refills_nothing() -> None:
+    h = Harness()
+    for n in range(300):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
+                            "activemq.prefetchSize": "200"})
+    first = h.transport.messages()
+    h.session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first)
+                      + frame("UNSUBSCRIBE", {"id": "s", "receipt": "end"}))
+    h.loop.run_ready()
+    assert len(h.transport.messages()) == 200  # no refill went out ahead of the UNSUBSCRIBE
+    assert "RECEIPT:end" in h.transport.commands()
+    assert h.broker.queue_info("q")["messages"] == 100

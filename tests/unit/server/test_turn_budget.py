@@ -119,6 +119,22 @@ def test_slices_have_a_minimum_and_no_slice_outlasts_one_and_a_half_turns() -> N
         assert turn.spent() == (clock.now >= 5.0 + 0.015), n
 
 
+def test_the_turn_is_late_for_new_input_once_one_and_a_half_turns_are_over() -> None:
+    loop, clock = ManualLoop(), StepClock(0.0)
+    turn = TurnBudget(loop, 0.010, clock=clock)
+    assert not turn.late()  # no turn running: input is parsed
+    turn.begin()
+    clock.now = 0.014
+    assert not turn.late()
+    clock.now = 0.016
+    assert turn.late()
+    loop.run_once()  # the next turn
+    assert not turn.late()
+    turn.begin()
+    clock.now = 0.030
+    assert not turn.late()
+
+
 def test_without_seconds_only_frame_caps_apply() -> None:
     loop, clock = ManualLoop(), StepClock(1.0)
     turn = TurnBudget(loop, None, clock=clock)
@@ -184,6 +200,29 @@ def test_a_read_arriving_while_earlier_bytes_wait_to_be_parsed_keeps_its_place()
     receipts = [c for c in h.transport.commands() if c.startswith("RECEIPT:")]
     assert receipts == [f"RECEIPT:r{n}" for n in range(count)] + ["RECEIPT:late"]
     assert h.broker.queue_info("q")["messages"] == count + 1
+
+
+def test_a_read_arriving_while_earlier_frames_wait_for_their_turn_is_only_taken_not_parsed() -> None:
+    """Parsing it could only defer its frames behind the others, and libuv hands a busy
+    producer's socket over in up to 32 reads a poll: each parsed read was ~3 ms of a turn
+    already over."""
+    h = Harness()
+    clock = StepClock()
+    turn = TurnBudget(h.loop, 0.010, clock=clock)
+    session, transport = _session(h, turn, "producer")
+    h.loop.run_ready()
+    sends = [frame("SEND", {"destination": "/queue/q", "receipt": f"r{n}"}, f"m{n}") for n in range(600)]
+    session.receive(b"".join(sends[:200]))  # ~10 ms of 0.1 ms frames: some wait for a later turn
+    assert session._deferred_frames > 0
+    buffered = session.protocol.buffered
+    for n in range(200, 600, 50):
+        session.receive(b"".join(sends[n:n + 50]))
+    assert session.protocol.buffered == buffered + sum(map(len, sends[200:]))  # not parsed
+    h.loop.run_ready()
+    h.store.complete()
+    h.loop.run_ready()
+    receipts = [c for c in transport.commands() if c.startswith("RECEIPT:")]
+    assert receipts == [f"RECEIPT:r{n}" for n in range(600)]
 
 
 @pytest.mark.parametrize("bad", [b"BOGUS\n\n\x00", b"SEND\ndestination:/queue/q\ncontent-length:x\n\n\x00"])
