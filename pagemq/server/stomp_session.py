@@ -234,7 +234,9 @@ class StompSession:
             return
         turn = self._turn
         turn.begin()
-        waiting = bool(self._deferred) or self._unparsed or turn.late()
+        # (CONNECT is parsed at once: the shell starts heart-beats once a read made it so)
+        waiting = bool(self._deferred) or self._unparsed or (
+            self.protocol.version is not None and turn.late())
         self._parse(data, 0 if waiting else FRAMES_PER_TURN)
         if self._unparsed:
             self._schedule_deferred()

@@ -225,6 +225,24 @@ def test_a_read_arriving_while_earlier_frames_wait_for_their_turn_is_only_taken_
     assert receipts == [f"RECEIPT:r{n}" for n in range(600)]
 
 
+def test_a_connect_arriving_late_in_a_turn_is_answered_at_once() -> None:
+    """The shell starts heart-beats once a read has made the connection CONNECTED."""
+    h = Harness()
+    clock = StepClock()
+    turn = TurnBudget(h.loop, 0.010, clock=clock)
+    turn.begin()
+    clock.now += 1.0  # the turn is long over for everybody
+    session, transport = _session(h, turn, "late")
+    assert session.protocol.version == "1.2"
+    assert transport.commands() == ["CONNECTED:"]
+    session.receive(frame("SEND", {"destination": "/queue/q", "receipt": "r"}, "m"))
+    assert "q" not in h.broker.queues  # the SEND waits for the next turn
+    h.loop.run_ready()
+    h.store.complete()
+    h.loop.run_ready()
+    assert transport.commands() == ["CONNECTED:", "RECEIPT:r"]
+
+
 @pytest.mark.parametrize("bad", [b"BOGUS\n\n\x00", b"SEND\ndestination:/queue/q\ncontent-length:x\n\n\x00"])
 def test_a_bad_frame_behind_frames_not_yet_parsed_ends_the_connection_after_them(bad: bytes) -> None:
     h = Harness()
