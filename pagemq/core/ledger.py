@@ -19,8 +19,10 @@ drain settled into reads, writes and journal records of a dozen messages each. A
 is also filled every `DISPATCH_EVERY` acknowledged messages as it goes: filling is most of
 what an ACK costs (a paged message read back and sent for each), and the frames' caller
 bounds its time per frame (the server's turn budget), which only sees a dispatch done
-between frames; one dispatch after 256 ACKs was ~5 ms the budget never saw, and it let a
-paged drain take twice its share of the loop from the connections beside it (issue 14).
+between frames. With one dispatch per read, those refills were 43 % of the loop's time
+(py-spy, a 4+4 run beside a paged drain), all of it past the slices; with one every 64, a
+drain's callback still ran 3.05 ms on a 1.45 ms slice and the drain's four connections took
+~57 % of the loop; every 16: 1.76 ms on 1.36 (benchmarks/README.md, issue 14).
 
 Loop-only: every method runs on the event loop thread.
 """

@@ -299,9 +299,9 @@ class StompSession:
         if self._backlog or self._held or not self._writable:
             self._hold(events)
             return
-        # The room the read's ACKs make is filled as they go (every few dozen, so the time
-        # it takes counts in this callback's slice), or only after the read when the read
-        # also ends a subscription, which must not be sent what it will hand back unseen.
+        # The room the read's ACKs make is filled as they go (every DISPATCH_EVERY, so the
+        # time it takes counts in this callback's slice), or only after the read when the
+        # read also ends a subscription, which must not be sent what it will hand back unseen.
         early = not any(type(event) in _ENDS_SUBSCRIPTIONS for event in events)
         self.broker.begin_acks(early=early)
         try:

@@ -24,6 +24,10 @@ still carries out `floor` frames whatever the clock says, so every connection pr
 and no slice runs past 1.5 times `seconds` from the turn's first frame, however many
 connections share the turn (then each gets its floor).
 
+Once the turn is past 1.5 times `seconds` for everybody (`late`), a callback with a new read
+only takes its bytes (parsed in the next turn), as it does while its connection's earlier
+frames wait: the poll phase may hand one busy socket over in dozens of reads.
+
 A new turn is noticed with one `call_soon` per turn that had frames: it runs at the start of
 the next turn, counts the callbacks the turn that ended cut short, and lets the next `begin`
 start the turn's clock again. The time costs one `perf_counter` call per frame (~60 ns
