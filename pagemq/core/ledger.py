@@ -22,7 +22,10 @@ bounds its time per frame (the server's turn budget), which only sees a dispatch
 between frames. With one dispatch per read, those refills were 43 % of the loop's time
 (py-spy, a 4+4 run beside a paged drain), all of it past the slices; with one every 64, a
 drain's callback still ran 3.05 ms on a 1.45 ms slice and the drain's four connections took
-~57 % of the loop; every 16: 1.76 ms on 1.36 (benchmarks/README.md, issue 14).
+~57 % of the loop; every 16: 1.76 ms on 1.36, but a plain paged drain did ~12 % worse (its
+consumers, sent smaller batches, acknowledged in twice as many reads). Every 32, and what a
+callback still runs past its slice taken off its next ones (`TurnBudget.debt`), keeps both
+(benchmarks/README.md, issue 14).
 
 Loop-only: every method runs on the event loop thread.
 """
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
     from pagemq.storage.api import MessageStore
     from pagemq.storage.paging.queue_store import AckWriter
 
-DISPATCH_EVERY = 16
+DISPATCH_EVERY = 32
 """Messages acknowledged within a burst after which the room they made is filled, without
 waiting for the burst's end (see the module)."""
 

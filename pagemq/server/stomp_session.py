@@ -202,6 +202,7 @@ class StompSession:
         # Bytes read but not yet parsed may hold more frames (a read brought more than a
         # FRAMES_PER_TURN): they are parsed once the deferred frames are carried out.
         self._unparsed = False
+        self._debt = 0.0  # seconds of loop time this connection ran past its slices (TurnBudget.debt)
         self._reading_paused = False
         self._input_closed = False  # a bad frame was read: later bytes are not looked at
         self._writable = True
@@ -233,11 +234,13 @@ class StompSession:
         if self.closing or self._input_closed:
             return
         turn = self._turn
-        turn.begin()
         # (CONNECT is parsed at once: the shell starts heart-beats once a read made it so)
-        waiting = bool(self._deferred) or self._unparsed or (
-            self.protocol.version is not None and turn.late())
-        self._parse(data, 0 if waiting else FRAMES_PER_TURN)
+        if self._deferred or self._unparsed or (self.protocol.version is not None and turn.late()):
+            self._parse(data, 0)
+        else:
+            turn.begin(self._debt)
+            self._parse(data)
+            self._debt = turn.debt()
         if self._unparsed:
             self._schedule_deferred()
 
@@ -378,7 +381,7 @@ class StompSession:
         """The next deferred share (up to the turn's share of frames), or once none is left
         the next frames parsed from the bytes read; then a later turn again."""
         self._deferred_scheduled = False
-        self._turn.begin()
+        self._turn.begin(self._debt)
         while not self.closing and not self._deferred_scheduled:  # until the share is done
             if self._deferred:
                 events = self._deferred.popleft()
@@ -395,6 +398,7 @@ class StompSession:
                 break
         if (self._deferred or self._unparsed) and not self._deferred_scheduled and not self.closing:
             self._schedule_deferred()
+        self._debt = self._turn.debt()
         self._maybe_resume_reading()
 
     def _maybe_resume_reading(self) -> None:
@@ -447,7 +451,7 @@ class StompSession:
         self._drain_scheduled = False
         backlog = self._backlog
         turn = self._turn
-        turn.begin()
+        turn.begin(self._debt)
         done = 0
         while backlog and not self.closing and not self._held:
             if not self._writable and not self._input_closed:
@@ -467,6 +471,7 @@ class StompSession:
                 break
         if not backlog:
             self._backlog_bytes = 0
+        self._debt = turn.debt()
         self._maybe_resume_reading()
 
     def _run(self, event: ev.Event) -> bool:

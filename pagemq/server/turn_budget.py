@@ -24,6 +24,10 @@ still carries out `floor` frames whatever the clock says, so every connection pr
 and no slice runs past 1.5 times `seconds` from the turn's first frame, however many
 connections share the turn (then each gets its floor).
 
+What a callback runs past its slice after its last frame (the refill its ACKs made, a group
+of SENDs appended) is owed by its connection (`debt`) and taken off its next slices, so over
+a few turns each connection still gets its share whatever its frames set off.
+
 Once the turn is past 1.5 times `seconds` for everybody (`late`), a callback with a new read
 only takes its bytes (parsed in the next turn), as it does while its connection's earlier
 frames wait: the poll phase may hand one busy socket over in dozens of reads.
@@ -43,7 +47,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["MIN_SLICE", "TURN_FLOOR", "TURN_SECONDS", "TurnBudget", "loop_budget"]
+__all__ = ["MAX_DEBT", "MIN_SLICE", "TURN_FLOOR", "TURN_SECONDS", "TurnBudget", "loop_budget"]
 
 # Frames' share of a loop turn. The turn's other work (writing each connection's output,
 # group-commit completions, page reads handed back, timers) comes on top, and a stall is
@@ -55,6 +59,7 @@ __all__ = ["MIN_SLICE", "TURN_FLOOR", "TURN_SECONDS", "TurnBudget", "loop_budget
 TURN_SECONDS = 0.020
 MIN_SLICE = 0.0005  # a callback's slice however many share the turn (a frame is <= 0.2 ms)
 TURN_FLOOR = 8  # frames a callback carries out however late its turn
+MAX_DEBT = 2.0  # turns' time a connection can owe (see TurnBudget.debt)
 
 
 class _CallSoon(Protocol):
@@ -68,8 +73,8 @@ class TurnBudget:
     `seconds=None`: no time bound (only the callers' own frame caps apply), for a manual loop
     whose tests count frames, not microseconds."""
 
-    __slots__ = ("_armed", "_clock", "_cut", "_deadline", "_done", "_scheduler", "_slice", "_turn_end",
-                 "deferrals", "floor", "seconds", "turns")
+    __slots__ = ("_armed", "_clock", "_cut", "_deadline", "_done", "_owed", "_scheduler", "_slice",
+                 "_started", "_turn_end", "deferrals", "floor", "seconds", "turns")
 
     def __init__(self, scheduler: _CallSoon, seconds: float | None = TURN_SECONDS, *,
                  floor: int = TURN_FLOOR, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -83,11 +88,14 @@ class TurnBudget:
         self._turn_end = 0.0  # no slice runs past it
         self._deadline = 0.0  # the running callback's
         self._done = 0  # frames the running callback was let carry out
+        self._started = 0.0  # the running callback's start
+        self._owed = 0.0  # the debt it began with
         self.turns = 0  # turns that carried out frames
         self.deferrals = 0  # callbacks that left frames to a later turn
 
-    def begin(self) -> None:
-        """A callback is about to carry out frames: its slice of the turn starts."""
+    def begin(self, debt: float = 0.0) -> None:
+        """A callback is about to carry out frames: its slice of the turn starts, less the
+        `debt` its connection ran past its slices before (`debt`)."""
         if self.seconds is None:
             return
         now = self._clock()
@@ -97,7 +105,20 @@ class TurnBudget:
             self._turn_end = now + 1.5 * self.seconds
             self._scheduler.call_soon(self._next_turn)
         self._done = 0
-        self._deadline = min(now + self._slice, self._turn_end)
+        self._started = now
+        self._owed = debt
+        self._deadline = min(now + max(0.0, self._slice - debt), self._turn_end)
+
+    def debt(self) -> float:
+        """Asked as a callback ends: the time its connection now owes later turns. A
+        callback can run past its slice after its last frame (the refill a read's ACKs
+        made, a group of SENDs appended): what it ran past is taken off its next slices,
+        so over a few turns each connection still gets its share (deficit round robin).
+        At most `MAX_DEBT` turns' worth."""
+        if self.seconds is None:
+            return 0.0
+        owed = self._owed + (self._clock() - self._started) - self._slice
+        return min(owed, MAX_DEBT * self.seconds) if owed > 0.0 else 0.0
 
     def spent(self) -> bool:
         """Asked before each frame: whether the running callback must leave it (and the rest)

@@ -12,7 +12,7 @@ from session_harness import Harness, RecordingTransport, frame
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.server import stomp_session
 from pagemq.server.stomp_session import StompSession
-from pagemq.server.turn_budget import MIN_SLICE, TurnBudget
+from pagemq.server.turn_budget import MAX_DEBT, MIN_SLICE, TurnBudget
 
 STEP = 0.0001  # seconds the fake clock moves per read: a frame's work
 
@@ -133,6 +133,36 @@ def test_the_turn_is_late_for_new_input_once_one_and_a_half_turns_are_over() -> 
     turn.begin()
     clock.now = 0.030
     assert not turn.late()
+
+
+def test_time_run_past_a_slice_is_owed_and_taken_off_the_next_slices() -> None:
+    """Deficit round robin: a callback that ran past its slice after its last frame (a
+    refill, a group append) gets that much less next time, so its share holds over turns."""
+    loop, clock = ManualLoop(), StepClock(0.0)
+    turn = TurnBudget(loop, 0.010, floor=1, clock=clock)
+    turn.begin()
+    clock.now = 0.013  # 3 ms past its 10 ms slice
+    owed = turn.debt()
+    assert owed == pytest.approx(0.003)
+    loop.run_once()
+    clock.now = 1.0
+    turn.begin(owed)
+    assert not turn.spent()
+    clock.now = 1.0 + 0.0069
+    assert not turn.spent()
+    clock.now = 1.0 + 0.0071  # the 10 ms slice less the 3 ms owed
+    assert turn.spent()
+    assert turn.debt() == pytest.approx(0.0001)  # paid, but for the 0.1 ms its last frame ran over
+    loop.run_once()
+    clock.now = 2.0
+    turn.begin()
+    clock.now = 3.0  # a second past: owed at most MAX_DEBT turns
+    assert turn.debt() == pytest.approx(MAX_DEBT * 0.010)
+    loop.run_once()
+    clock.now = 4.0
+    turn.begin(MAX_DEBT * 0.010)  # owing more than a slice: only the floor
+    assert [turn.spent() for _ in range(3)] == [False, True, True]
+    assert TurnBudget(loop, None).debt() == 0.0
 
 
 def test_without_seconds_only_frame_caps_apply() -> None:
