@@ -9,7 +9,9 @@ from __future__ import annotations
 from session_harness import Harness, RecordingTransport, frame
 
 from pagemq.core import ledger
+from pagemq.core.queue import Queue
 from pagemq.protocol.stomp.connection import StompConnection
+from pagemq.protocol.stomp.frames import Frame
 from pagemq.server import stomp_session
 from pagemq.server.stomp_session import StompSession
 
@@ -304,70 +306,62 @@ def test_a_read_of_many_frames_is_carried_out_over_several_turns_in_order() -> N
 # -- acknowledgements -------------------------------------------------------------------------
 
 
-def test_the_acks_of_one_read_refill_the_window_with_one_dispatch() -> None:
-    """A burst of ACK frames makes room once: the queue fills the consumer's window after the
-    read's frames, in one dispatch, not once per ACK (each of which would send one message)."""
-    h = Harness()
-    for n in range(30):
+def _subscribed(h: Harness, sent: int, prefetch: int) -> list[Frame]:
+    """`sent` messages on queue q and a client-individual subscription to it with a window of
+    `prefetch`: the MESSAGE frames it got."""
+    for n in range(sent):
         h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
     h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
-                            "activemq.prefetchSize": "10"})
+                            "activemq.prefetchSize": str(prefetch)})
     first = h.transport.messages()
-    assert [m.body for m in first] == [f"m{n}".encode() for n in range(10)]
-    queue = h.broker.queues["q"]
-    dispatches = 0
-    dispatch = queue.dispatch
-
-    def counted() -> None:
-        nonlocal dispatches
-        dispatches += 1
-        dispatch()
-
-    queue.dispatch = counted  # type: ignore[method-assign]
-    h.session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first))
-    assert dispatches == 1
-    assert [m.body for m in h.transport.messages()[10:]] == [f"m{n}".encode() for n in range(10, 20)]
-    assert h.broker.queue_info("q")["messages"] == 20
+    assert [m.body for m in first] == [f"m{n}".encode() for n in range(prefetch)]
+    return first
 
 
-def _counting_dispatches(queue: object) -> list[int]:
+def _acks(messages: list[Frame]) -> bytes:
+    return b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in messages)
+
+
+def _counting_dispatches(queue: Queue) -> list[int]:
     """Count `queue`'s dispatches: the list's one item, updated in place."""
     counts = [0]
-    dispatch = queue.dispatch  # type: ignore[attr-defined]
+    dispatch = queue.dispatch
 
     def counted() -> None:
         counts[0] += 1
         dispatch()
 
-    queue.dispatch = counted  # type: ignore[attr-defined]
+    queue.dispatch = counted  # type: ignore[method-assign]
     return counts
+
+
+def test_the_acks_of_one_read_refill_the_window_with_one_dispatch() -> None:
+    """A burst of ACK frames makes room once: the queue fills the consumer's window after the
+    read's frames, in one dispatch, not once per ACK (each of which would send one message)."""
+    h = Harness()
+    first = _subscribed(h, 30, 10)
+    dispatches = _counting_dispatches(h.broker.queues["q"])
+    h.session.receive(_acks(first))
+    assert dispatches == [1]
+    assert [m.body for m in h.transport.messages()[10:]] == [f"m{n}".encode() for n in range(10, 20)]
+    assert h.broker.queue_info("q")["messages"] == 20
 
 
 def test_a_long_burst_of_acks_refills_as_it_goes_so_its_time_counts_in_the_turn() -> None:
     """The turn budget asks before each frame whether the connection's slice is over; a
     refill of 200 messages after the read's last frame would run unseen by it."""
     h = Harness()
-    for n in range(400):
-        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
-    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
-                            "activemq.prefetchSize": "200"})
-    first = h.transport.messages()
-    assert len(first) == 200
+    first = _subscribed(h, 400, 200)
     dispatches = _counting_dispatches(h.broker.queues["q"])
-    h.session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first))
+    h.session.receive(_acks(first))
     assert dispatches == [200 // ledger.DISPATCH_EVERY + 1]  # every DISPATCH_EVERY, then the rest
     assert [m.body for m in h.transport.messages()[200:]] == [f"m{n}".encode() for n in range(200, 400)]
 
 
 def test_a_long_burst_of_acks_ending_its_subscription_refills_nothing() -> None:
     h = Harness()
-    for n in range(300):
-        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
-    h.receive("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
-                            "activemq.prefetchSize": "200"})
-    first = h.transport.messages()
-    h.session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first)
-                      + frame("UNSUBSCRIBE", {"id": "s", "receipt": "end"}))
+    first = _subscribed(h, 300, 200)
+    h.session.receive(_acks(first) + frame("UNSUBSCRIBE", {"id": "s", "receipt": "end"}))
     h.loop.run_ready()
     assert len(h.transport.messages()) == 200  # no refill went out ahead of the UNSUBSCRIBE
     assert "RECEIPT:end" in h.transport.commands()
