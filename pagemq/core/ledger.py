@@ -141,13 +141,15 @@ class Ledger:
         if not early:
             self._late_only += 1
 
-    def end_acks(self, *, early: bool = True) -> None:
+    def end_acks(self, *, early: bool = True, refill: bool = True) -> None:
         """The burst is over: the room made since its last dispatch is filled; the first
-        dispatch failure of the burst is raised (the acknowledgements stand)."""
+        dispatch failure of the burst is raised (the acknowledgements stand).
+        `refill=False`: not yet (the caller carries out the rest of the burst's frames, one
+        ending a subscription among them, in a later turn; that burst's end fills it)."""
         self._batching -= 1
         if not early:
             self._late_only -= 1
-        if self._batching:
+        if self._batching or not refill:
             return
         self._dispatch_burst()
         failure, self._burst_failure = self._burst_failure, None

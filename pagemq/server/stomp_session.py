@@ -311,7 +311,9 @@ class StompSession:
             self._carry_out(events)
         finally:
             try:
-                self.broker.end_acks(early=early)
+                # A read ending a subscription cut short by the turn: the frame that ends it
+                # waits in the rest, so the room is filled once that has been carried out.
+                self.broker.end_acks(early=early, refill=early or not self._deferred)
             except Exception:  # a bug in a dispatch: the ACKs stand, the broker goes on
                 log.exception("%s: internal error dispatching after acknowledgements", self.session_id)
 

@@ -255,6 +255,32 @@ def test_a_read_arriving_while_earlier_frames_wait_for_their_turn_is_only_taken_
     assert receipts == [f"RECEIPT:r{n}" for n in range(600)]
 
 
+def test_acks_ending_a_subscription_refill_nothing_when_the_turn_cuts_them_short() -> None:
+    """The UNSUBSCRIBE behind 200 ACKs waits for a later turn: the room the first ACKs made
+    is not filled before it (those messages would spend a delivery attempt unseen)."""
+    h = Harness()
+    clock = StepClock()
+    turn = TurnBudget(h.loop, 0.010, clock=clock)
+    for n in range(400):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    h.loop.run_ready()
+    session, transport = _session(h, turn, "consumer")
+    session.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
+                                        "activemq.prefetchSize": "200"}))
+    h.loop.run_ready()
+    first = transport.messages()
+    assert len(first) == 200
+    session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first)
+                    + frame("UNSUBSCRIBE", {"id": "s", "receipt": "end"}))
+    assert session._deferred_frames > 0  # cut short: the UNSUBSCRIBE waits
+    h.loop.run_ready()
+    h.store.complete()
+    h.loop.run_ready()
+    assert len(transport.messages()) == 200
+    assert "RECEIPT:end" in transport.commands()
+    assert h.broker.queue_info("q")["messages"] == 200
+
+
 def test_a_connect_arriving_late_in_a_turn_is_answered_at_once() -> None:
     """The shell starts heart-beats once a read has made the connection CONNECTED."""
     h = Harness()
