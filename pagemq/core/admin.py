@@ -198,7 +198,12 @@ class Admin:
         if to == queue.address_name:
             raise InvalidDestination(f"move: queue {name!r} is already on address {to!r}")
         async with self._exclusive(queue):
+            created = to not in self.bindings.addresses
             routing_type = self._target(to, ANYCAST)
+            if created:
+                # The address (and its queue) a move creates is durable before anything is
+                # copied there: a move cut short keeps the target it showed.
+                await self.ledger.flush()
 
             def destination(_message: Message) -> Target | None:
                 return to, routing_type, {}, None

@@ -11,6 +11,8 @@ from admin_http import browse, call, ok, path_of
 from brokerproc import wait_until
 from test_paging_helpers import assert_paging, numbered, page_files, send_all, take, wait_frames
 
+from pagemq.core.admin import MOVE_BATCH
+
 CONFIG = {
     "address-settings": {
         "#": {"page-size-bytes": "16KiB"},
@@ -80,8 +82,10 @@ def test_a_move_killed_midway_loses_nothing(start_broker, stomp_client):
 
     mover = threading.Thread(target=move, daemon=True)
     mover.start()
+    # More than one batch in the target: the first batch's copies are durable (the next is
+    # routed only once they are), so the target must keep them across the kill.
     wait_until(lambda: call(broker, "GET", path_of("queues", "target"))[0] == 200
-               and broker.queue("target")["messages"] > 0, timeout=20, interval=0.005)
+               and broker.queue("target")["messages"] > MOVE_BATCH, timeout=20, interval=0.005)
     broker.kill()
     mover.join(10)
     broker.start()
