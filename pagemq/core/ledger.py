@@ -69,7 +69,6 @@ class Ledger:
         self._batching = 0
         self._to_dispatch: dict[Queue, None] = {}
         self._settled_in_burst = 0  # since the burst's last dispatch
-        self._late_only = 0  # bursts (of those begun) that fill only at their end
         self._burst_failure: Exception | None = None  # a dispatch's within the burst, raised at its end
 
     # -- holding ------------------------------------------------------------------------------
@@ -128,28 +127,22 @@ class Ledger:
             return
         self._to_dispatch[queue] = None
         self._settled_in_burst += settled
-        if self._settled_in_burst >= DISPATCH_EVERY and not self._late_only:
+        if self._settled_in_burst >= DISPATCH_EVERY:
             self._dispatch_burst()
 
-    def begin_acks(self, *, early: bool = True) -> None:
+    def begin_acks(self) -> None:
         """A burst of acknowledgements follows (the frames of one socket read): the room
         they make is filled every `DISPATCH_EVERY` of them and when `end_acks` is called,
-        rather than once per ACK. `early=False`: only at the end (the burst ends a
-        subscription, which must not be sent messages it will hand back unseen); pass the
-        same to `end_acks`."""
+        rather than once per ACK. (A consumer whose subscription the burst ends is closed
+        by its session before the burst: no refill, from this burst or any other, sends
+        it what it would hand back unseen.)"""
         self._batching += 1
-        if not early:
-            self._late_only += 1
 
-    def end_acks(self, *, early: bool = True, refill: bool = True) -> None:
+    def end_acks(self) -> None:
         """The burst is over: the room made since its last dispatch is filled; the first
-        dispatch failure of the burst is raised (the acknowledgements stand).
-        `refill=False`: not yet (the caller carries out the rest of the burst's frames, one
-        ending a subscription among them, in a later turn; that burst's end fills it)."""
+        dispatch failure of the burst is raised (the acknowledgements stand)."""
         self._batching -= 1
-        if not early:
-            self._late_only -= 1
-        if self._batching or not refill:
+        if self._batching:
             return
         self._dispatch_burst()
         failure, self._burst_failure = self._burst_failure, None

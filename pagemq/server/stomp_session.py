@@ -83,7 +83,6 @@ FRAMES_PER_TURN = 256
 DEFERRED_FRAMES = 16_384  # frames waiting for their turn past which the socket is not read
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_BATCH = 256
-_ENDS_SUBSCRIPTIONS = (ev.Unsubscribe, ev.Disconnect)  # frames whose read's ACKs refill only after it
 
 
 def _durable_name(headers: dict[str, str]) -> str | None:
@@ -278,10 +277,27 @@ class StompSession:
             self._pause_reading()
         if not events:
             return
+        self._close_ending(events)
         if self._deferred:
             self._defer(events)  # behind the frames still waiting for their turn
         else:
             self._accept(events)
+
+    def _close_ending(self, events: Sequence[ev.Event | _Failure]) -> None:
+        """The subscriptions these frames end (UNSUBSCRIBE, DISCONNECT) take no new message
+        from now on, before the frames ahead of the ending one are carried out (maybe turns
+        later). Their ACKs make room, and any refill (theirs, a NACK's or COMMIT's in the
+        same read, another connection's) would otherwise send the ending subscription
+        messages it hands back unseen, each a delivery attempt (dead-lettered at
+        `max-delivery-attempts = 1`). Frames not parsed yet (past the read's first
+        FRAMES_PER_TURN) are not looked at."""
+        for event in events:
+            if isinstance(event, ev.Unsubscribe):
+                sub = self.subscriptions.get(event.id) if event.id else None
+                if sub is not None and sub.consumer is not None:
+                    sub.consumer.closed = True
+            elif isinstance(event, ev.Disconnect):
+                self.stop_deliveries()
 
     @property
     def _held(self) -> bool:
@@ -303,17 +319,14 @@ class StompSession:
             self._hold(events)
             return
         # The room the read's ACKs make is filled as they go (every DISPATCH_EVERY, so the
-        # time it takes counts in this callback's slice), or only after the read when the
-        # read also ends a subscription, which must not be sent what it will hand back unseen.
-        early = not any(type(event) in _ENDS_SUBSCRIPTIONS for event in events)
-        self.broker.begin_acks(early=early)
+        # time it takes counts in this callback's slice) and after them; a subscription
+        # the read ends was closed to new messages when it was parsed (_close_ending).
+        self.broker.begin_acks()
         try:
             self._carry_out(events)
         finally:
             try:
-                # A read ending a subscription cut short by the turn: the frame that ends it
-                # waits in the rest, so the room is filled once that has been carried out.
-                self.broker.end_acks(early=early, refill=early or not self._deferred)
+                self.broker.end_acks()
             except Exception:  # a bug in a dispatch: the ACKs stand, the broker goes on
                 log.exception("%s: internal error dispatching after acknowledgements", self.session_id)
 

@@ -82,8 +82,9 @@ def test_a_move_killed_midway_loses_nothing(start_broker, stomp_client):
 
     mover = threading.Thread(target=move, daemon=True)
     mover.start()
-    # More than one batch in the target: the first batch's copies are durable (the next is
-    # routed only once they are), so the target must keep them across the kill.
+    # More than MOVE_BATCH in the target: at least two batches were routed (a batch is at
+    # most MOVE_BATCH, maybe fewer), and a batch is routed only once the copies before it
+    # are durable, so the target must keep some across the kill.
     wait_until(lambda: call(broker, "GET", path_of("queues", "target"))[0] == 200
                and broker.queue("target")["messages"] > MOVE_BATCH, timeout=20, interval=0.005)
     broker.kill()

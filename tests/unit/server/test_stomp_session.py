@@ -366,3 +366,29 @@ def test_a_long_burst_of_acks_ending_its_subscription_refills_nothing() -> None:
     assert len(h.transport.messages()) == 200  # no refill went out ahead of the UNSUBSCRIBE
     assert "RECEIPT:end" in h.transport.commands()
     assert h.broker.queue_info("q")["messages"] == 100
+
+
+def test_a_nack_in_a_read_ending_its_subscription_sends_it_nothing_more() -> None:
+    """The NACK returns its message and the queue dispatches at once: the subscription the
+    read ends is already closed to new messages, so it is not sent one it would hand back
+    unseen (each a delivery attempt)."""
+    h = Harness()
+    first = _subscribed(h, 30, 10)
+    h.session.receive(_acks(first[:9]) + frame("NACK", {"id": first[9].headers["ack"]})
+                      + frame("UNSUBSCRIBE", {"id": "s", "receipt": "end"}))
+    h.loop.run_ready()
+    assert len(h.transport.messages()) == 10
+    assert "RECEIPT:end" in h.transport.commands()
+    assert h.broker.queue_info("q")["messages"] == 21
+
+
+def test_a_commit_of_acks_in_a_read_ending_its_subscription_sends_it_nothing_more() -> None:
+    h = Harness()
+    first = _subscribed(h, 30, 10)
+    acks = b"".join(frame("ACK", {"id": m.headers["ack"], "transaction": "t"}) for m in first)
+    h.session.receive(frame("BEGIN", {"transaction": "t"}) + acks + frame("COMMIT", {"transaction": "t"})
+                      + frame("DISCONNECT", {"receipt": "bye"}))
+    h.loop.run_ready()
+    assert len(h.transport.messages()) == 10
+    assert "RECEIPT:bye" in h.transport.commands()
+    assert h.broker.queue_info("q")["messages"] == 20

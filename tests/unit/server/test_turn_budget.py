@@ -281,6 +281,36 @@ def test_acks_ending_a_subscription_refill_nothing_when_the_turn_cuts_them_short
     assert h.broker.queue_info("q")["messages"] == 200
 
 
+def test_a_subscription_ending_in_a_later_turn_gets_nothing_from_other_connections_refills() -> None:
+    """While the UNSUBSCRIBE behind 200 ACKs waits for a later turn, another connection's
+    frames make the queue dispatch (a SEND to it, ACKs of its own on another queue): the
+    subscription being ended is sent none of it."""
+    h = Harness()
+    clock = StepClock()
+    turn = TurnBudget(h.loop, 0.010, clock=clock)
+    for n in range(400):
+        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
+    h.loop.run_ready()
+    session, transport = _session(h, turn, "consumer")
+    session.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
+                                        "activemq.prefetchSize": "200"}))
+    h.loop.run_ready()
+    first = transport.messages()
+    other, other_transport = _session(h, turn, "other")
+    other_acks = _deliver(h, other, other_transport, "r", 50)
+    session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first)
+                    + frame("UNSUBSCRIBE", {"id": "s", "receipt": "end"}))
+    assert session._deferred_frames > 0  # cut short: the UNSUBSCRIBE waits
+    other.receive(other_acks)
+    h.receive("SEND", {"destination": "/queue/q"}, "late")
+    h.loop.run_ready()
+    h.store.complete()
+    h.loop.run_ready()
+    assert len(transport.messages()) == 200
+    assert "RECEIPT:end" in transport.commands()
+    assert h.broker.queue_info("q")["messages"] == 201
+
+
 def test_a_connect_arriving_late_in_a_turn_is_answered_at_once() -> None:
     """The shell starts heart-beats once a read has made the connection CONNECTED."""
     h = Harness()
