@@ -189,3 +189,33 @@ def test_encoded_1_0_frame_parses_back(pairs, body, cuts):
 @given(version=st.sampled_from(["1.1", "1.2"]), text=_TEXT)
 def test_escape_then_unescape_is_identity(version, text):
     assert unescape(escape(text, version), version) == text
+
+
+def _unescape_by_spec(text: str, version: str) -> str | None:
+    """The spec's reading, one character at a time: None for an undefined sequence."""
+    table = {"n": "\n", "c": ":", "\\": "\\"} | ({"r": "\r"} if version == "1.2" else {})
+    out, index = [], 0
+    while index < len(text):
+        char = text[index]
+        if char != "\\":
+            out.append(char)
+            index += 1
+            continue
+        following = text[index + 1:index + 2]
+        if following not in table:
+            return None
+        out.append(table[following])
+        index += 2
+    return "".join(out)
+
+
+@settings(max_examples=500, deadline=None)
+@given(version=st.sampled_from(["1.1", "1.2"]),
+       text=st.text(alphabet=st.sampled_from(["\\", "c", "n", "r", "t", ":", "a", "C"]), max_size=12))
+def test_unescape_reads_every_backslash_sequence_as_the_spec_does(version, text):
+    expected = _unescape_by_spec(text, version)
+    if expected is None:
+        with pytest.raises(FrameError, match="invalid escape sequence"):
+            unescape(text, version)
+    else:
+        assert unescape(text, version) == expected
