@@ -39,8 +39,8 @@ browser:
 	       "(as root: apt-get install chromium chromium-driver)"; \
 	fi
 
-# mypy reads [tool.mypy] in pyproject.toml: strict over pagemq/, protocol/ and the STOMP
-# server included; core/, storage/ and a few listed modules are not held to it yet.
+# mypy reads [tool.mypy] in pyproject.toml: strict over pagemq/ (protocol/, core/ and
+# storage/ included), but for the few modules listed there (server/config, the perf tools).
 test: $(TEST_STAMP) browser
 	$(BIN)/ruff check pagemq tests benchmarks
 	$(BIN)/mypy

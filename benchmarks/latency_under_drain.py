@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -66,6 +67,11 @@ class Figures:
     loop_lag_max_ms: float | None
     loop_stalls: int | None
     loop_busy_stalls: int | None  # of those, the loop thread itself ran >= 50 ms (not waiting for CPU)
+    # B's messages in the broker not yet delivered (`messages`) and delivered but not yet
+    # acknowledged (`messages_delivering`), medians of samples every 0.25 s over B's run:
+    # where B's latency is spent (waiting for its consumers, or before the broker routed it).
+    b_queued: float = 0.0
+    b_delivering: float = 0.0
 
     def line(self) -> str:
         lag = ("n/a" if self.loop_lag_max_ms is None
@@ -75,7 +81,8 @@ class Figures:
         return (f"B end-to-end p50 {self.b_p50_ms:.1f} p99 {self.b_p99_ms:.1f} max {self.b_max_ms:.1f} ms, "
                 f"send-receipt p99 {self.b_receipt_p99_ms:.1f} ms, {self.b_msgs_per_s:,.0f} msg/s; "
                 f"A drain {self.a_drain_per_s:,.0f} msg/s; loop lag max {lag}; "
-                f"fill {self.fill_seconds:.0f} s{dry}")
+                f"B in the broker (median): {self.b_queued:,.0f} queued, {self.b_delivering:,.0f} "
+                f"delivering; fill {self.fill_seconds:.0f} s{dry}")
 
 
 def _get(http_port: int, path: str) -> dict[str, Any] | None:
@@ -139,9 +146,17 @@ def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
             time.sleep(0.2)
         since = time.time()
         acked_before = _queue(http_port, QUEUE_A)["messages_acknowledged"]
-        document = run_perf(port, f"/queue/{QUEUE_B}", [
-            "--phase", "both", "--producers", str(args.producers), "--consumers", str(args.consumers),
-            "--count", str(args.count), "--persistent", *size])
+        samples: list[tuple[int, int]] = []
+        done = threading.Event()
+        sampler = threading.Thread(target=_sample_b, args=(http_port, samples, done), daemon=True)
+        sampler.start()
+        try:
+            document = run_perf(port, f"/queue/{QUEUE_B}", [
+                "--phase", "both", "--producers", str(args.producers), "--consumers", str(args.consumers),
+                "--count", str(args.count), "--persistent", *size])
+        finally:
+            done.set()
+            sampler.join()
         seconds = time.time() - since
         a_after = _queue(http_port, QUEUE_A)
         broker_view = _get(http_port, f"/api/broker?since={since:.3f}")
@@ -157,6 +172,8 @@ def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
             loop_lag_max_ms=None if loop is None else loop["lag_max_ms"],
             loop_stalls=None if loop is None else loop["stalls"],
             loop_busy_stalls=None if loop is None else loop["busy_stalls"],
+            b_queued=statistics.median(q for q, _ in samples) if samples else 0.0,
+            b_delivering=statistics.median(d for _, d in samples) if samples else 0.0,
         )
     finally:
         try:
@@ -166,6 +183,13 @@ def run_tree(tree: Path, args: argparse.Namespace) -> Figures:
             broker.terminate()
             broker.wait(timeout=60)
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _sample_b(http_port: int, samples: list[tuple[int, int]], done: threading.Event) -> None:
+    while not done.wait(0.25):
+        with contextlib.suppress(OSError, AssertionError):
+            info = _queue(http_port, QUEUE_B)
+            samples.append((info["messages"], info["messages_delivering"]))
 
 
 def _stop(drain: subprocess.Popen[bytes]) -> None:
