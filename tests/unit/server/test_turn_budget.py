@@ -10,6 +10,7 @@ from manual_loop import ManualLoop
 from session_harness import Harness, RecordingTransport, frame
 
 from pagemq.protocol.stomp.connection import StompConnection
+from pagemq.protocol.stomp.frames import Frame
 from pagemq.server import stomp_session
 from pagemq.server.stomp_session import StompSession
 from pagemq.server.turn_budget import MAX_DEBT, MIN_SLICE, TurnBudget
@@ -255,12 +256,10 @@ def test_a_read_arriving_while_earlier_frames_wait_for_their_turn_is_only_taken_
     assert receipts == [f"RECEIPT:r{n}" for n in range(600)]
 
 
-def test_acks_ending_a_subscription_refill_nothing_when_the_turn_cuts_them_short() -> None:
-    """The UNSUBSCRIBE behind 200 ACKs waits for a later turn: the room the first ACKs made
-    is not filled before it (those messages would spend a delivery attempt unseen)."""
-    h = Harness()
-    clock = StepClock()
-    turn = TurnBudget(h.loop, 0.010, clock=clock)
+def _subscribed_with_a_turn(h: Harness) -> tuple[TurnBudget, StompSession, RecordingTransport, list[Frame]]:
+    """400 messages on queue q, a session on a 10 ms turn subscribed to it with a window
+    of 200: the turn, the session, its transport and the MESSAGE frames it got."""
+    turn = TurnBudget(h.loop, 0.010, clock=StepClock())
     for n in range(400):
         h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
     h.loop.run_ready()
@@ -268,7 +267,14 @@ def test_acks_ending_a_subscription_refill_nothing_when_the_turn_cuts_them_short
     session.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
                                         "activemq.prefetchSize": "200"}))
     h.loop.run_ready()
-    first = transport.messages()
+    return turn, session, transport, transport.messages()
+
+
+def test_acks_ending_a_subscription_refill_nothing_when_the_turn_cuts_them_short() -> None:
+    """The UNSUBSCRIBE behind 200 ACKs waits for a later turn: the room the first ACKs made
+    is not filled before it (those messages would spend a delivery attempt unseen)."""
+    h = Harness()
+    _turn, session, transport, first = _subscribed_with_a_turn(h)
     assert len(first) == 200
     session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first)
                     + frame("UNSUBSCRIBE", {"id": "s", "receipt": "end"}))
@@ -286,16 +292,7 @@ def test_a_subscription_ending_in_a_later_turn_gets_nothing_from_other_connectio
     frames make the queue dispatch (a SEND to it, ACKs of its own on another queue): the
     subscription being ended is sent none of it."""
     h = Harness()
-    clock = StepClock()
-    turn = TurnBudget(h.loop, 0.010, clock=clock)
-    for n in range(400):
-        h.receive("SEND", {"destination": "/queue/q"}, f"m{n}")
-    h.loop.run_ready()
-    session, transport = _session(h, turn, "consumer")
-    session.receive(frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual",
-                                        "activemq.prefetchSize": "200"}))
-    h.loop.run_ready()
-    first = transport.messages()
+    turn, session, transport, first = _subscribed_with_a_turn(h)
     other, other_transport = _session(h, turn, "other")
     other_acks = _deliver(h, other, other_transport, "r", 50)
     session.receive(b"".join(frame("ACK", {"id": m.headers["ack"]}) for m in first)
