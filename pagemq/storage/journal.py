@@ -27,6 +27,7 @@ their copy is being written (`_install`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -508,7 +509,7 @@ class Journal:
         self._gathered_size += len(payload) + rec.OP_HEADER.size
         if len(gathered) == 1:
             try:
-                asyncio.get_running_loop().call_soon(self.write_gathered)
+                asyncio.get_running_loop().call_soon(self._write_gathered_at_turn_end)
             except RuntimeError:  # no loop (tools, recovery): at once
                 return self._write_now(sync)
         future = None
@@ -523,6 +524,13 @@ class Journal:
     def _write_now(self, sync: bool) -> asyncio.Future[None] | None:
         self.write_gathered()
         return self._writer.flush_future() if sync else None
+
+    def _write_gathered_at_turn_end(self) -> None:
+        """`write_gathered` as the loop's callback: a writer that failed after the check
+        (its thread logged why) has failed the ops' future already, and there is no caller
+        to raise to (the loop would log a traceback for an error already reported)."""
+        with contextlib.suppress(OSError):
+            self.write_gathered()
 
     def write_gathered(self) -> None:
         """Write what `_hold_op` holds: each op its own record (so damage to one costs
