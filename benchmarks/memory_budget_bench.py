@@ -350,8 +350,17 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object
                                              "s" if topic else None, args.prefetch, args.ack_every,
                                              stop, counts, n)) for n in range(readers)]
         deadline = started + args.timeout
+        reported = started
         while sum(counts) < expected and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
+            if time.monotonic() - reported >= args.progress_every:
+                # A run of hours says how far it is, so a stopped session still has figures.
+                reported = time.monotonic()
+                print(json.dumps({"seconds": round(reported - started), "deliveries": sum(counts),
+                                  "expected": expected, "peak_rss_so_far": format_mib(sampler.peak),
+                                  "bound": format_mib(parse_size(args.global_max_size, "global-max-size")
+                                                      + idle + 40 * MIB)}),
+                      file=sys.stderr, flush=True)
         elapsed = time.monotonic() - started
         await asyncio.sleep(0.5)  # anything extra (a duplicate) would arrive now
         stop.set()
@@ -387,6 +396,8 @@ def main() -> int:
     parser.add_argument("--global-max-size", default="64MiB")
     parser.add_argument("--page-size", default="10MiB")
     parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--progress-every", type=float, default=60.0,
+                        help="seconds between progress lines on stderr while readers consume")
     parser.add_argument("--fill-connections", type=int, default=1,
                         help="producer connections sharing the fill of the backlog")
     args = parser.parse_args()
