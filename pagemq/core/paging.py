@@ -59,6 +59,10 @@ MIN_READ_CHUNK = 16 * 1024
 
 
 PAGE_READ_CHUNKS_HELD = 1 + AHEAD  # a queue's reading: the range being decoded, those read ahead
+# A reader's page-read chunk: its budget share / this, so its chunks (PAGE_READ_CHUNKS_HELD)
+# hold a quarter of its share. (With share / 8, 200 subscribers of a topic ran 4 % faster
+# and peaked 16 MiB higher.)
+READ_CHUNK_SHARE = 4 * PAGE_READ_CHUNKS_HELD
 BROWSE_CHUNKS_HELD = 1 + AHEAD  # a browse: the range being decoded, those read ahead
 
 
@@ -109,6 +113,8 @@ class PageCursor:
         # Delivery counts of claimed refs that went back to disk unacknowledged.
         self._returned: dict[tuple[int, int], int] = {}
         self._waiting_for_budget = False
+        self._reading = False  # a reader of the budget (see _update_reading)
+        self._dropped = False
         self._read_ahead_charge = 0  # its page reads' chunks, charged while it is a reader
         self._share = -2  # the budget share its page reads were last sized for (_read_in)
 
@@ -127,6 +133,7 @@ class PageCursor:
             self._read_in(queue)
         if queue.held:
             self._release_due()
+        self._update_reading()
         if book.unread <= 0:
             # Whoever read the last record (this read, or a selective consumer's look-ahead
             # that stopped for want of credit), the address may leave page mode now.
@@ -146,6 +153,7 @@ class PageCursor:
         if share != self._share:  # the page reads and read-ahead of many readers fit the budget too
             self._share = share
             book.read_chunk_bytes = _chunk_for(share)
+            self._charge_read_ahead()
         while book.unread > 0:
             if self.in_memory:
                 if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
@@ -344,10 +352,10 @@ class PageCursor:
 
     def _into_memory(self, size: int) -> None:
         """One record read from disk is now held in memory (charged to the budgets)."""
-        if not self.in_memory:
-            self._start_reading()
         self.in_memory += 1
         self.bytes_in_memory += size
+        if not self._reading:
+            self._update_reading()
         self.pager.charge(size)
 
     def _ref(self, message: Message, page_no: int, ordinal: int) -> MessageRef:
@@ -373,6 +381,7 @@ class PageCursor:
 
     def forget(self, consumer: object) -> None:
         self._scans.pop(consumer, None)
+        self._update_reading()
 
     def browse(self, selector: Selector | None, arrived: Callable[[], None] | None = None) -> PagedBrowse:
         """Paged messages of this queue from its read position *now* on, in order, read-only;
@@ -381,8 +390,8 @@ class PageCursor:
         return PagedBrowse(self, selector, arrived)
 
     def chunk_bytes(self) -> int:
-        """What this queue reads of page files at a time: its share of the budget / 8
-        (16-256 KiB), so the reads of many readers fit the budget too."""
+        """What this queue reads of page files at a time: a twelfth of its share of the
+        budget (16-256 KiB), so the reads of many readers fit the budget too."""
         return _chunk_for(self.pager.budget.read_share())
 
     # -- streaming readers (core/stream.py) --------------------------------------------------
@@ -473,7 +482,7 @@ class PageCursor:
         self.in_memory -= 1
         self.bytes_in_memory -= size
         if not self.in_memory:
-            self._stop_reading()
+            self._update_reading()
         self.pager.release(size)
         position = ref.page_pos
         if not acked:
@@ -496,28 +505,42 @@ class PageCursor:
         """The queue is deleted: it holds no page any more."""
         self.pager.drop(self)
         self._holding = False
-        if self.in_memory:  # (its refs were released; this is only the reader count)
-            self._stop_reading()
-            self.in_memory = 0
+        self.in_memory = 0  # (its refs were released; this is only the reader count)
+        self._dropped = True
+        self._update_reading()
 
-    def _start_reading(self) -> None:
-        """It holds messages read back: a reader, sharing the budget, its page reads' chunks
-        (one being taken, one read ahead: raw records, not yet messages) charged to it."""
+    def _update_reading(self) -> None:
+        """A reader shares the budget, its page reads' chunks (the one being taken, those
+        read ahead: raw records, not yet messages) charged to it. It is one while it holds
+        messages read back, and also between two windows of its consumers while it has
+        records left on disk: its page reader keeps its chunks then. (Counted only while
+        holding messages, 200 subscribers acknowledging in turn came and went as readers
+        hundreds of times a second; the chunks they kept were charged to nobody, and the
+        share of those left, and so their chunks, grew: 60 MiB of page reads against 11 MiB
+        charged.) A deleted queue (`drop`) has neither."""
+        reading = self.in_memory > 0 or (self._holding_pages() and bool(self.queue.consumers))
+        if reading == self._reading:
+            return
         budget = self.pager.budget
-        budget.readers += 1
-        charge = PAGE_READ_CHUNKS_HELD * self.book.read_chunk_bytes
-        share = budget.read_share()
-        if share >= 0:  # chunks are at least 16 KiB: under a tiny budget they would fill it
-            charge = min(charge, share // 4)
-        self._read_ahead_charge = charge
-        budget.charge_part(PAGE_READ_PART, self._read_ahead_charge)
+        self._reading = reading
+        budget.readers += 1 if reading else -1
+        self._charge_read_ahead()
 
-    def _stop_reading(self) -> None:
-        budget = self.pager.budget
-        budget.readers -= 1
-        if self._read_ahead_charge:
-            budget.charge_part(PAGE_READ_PART, -self._read_ahead_charge)
-            self._read_ahead_charge = 0
+    def _holding_pages(self) -> bool:
+        return self.book.unread > 0 and not self._dropped
+
+    def _charge_read_ahead(self) -> None:
+        """Charge what its page reads hold at their current chunk size (none unless reading)."""
+        charge = 0
+        if self._reading:
+            charge = PAGE_READ_CHUNKS_HELD * self.book.read_chunk_bytes
+            share = self.pager.budget.read_share()
+            if share >= 0:  # chunks are at least 16 KiB: under a tiny budget they would fill it
+                charge = min(charge, share // 4)
+        delta = charge - self._read_ahead_charge
+        if delta:
+            self._read_ahead_charge = charge
+            self.pager.budget.charge_part(PAGE_READ_PART, delta)
 
 
 def _idle_consumer(queue: Queue) -> bool:
@@ -808,5 +831,8 @@ class AddressPager:
 
 
 def _chunk_for(share: int) -> int:
-    """Page-read chunk for a reader's budget share: share / 8, 16-256 KiB (no limit: 256 KiB)."""
-    return CHUNK_BYTES if share < 0 else min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // 8))
+    """Page-read chunk for a reader's budget share: the chunks it holds make a quarter of
+    the share (16-256 KiB each; no limit: 256 KiB)."""
+    if share < 0:
+        return CHUNK_BYTES
+    return min(CHUNK_BYTES, max(MIN_READ_CHUNK, share // READ_CHUNK_SHARE))

@@ -12,7 +12,7 @@ from test_paging_in_memory import memory_broker, run
 
 from pagemq.core.broker import Broker
 from pagemq.core.consumer import AckMode, Consumer
-from pagemq.core.memory import MemoryAccountant
+from pagemq.core.memory import PAGE_READ_PART, MemoryAccountant
 from pagemq.core.queue import Queue
 
 BODY = b"x" * 200
@@ -152,5 +152,71 @@ def test_a_consumer_holding_nothing_is_not_starved_by_one_holding_the_budget() -
         sink = Collector()
         broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL, prefetch=1000)
         assert len(sink.delivered) == 1  # its one message, although the budget is spent
+
+    run(body)
+
+
+def _read_ahead(memory: MemoryAccountant) -> int:
+    return memory.parts[PAGE_READ_PART]
+
+
+def test_a_subscriber_with_records_left_stays_a_reader_between_its_windows() -> None:
+    """A subscriber that acknowledged all it held still has a page reader holding chunks: it
+    stays a reader (its chunks charged) until nothing is left on disk for it. Counted only
+    while holding messages, 200 acknowledging subscribers came and went as readers hundreds
+    of times a second, and the chunks they kept were charged to nobody."""
+
+    async def body() -> None:
+        memory = MemoryAccountant(max_bytes=64 * 1024)
+        broker, _pages = memory_broker(memory=memory)
+        address = broker.ensure_address("t", "multicast")
+        queues = [broker.ensure_queue(address, f"s{n}", "multicast") for n in range(3)]
+        for n in range(300):
+            broker.send("t", "multicast", {"n": str(n)}, BODY, persistent=True)
+        consumers = [broker.subscribe(queue, Collector(), ack_mode=AckMode.INDIVIDUAL, prefetch=5)
+                     for queue in queues]
+        assert memory.readers == 3
+        charged = _read_ahead(memory)
+        assert charged > 0
+        queue, consumer = queues[0], consumers[0]
+        broker.close_consumer(queue, consumer)  # its messages go back to the queue, in memory
+        assert memory.readers == 3, "a queue holding messages read back is a reader"
+        for queue, consumer in zip(queues[1:], consumers[1:], strict=True):
+            readers = memory.readers
+            while consumer.in_flight:
+                broker.acknowledge(queue, [consumer.take(tag) for tag in list(consumer.in_flight)])
+                assert queue.cursor is not None
+                if queue.cursor.unread:  # acknowledged all it held, records left on disk
+                    assert memory.readers == readers
+            assert memory.readers == readers - 1, "a queue with nothing left is no reader"
+        broker.delete_queue(queues[0])
+        assert memory.readers == 0
+        assert _read_ahead(memory) == 0
+        assert memory.used_bytes == 0
+
+    run(body)
+
+
+def test_the_read_ahead_charge_follows_the_share_as_readers_come_and_go() -> None:
+    async def body() -> None:
+        memory = MemoryAccountant(max_bytes=4 * 1024 * 1024)
+        broker, _pages = memory_broker(memory=memory)
+        address = broker.ensure_address("t", "multicast")
+        queues = [broker.ensure_queue(address, f"s{n}", "multicast") for n in range(8)]
+        for n in range(200):
+            broker.send("t", "multicast", {"n": str(n)}, BODY, persistent=True)
+        first = broker.subscribe(queues[0], Collector(), ack_mode=AckMode.INDIVIDUAL, prefetch=10)
+        alone = _read_ahead(memory)
+        others = [broker.subscribe(queue, Collector(), ack_mode=AckMode.INDIVIDUAL, prefetch=10)
+                  for queue in queues[1:]]
+        for queue, consumer in zip(queues, [first, *others], strict=True):
+            broker.acknowledge(queue, [consumer.take(tag) for tag in list(consumer.in_flight)])
+        assert memory.readers == 8
+        # Each reader's chunks: a quarter of its share (4 MiB / 8), not what one reader had alone.
+        assert _read_ahead(memory) <= 4 * 1024 * 1024 // 4 + 8 * 3 * 16 * 1024
+        assert _read_ahead(memory) < 8 * alone
+        for queue in queues:
+            broker.delete_queue(queue)
+        assert memory.readers == 0 and _read_ahead(memory) == 0
 
     run(body)
