@@ -71,14 +71,7 @@ from pagemq.server.turn_budget import TurnBudget
 log = logging.getLogger("pagemq.stomp")
 
 _session_ids = itertools.count(1)
-OUTPUT_HIGH_WATER = 1 << 20  # receipts waiting for the journal past which input is held
-# Output of one turn is written at the turn's end, in one call; past this many bytes it is
-# written at once. A turn may deliver to hundreds of connections (200 subscribers of a
-# topic): their frames, held whole until the turn's end and joined then, were tens of MiB
-# the memory budget never saw (measured after the write). The kernel's socket buffer holds
-# what the peer has not read yet; past the transport's own high water, `pause_writing`
-# stops deliveries to the connection.
-WRITE_THROUGH_BYTES = 64 * 1024
+OUTPUT_HIGH_WATER = 1 << 20
 READ_AHEAD_BYTES = 1 << 20  # held frames (about) past which the socket is no longer read
 # Frames parsed, and carried out, per callback (a socket read, a deferred share) at most;
 # the rest waits for a later loop turn (unparsed bytes in the parser). Parsing a whole
@@ -926,8 +919,8 @@ class StompSession:
             self.transport.schedule_flush()
         self._out.append(data)
         self._out_bytes += len(data)
-        if self._out_bytes >= WRITE_THROUGH_BYTES:
-            self.transport.write(self.take_output())
+        if self._out_bytes > OUTPUT_HIGH_WATER and self._writable:
+            self.set_writable(False)
 
     def buffered_bytes(self) -> int:
         """Bytes held besides messages: output of this turn, receipts waiting for the journal,
