@@ -251,8 +251,8 @@ class StompSession:
             share = 0
         try:
             events = self.protocol.receive_data(data, share)
-        except VersionMismatch:
-            self._fail_raw(self.protocol.version_error())
+        except VersionMismatch as exc:
+            self._fail_raw(self.protocol.version_error(exc.receipt_id))
             return
         except ProtocolError as exc:
             # Frames before the bad one in the same read were valid: they take effect first.

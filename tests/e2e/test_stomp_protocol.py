@@ -54,6 +54,13 @@ def test_no_common_version_gets_error_listing_served_versions_and_close(broker, 
     broker_still_serves(broker.stomp_port)
 
 
+def test_no_common_version_error_answers_the_connects_receipt(broker, raw_stomp):
+    raw = raw_stomp(broker)
+    raw.send_frame("CONNECT", {"accept-version": "2.0", "host": "127.0.0.1", "receipt": "c-1"})
+    error = raw.expect_error()
+    assert error.headers.get("receipt-id") == "c-1", error
+
+
 # -- heart-beats ----------------------------------------------------------------------------
 
 

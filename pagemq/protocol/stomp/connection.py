@@ -270,9 +270,11 @@ class StompConnection:
             frame_headers.extend(headers.items())
         return encode_frame("ERROR", frame_headers, body, version=version)
 
-    def version_error(self) -> bytes:
-        """ERROR for a CONNECT with no common version: `version` lists what we serve."""
+    def version_error(self, receipt_id: str | None = None) -> bytes:
+        """ERROR for a CONNECT with no common version: `version` lists what we serve (and
+        `receipt-id` answers the CONNECT's `receipt`, as every ERROR does)."""
         served = ",".join(self.versions)
         return self.error(
-            f"no common STOMP version; this server speaks {served}", headers={"version": served}
+            f"no common STOMP version; this server speaks {served}", receipt_id=receipt_id,
+            headers={"version": served},
         )

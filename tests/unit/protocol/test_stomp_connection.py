@@ -100,8 +100,9 @@ def test_no_common_version_raises_version_mismatch_answered_by_version_error():
         "no common STOMP version: the client accepts 2.0,3.1, the server speaks 1.0,1.1,1.2"
     )
     assert error.receipt_id == "r"
-    frame = _parse_one(connection.version_error(), "1.0")
+    frame = _parse_one(connection.version_error(error.receipt_id), "1.0")
     assert frame.command == "ERROR"
+    assert frame.headers["receipt-id"] == "r"
     assert frame.headers["version"] == "1.0,1.1,1.2"
     assert frame.headers["message"]
 
