@@ -107,6 +107,27 @@ def test_page_files_are_deleted_once_every_paged_message_is_consumed(broker, sto
     wait_no_page_files(broker, address)
 
 
+def test_page_files_in_the_api_counts_the_files_still_on_disk(broker, stomp_client, queue_name):
+    """`page_files` is ".page files on disk now": once it says 0 no file is left, also in the
+    moment between the last acknowledgement and the file's removal (journal sync, then the
+    page writer's delete)."""
+    address = f"k100.{queue_name}"
+    send_all(stomp_client(broker), f"/queue/{address}", numbered("m", 200))
+    assert_paging(broker, address)
+    consumer = stomp_client(broker)
+    done = time.monotonic() + 30
+    consumed = False
+    while time.monotonic() < done:
+        info = broker.address(address)
+        if info["page_files"] == 0:
+            assert page_files(broker, address) == [], "page_files said 0 with files on disk"
+            return
+        if not consumed:
+            consume(consumer, f"/queue/{address}", 200)
+            consumed = True
+    raise AssertionError(f"page files never went: {broker.address(address)}")
+
+
 def test_sends_in_one_burst_keep_each_page_file_within_page_size_bytes(broker, stomp_client, queue_name):
     """The SENDs of one socket read are appended together; a page still keeps to
     page-size-bytes (16 KiB here), as when they come one by one."""

@@ -95,6 +95,7 @@ class PagedQueues:
         self._tx_waiters: dict[int, set[int]] = {}
         # pages done with, deleted once the journal has synced (see _delete_page)
         self._deleting: set[int] = set()
+        self._removing: set[int] = set()  # out of the medium, its file not removed yet
         self.records_on_disk = 0
         self.bytes_on_disk = 0
         self._summaries: dict[int, object | None] = {}
@@ -253,7 +254,10 @@ class PagedQueues:
         return sum(c.unread for c in self.cursors.values())
 
     def page_files(self) -> int:
-        return self.medium.page_count() - len(self._deleting)
+        """`.page` files on disk now: a page every queue is done with counts until its file
+        is removed (after the journal synced the acks that finished it, then the writer's
+        removal), so "0" means no file is left."""
+        return self.medium.page_count() + len(self._removing)
 
     def last_message_id(self) -> int:
         return max((info.last_id for info in self.medium.pages()), default=0)
@@ -394,9 +398,12 @@ class PagedQueues:
                 done.get_loop().call_later(NO_SPACE_RETRY, self._sync_then_delete, page_no, record_ids)
             return  # kept: at the next start-up its acks (if they were written) complete it
         try:
-            self.medium.delete_page(page_no)
+            removal = self.medium.delete_page(page_no)
         except RuntimeError:  # the medium closed meanwhile (shutdown): the next start-up
             return            # finds the page fully acknowledged and deletes it then
+        if removal is not None and not removal.done():
+            self._removing.add(page_no)
+            removal.add_done_callback(lambda _removal: self._removing.discard(page_no))
         if not record_ids:
             return
 
