@@ -141,6 +141,7 @@ class Admin:
                 if later is None:
                     break
                 await later  # records appended just before were not readable yet
+            cursor.records_changed()
             pager.maybe_leave_paging()
         return purged
 
@@ -361,6 +362,7 @@ class Admin:
         cursor = self._cursor(queue)
         assert item.page_pos is not None and cursor is not None
         cursor.book.acknowledge(*item.page_pos, journal=item.message.persistent)
+        cursor.records_changed()
 
     def _give_back(self, queue: Queue, items: list[_Item]) -> None:
         """Messages taken but not moved: back where they were."""

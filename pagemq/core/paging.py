@@ -422,6 +422,7 @@ class PageCursor:
                 self._release_due()
             if book.unread <= 0:
                 self.pager.maybe_leave_paging()
+            self._update_reading()
         return done
 
 
@@ -469,6 +470,7 @@ class PageCursor:
             self._release_due()
         if book.unread <= 0:
             self.pager.maybe_leave_paging()
+        self._update_reading()
         return acked, kept, "done"
 
     # -- acknowledgements -----------------------------------------------------------------
@@ -500,6 +502,12 @@ class PageCursor:
         page, for the caller to write in its own journal transaction."""
         return self.book.ack_records([ref.page_pos for ref in refs
                                       if ref.message.persistent and ref.page_pos is not None])
+
+    def records_changed(self) -> None:
+        """Its records on disk were taken other than by its reading (an operator's purge or
+        move): whether it is still a reader is asked again (a purged queue whose consumer
+        stays holds nothing to read)."""
+        self._update_reading()
 
     def drop(self) -> None:
         """The queue is deleted: it holds no page any more."""

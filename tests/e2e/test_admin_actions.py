@@ -41,6 +41,30 @@ def test_purge_of_a_paged_queue_removes_every_message_and_its_page_files(broker,
     assert paging.take(consumer, 1) == ["after"]
 
 
+def _readers(broker) -> tuple[int, int]:
+    memory = ok(broker, "GET", "/api/broker")["memory"]
+    return memory["page_readers"], memory["page_read_ahead_bytes"]
+
+
+def test_purge_under_a_waiting_consumer_leaves_no_reader_holding_budget(broker, stomp_client):
+    """A consumer whose selector matches nothing keeps its queue a reader of the memory budget
+    while records are left on disk; once a purge took them all, the queue reads nothing and
+    holds no share of the budget (a helper's find: it stayed a reader, its page reads' charge
+    a quarter of the budget, until the consumer left)."""
+    name = "zero." + unique("purge")
+    before = _readers(broker)
+    paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 300))
+    paging.assert_paging(broker, name, paged=300)
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{name}", ack="client-individual", headers={"selector": "nomatch = 1"})
+    wait_until(lambda: _readers(broker)[0] > before[0], timeout=10)
+
+    assert ok(broker, "POST", path_of("queues", name, "purge"))["purged"] == 300
+
+    broker.wait_queue(name, messages=0, messages_paged=0, consumers=1)
+    wait_until(lambda: _readers(broker) == before, timeout=10)
+
+
 def test_purge_of_a_queue_half_read_into_memory_leaves_only_what_is_being_delivered(broker, stomp_client):
     name = "hold." + unique("purge")
     paging.send_all(stomp_client(broker), f"/queue/{name}", paging.numbered("m", 120))
