@@ -128,10 +128,7 @@ class Admin:
         return purged
 
     async def _purge(self, queue: Queue) -> int:
-        refs = queue.remove_pending()
-        for ref in refs:
-            self.ledger.release(queue, ref)
-        purged = len(refs)
+        purged = self._purge_pending(queue)
         cursor = self._cursor(queue)
         if cursor is not None:
             pager = cursor.pager
@@ -142,8 +139,17 @@ class Admin:
                     break
                 await later  # records appended just before were not readable yet
             cursor.records_changed()
+            # Releasing the queue's messages freed budget: a reader waiting for it may have
+            # read records in before the page files were purged (helper-4: 24 of 400 left).
+            purged += self._purge_pending(queue)
             pager.maybe_leave_paging()
         return purged
+
+    def _purge_pending(self, queue: Queue) -> int:
+        refs = queue.remove_pending()
+        for ref in refs:
+            self.ledger.release(queue, ref)
+        return len(refs)
 
     # -- delete ---------------------------------------------------------------------------
 
