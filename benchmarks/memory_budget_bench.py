@@ -344,6 +344,7 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object
     expected = args.messages * (readers if topic else 1)
     counts = [0] * readers
     stop = asyncio.Event()
+    bound = parse_size(args.global_max_size, "global-max-size") + idle + 40 * MIB
     started = time.monotonic()
     with RssSampler(pid, interval=0.2) as sampler, CpuWatch(pid) as cpu:
         tasks = [asyncio.create_task(consume(port, destination, f"c{n}" if topic else None,
@@ -358,15 +359,12 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict[str, object
                 reported = time.monotonic()
                 print(json.dumps({"seconds": round(reported - started), "deliveries": sum(counts),
                                   "expected": expected, "peak_rss_so_far": format_mib(sampler.peak),
-                                  "bound": format_mib(parse_size(args.global_max_size, "global-max-size")
-                                                      + idle + 40 * MIB)}),
+                                  "bound": format_mib(bound)}),
                       file=sys.stderr, flush=True)
         elapsed = time.monotonic() - started
         await asyncio.sleep(0.5)  # anything extra (a duplicate) would arrive now
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-    budget = parse_size(args.global_max_size, "global-max-size")
-    bound = budget + idle + 40 * MIB
     complete = (all(c == args.messages for c in counts) if topic else sum(counts) == args.messages)
     return {
         "mode": args.mode, "readers": readers, "messages": args.messages, "size": args.size,

@@ -358,6 +358,9 @@ class Admin:
         if failed:
             place = {id(item): n for n, item in enumerate(batch)}
             self._give_back(queue, sorted(failed, key=lambda item: place[id(item)]))
+        cursor = self._cursor(queue)
+        if cursor is not None:  # the batch's paged originals are gone: still a reader?
+            cursor.records_changed()
         return moved, not failed
 
     def _settle(self, queue: Queue, item: _Item) -> None:
@@ -368,7 +371,6 @@ class Admin:
         cursor = self._cursor(queue)
         assert item.page_pos is not None and cursor is not None
         cursor.book.acknowledge(*item.page_pos, journal=item.message.persistent)
-        cursor.records_changed()
 
     def _give_back(self, queue: Queue, items: list[_Item]) -> None:
         """Messages taken but not moved: back where they were."""

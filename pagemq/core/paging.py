@@ -526,16 +526,14 @@ class PageCursor:
         hundreds of times a second; the chunks they kept were charged to nobody, and the
         share of those left, and so their chunks, grew: 60 MiB of page reads against 11 MiB
         charged.) A deleted queue (`drop`) has neither."""
-        reading = self.in_memory > 0 or (self._holding_pages() and bool(self.queue.consumers))
+        reading = self.in_memory > 0 or (
+            self.book.unread > 0 and not self._dropped and bool(self.queue.consumers))
         if reading == self._reading:
             return
         budget = self.pager.budget
         self._reading = reading
         budget.readers += 1 if reading else -1
         self._charge_read_ahead()
-
-    def _holding_pages(self) -> bool:
-        return self.book.unread > 0 and not self._dropped
 
     def _charge_read_ahead(self) -> None:
         """Charge what its page reads hold at their current chunk size (none unless reading)."""
