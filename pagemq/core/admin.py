@@ -374,14 +374,17 @@ class Admin:
 
     def _give_back(self, queue: Queue, items: list[_Item]) -> None:
         """Messages taken but not moved: back where they were."""
-        refs = [item.ref for item in items if item.ref is not None]
+        cursor = self._cursor(queue)
+        refs = []
+        for item in items:
+            if item.ref is not None:
+                refs.append(item.ref)
+            elif item.page_pos is not None and cursor is not None:
+                ref = cursor.give_back(*item.page_pos, item.message)
+                if ref is not None:
+                    refs.append(ref)
         if refs:
             queue.return_refs(refs, dead_letter=False)
-        cursor = self._cursor(queue)
-        if cursor is not None:
-            for item in items:
-                if item.page_pos is not None:
-                    cursor.book.unclaim(*item.page_pos)
 
     # -- browse ---------------------------------------------------------------------------
 

@@ -171,7 +171,11 @@ class Broker:
     # -- transactions ---------------------------------------------------------------------
 
     def hold_for_transaction(self, queue: Queue, refs: list[MessageRef]) -> None:
+        """ACKed or NACKed in a transaction: out of the consumer's window (as ActiveMQ and
+        Artemis return the credit), so one that takes more than its prefetch before COMMIT
+        is not left waiting for messages that never come."""
         self.transactions.hold(queue, refs)
+        self.ledger.room_made(queue, len(refs))
 
     def stage(self, tx: Transaction, send: PendingSend) -> None:
         self.transactions.stage(tx, send)

@@ -122,11 +122,16 @@ class Ledger:
         for ref in refs:
             self.settle(queue, ref)
             settled += 1
+        self.room_made(queue, settled)
+
+    def room_made(self, queue: Queue, deliveries: int) -> None:
+        """`deliveries` left their consumers' windows (acknowledged, or held by a
+        transaction): the room is filled now, or with the burst's (see begin_acks)."""
         if not self._batching:
             queue.dispatch()
             return
         self._to_dispatch[queue] = None
-        self._settled_in_burst += settled
+        self._settled_in_burst += deliveries
         if self._settled_in_burst >= DISPATCH_EVERY:
             self._dispatch_burst()
 

@@ -48,8 +48,9 @@ class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
     __slots__ = (
-        "_read_waiters", "_resume_bytes", "_waiters", "counted", "depaged_bytes", "max_bytes",
-        "max_messages", "part_bytes", "parts", "readers", "staged_bytes", "used_bytes", "used_messages",
+        "_read_waiters", "_resume_bytes", "_resume_messages", "_waiters", "counted", "depaged_bytes",
+        "max_bytes", "max_messages", "part_bytes", "parts", "readers", "staged_bytes", "used_bytes",
+        "used_messages",
     )
 
     def __init__(self, max_bytes: int = -1, max_messages: int = -1) -> None:
@@ -67,7 +68,9 @@ class MemoryAccountant:
         self.counted: dict[str, tuple[Callable[[], int], int]] = {}
         self._waiters = Waiters()
         self._read_waiters: deque[Callable[[], bool]] = deque()
-        self._resume_bytes = int(max_bytes * RESUME_READING) if max_bytes >= 0 else -1
+        # Below both (an unset limit is no bar), stopped readers read again: see _resumes.
+        self._resume_bytes = int(max_bytes * RESUME_READING) if max_bytes >= 0 else None
+        self._resume_messages = max_messages * RESUME_READING if max_messages >= 0 else None
 
     def would_exceed(self, size: int) -> bool:
         """True if holding one more message of `size` bytes would pass a global limit (the
@@ -98,8 +101,15 @@ class MemoryAccountant:
         self.used_messages -= messages
         if self._waiters:
             self._waiters.wake()
-        if self._read_waiters and self.used_bytes < self._resume_bytes:
+        if self._read_waiters and self._resumes():
             self._wake_readers()
+
+    def _resumes(self) -> bool:
+        """Usage is below where stopped readers read again, on both limits (with only
+        `global-max-messages` set, readers stopped by it were never woken)."""
+        resume_bytes, resume_messages = self._resume_bytes, self._resume_messages
+        return ((resume_bytes is None or self.used_bytes < resume_bytes)
+                and (resume_messages is None or self.used_messages < resume_messages))
 
     # -- reading back from page files -------------------------------------------------------
 
@@ -124,7 +134,7 @@ class MemoryAccountant:
 
     def _wake_readers(self) -> None:
         waiters = self._read_waiters
-        while waiters and self.used_bytes < self._resume_bytes:
+        while waiters and self._resumes():
             retry = waiters.popleft()
             if not retry():
                 return
@@ -136,7 +146,7 @@ class MemoryAccountant:
         self.parts[part] += delta
         self.part_bytes += delta
         self.used_bytes += delta
-        if delta < 0 and self._read_waiters and self.used_bytes < self._resume_bytes:
+        if delta < 0 and self._read_waiters and self._resumes():
             self._wake_readers()
 
     def count_part(self, name: str, entries: Callable[[], int], bytes_per_entry: int) -> None:

@@ -373,11 +373,22 @@ class PageCursor:
         is delivered again in queue order, not before the messages in front of it."""
         assert ref.page_pos is not None
         self._returned[ref.page_pos] = ref.delivery_count
-        self.settle(ref, acked=False)
         page_no, ordinal = ref.page_pos
         for scan in self._scans.values():
             if (scan.page_no, scan.ordinal) > (page_no, ordinal):
                 scan.page_no, scan.ordinal = page_no, ordinal
+        self.settle(ref, acked=False)  # last: it may wake readers (see settle)
+
+    def give_back(self, page_no: int, ordinal: int, message: Message) -> MessageRef | None:
+        """A record claimed on disk and not read (a move that could not copy it) goes back:
+        unclaimed, while the queue's reading has yet to reach it; once that has passed it
+        (a consumer came meanwhile), it would never be read again: then it is a ref held in
+        memory, for the caller to return to the queue."""
+        if (page_no, ordinal) >= self.book.position():
+            self.book.unclaim(page_no, ordinal)
+            return None
+        self._into_memory(message.memory_size)
+        return self._ref(message, page_no, ordinal)
 
     def forget(self, consumer: object) -> None:
         self._scans.pop(consumer, None)
@@ -479,23 +490,27 @@ class PageCursor:
         """A depaged ref leaves memory: acknowledged (durably) or to be read again later.
 
         `journaled`: the caller wrote the ack itself (a COMMIT's, in its journal transaction,
-        from `ack_records`), so it is not gathered for the next cursor-acks record."""
+        from `ack_records`), so it is not gathered for the next cursor-acks record.
+
+        The book is told first: freeing memory may wake a reader waiting for the budget at
+        once, this queue's own among them, and its reading must find the record where it now
+        is (a record unclaimed after that reading had passed it was never read again)."""
+        position = ref.page_pos
+        if not acked:
+            if position is not None and not self.book.unclaim(*position):
+                self._returned.pop(position, None)  # damage took it: never read again
+        else:
+            assert position is not None
+            # A non-persistent record is gone after a restart (the page store skips it and
+            # counts persistent records only): a journaled ack of it would be counted against
+            # a persistent one at recovery and hide it.
+            self.book.acknowledge(*position, journal=ref.message.persistent and not journaled)
         size = ref.message.memory_size
         self.in_memory -= 1
         self.bytes_in_memory -= size
         if not self.in_memory:
             self._update_reading()
         self.pager.release(size)
-        position = ref.page_pos
-        if not acked:
-            if position is not None and not self.book.unclaim(*position):
-                self._returned.pop(position, None)  # damage took it: never read again
-            return
-        assert position is not None
-        # A non-persistent record is gone after a restart (the page store skips it and
-        # counts persistent records only): a journaled ack of it would be counted against a
-        # persistent one at recovery and hide it.
-        self.book.acknowledge(*position, journal=ref.message.persistent and not journaled)
 
     def ack_records(self, refs: list[MessageRef]) -> list[CursorAck]:
         """Cursor-ack records for `refs` (about to be settled with `journaled=True`), one per

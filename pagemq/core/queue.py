@@ -227,6 +227,16 @@ class Queue:
                 kept = {id(ref) for ref in self.owner.dead_letter(self, spent)}
                 moved = {id(ref) for ref in spent if id(ref) not in kept}
                 refs = [ref for ref in refs if id(ref) not in moved]
+        # Nothing is delivered until every ref is back (the caller dispatches): giving one
+        # back frees memory, which may wake this queue's reading, and it would deliver that
+        # one before the older ones still to come back.
+        dispatching, self._dispatching = self._dispatching, True
+        try:
+            self._return_in_order(refs)
+        finally:
+            self._dispatching = dispatching
+
+    def _return_in_order(self, refs: list[MessageRef]) -> None:
         cursor = self.cursor
         for ref in reversed(refs):
             if cursor is not None:

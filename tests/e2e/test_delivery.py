@@ -333,6 +333,25 @@ def test_abort_of_a_transacted_ack_redelivers_the_message(broker, stomp_client, 
     broker.wait_queue(queue_name, messages=0, messages_acknowledged=1)
 
 
+def test_a_transacted_consumer_takes_more_than_its_prefetch_before_commit(broker, stomp_client, queue_name):
+    """An ACK inside a transaction frees the window (ActiveMQ and Artemis return the credit),
+    so a consumer that commits every 5 with prefetch 2 gets them all; it stalled at 2."""
+    producer = stomp_client(broker)
+    for n in range(10):
+        producer.send(f"/queue/{queue_name}", f"m{n}", {"persistent": "true"}, receipt=True)
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{queue_name}", ack="client-individual", headers={"activemq.prefetchSize": 2})
+    acked = 0
+    for batch in ("tx1", "tx2"):
+        consumer.begin(batch)
+        for _ in range(5):
+            consumer.ack(consumer.wait_for(acked + 1)[acked], transaction=batch)
+            acked += 1
+        consumer.commit(batch)
+    assert [frame.body for frame in consumer.listener.messages] == [f"m{n}" for n in range(10)]
+    broker.wait_queue(queue_name, messages=0, messages_acknowledged=10)
+
+
 def test_transacted_ack_takes_effect_on_commit(broker, stomp_client, queue_name):
     consumer = stomp_client(broker)
     consumer.subscribe(f"/queue/{queue_name}", ack="client-individual")

@@ -325,3 +325,30 @@ def test_a_plain_consumer_gets_the_paged_message_after_a_page_a_selective_one_to
         got = _labels(plain) + _labels(selective)
         assert sorted(got) == sorted(sent), f"attempt {attempt}: {proc.queue(f'q{attempt}')}"
         assert sent[-1] in _labels(plain), f"attempt {attempt}"
+
+
+
+def test_paged_messages_acked_in_an_aborted_transaction_are_all_delivered_again(
+    start_broker: Callable[..., BrokerProcess], connect: Callable[..., StompClient]
+) -> None:
+    """Seed 9714, shrunk by hand: four paged messages under a budget of four (`global-max-
+    messages`); a consumer selecting blue keeps the blue one, the other takes the reds from
+    beyond the queue's read position (the budget is full: the queue's reading waits) and ACKs
+    them in a transaction that is aborted. Giving back the last red freed its memory first,
+    which woke the waiting reading: it read past the reds, all still claimed, and the last
+    one, unclaimed just after, was never read again (paged, counted, not delivered)."""
+    proc = start_broker({"broker": {"global-max-messages": 4}, **_settings(**{"prefetch-page-messages": 1})})
+    sent = _send_pipelined(connect(proc), "/queue/q", ["blue", "red", "red", "red", "blue"])
+    keeper = connect(proc)
+    keeper.subscribe("/queue/q", ack="client-individual", headers={
+        "selector": "color = 'blue'", "activemq.prefetchSize": 1})
+    assert _wait_labels(keeper, sent[:1]) == sent[:1]
+    reds = connect(proc)
+    reds.subscribe("/queue/q", ack="client-individual", headers={
+        "selector": "color <> 'blue'", "activemq.prefetchSize": 10})
+    frames = reds.wait_for(3)
+    reds.begin("tx1")
+    for frame in frames:
+        reds.ack(frame, transaction="tx1")
+    reds.abort("tx1")
+    assert _wait_labels(reds, sent[1:4] * 2) == sent[1:4] * 2

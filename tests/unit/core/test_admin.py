@@ -147,3 +147,33 @@ def test_a_move_that_cannot_copy_stops_and_keeps_the_rest_in_order() -> None:
         assert numbers(moved) == [0, 1] and numbers(kept) == [2, 3, 4, 5]
 
     run(body)
+
+
+def test_paged_messages_a_failed_move_gives_back_reach_a_consumer_that_came_meanwhile() -> None:
+    """The move claims paged records without reading them; a consumer subscribing while it
+    runs reads past them to a message sent meanwhile. Records given back after a failed copy
+    were unclaimed behind the queue's read position and never read again: they come back in
+    memory instead (after the one delivered meanwhile)."""
+    async def body() -> None:
+        broker, _pages = memory_broker()
+        send(broker, 6)
+        queue = broker.queues["q"]
+        real_send = broker.router.send
+        kept = Collector()
+        calls = []
+
+        def failing_send(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(args)
+            if len(calls) == 3:
+                send(broker, 1, start=6)
+                broker.subscribe(queue, kept, ack_mode=AckMode.AUTO)  # reads past the claimed
+                raise OSError("disk gone")
+            return real_send(*args, **kwargs)
+
+        broker.router.send = failing_send  # type: ignore[method-assign]
+        assert await broker.admin.move("q", "elsewhere") == 2
+        await asyncio.sleep(0.01)
+        assert numbers(kept) == [6, 2, 3, 4, 5]
+        assert broker.queue_info("q")["messages"] == 0
+
+    run(body)

@@ -90,6 +90,23 @@ def test_a_reader_stopped_by_a_full_budget_reads_again_when_memory_is_freed() ->
     run(body)
 
 
+def test_a_reader_stopped_by_global_max_messages_reads_again_when_messages_are_acked() -> None:
+    """With only a message limit set, readers it stopped were never woken (the wake asked
+    the byte limit alone): the second subscriber waited for a delivery of the first's
+    queue, which never came when the first acknowledged everything it had."""
+    async def body() -> None:
+        memory = MemoryAccountant(max_messages=10)
+        broker, _pages = memory_broker(memory=memory)
+        first, second = topic_with_subscribers(broker, 2, 100)
+        (first_queue, _first_sink, first_consumer), (_queue, second_sink, _consumer) = first, second
+        before = len(second_sink.delivered)
+        assert before < 100 and memory.used_messages >= 10
+        broker.acknowledge(first_queue, [first_consumer.take(tag) for tag in list(first_consumer.in_flight)])
+        assert len(second_sink.delivered) > before, "the waiting reader was not woken"
+
+    run(body)
+
+
 def test_multicast_queues_share_one_message_object_per_record_read_back() -> None:
     async def body() -> None:
         broker, _pages = memory_broker()
