@@ -7,13 +7,22 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 EXIT_CONFIG = 2
 EXIT_LOCKED = 1  # another broker holds the data directory (docs/storage-format.md)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad flag is one line naming it, exit 2 (the usage text is what `--help` is for);
+    subcommands' parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_CONFIG, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="pagemq", description="A STOMP broker that pages huge queues to disk"
     )
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")

@@ -99,6 +99,13 @@ def test_bad_stomp_flag_exits_2_naming_it(tmp_path):
     assert "stomp" in _one_line_error(result)
 
 
+def test_unknown_flag_exits_2_with_one_line_naming_it(tmp_path):
+    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--stomp-port", "61613",
+                     cwd=tmp_path, timeout=20)
+    assert result.returncode == 2, result.stderr
+    assert "--stomp-port" in _one_line_error(result)
+
+
 def test_missing_config_file_exits_2(tmp_path):
     result = run_cli("serve", "--config", str(tmp_path / "nope.toml"), "--data-dir", str(tmp_path / "data"),
                      "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}",
