@@ -22,7 +22,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
+    parser: argparse.ArgumentParser = _OneLineParser(
         prog="pagemq", description="A STOMP broker that pages huge queues to disk"
     )
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")

@@ -830,6 +830,15 @@ class AddressPager:
     def bytes_on_disk(self) -> int:
         return self.store.bytes_on_disk
 
+    @property
+    def records_held(self) -> int:
+        """What page limits count: records on disk not yet acknowledged by every queue."""
+        return self.store.records_held
+
+    @property
+    def bytes_held(self) -> int:
+        return self.store.bytes_held
+
     def page_files(self) -> int:
         return self.store.page_files()
 

@@ -48,8 +48,8 @@ def address_limits(address: Address, pager: AddressPager | None) -> dict[str, ob
         "paging": {
             "page_limit_bytes": settings.page_limit_bytes,
             "page_limit_messages": settings.page_limit_messages,
-            "used_bytes": pager.bytes_on_disk if pager is not None else 0,
-            "used_messages": pager.records_on_disk if pager is not None else 0,
+            "used_bytes": pager.bytes_held if pager is not None else 0,
+            "used_messages": pager.records_held if pager is not None else 0,
             "page_full_policy": settings.page_full_policy,
         },
     }

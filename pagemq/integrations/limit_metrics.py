@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["PAGED_BYTES", "limit_families", "paged_bytes"]
 
 PAGED_BYTES = ("pagemq_address_paged_bytes",
-               "Bytes of the address in page files now (what page-limit-bytes counts)")
+               "Bytes of the address in page files not yet acknowledged by every queue "
+               "(what page-limit-bytes counts)")
 
 # (view part, view field, metric name, help): per address, shown when the limit is on
 _ADDRESS_LIMITS = (
@@ -91,6 +92,7 @@ def _address_families(broker: Broker) -> Iterator[Metric]:
 
 
 def paged_bytes(broker: Broker, names: Sequence[str]) -> list[float]:
-    """Bytes of each address (in `names` order) in page files now: what page-limit-bytes counts."""
+    """Bytes of each address (in `names` order) in page files not yet acknowledged by every
+    queue: what page-limit-bytes counts."""
     pagers = broker.bindings.pagers
-    return [float(pager.bytes_on_disk) if (pager := pagers.get(name)) is not None else 0.0 for name in names]
+    return [float(pager.bytes_held) if (pager := pagers.get(name)) is not None else 0.0 for name in names]

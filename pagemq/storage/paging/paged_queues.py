@@ -98,6 +98,17 @@ class PagedQueues:
         self._removing: set[int] = set()  # out of the medium, its file not removed yet
         self.records_on_disk = 0
         self.bytes_on_disk = 0
+        # What page limits count: records not yet acknowledged by every queue (see
+        # records_held). A page whose records are each for one queue counts its records
+        # still unacknowledged (page -> [records, their share of the page's bytes]); a page
+        # with a record for several queues counts all its records until it goes (a count
+        # per record and queue is what telling them apart would take).
+        self._unacked: dict[int, list[int]] = {}
+        self._unacked_records = 0
+        self._unacked_bytes = 0
+        self._shared: set[int] = set()
+        self._shared_records = 0
+        self._shared_bytes = 0
         self._summaries: dict[int, object | None] = {}
         self._page_sizes: dict[int, tuple[int, int]] = {}  # page -> (records, bytes) on disk
         self._live_seen = medium.live_page_no()
@@ -134,7 +145,10 @@ class PagedQueues:
         for record in records:
             size += len(record.message)
             routed += record.queue_ids
+        if len(routed) > len(records):
+            self._share(page_no)
         self._on_disk(page_no, len(records), size)
+        self._held(page_no, len(records))
         holders = self._open.setdefault(page_no, set())
         cursors = self.cursors
         for queue_id in routed:
@@ -165,6 +179,7 @@ class PagedQueues:
     def _append_failed(self, page_no: int, queue_ids: list[int], records: int, size: int) -> None:
         """The medium truncated a failed batch away: its records will never be read."""
         self._on_disk(page_no, -records, -size)
+        self._held(page_no, -records)
         for queue_id in queue_ids:
             cursor = self.cursors.get(queue_id)
             page = cursor.pages.get(page_no) if cursor is not None else None
@@ -181,6 +196,65 @@ class PagedQueues:
         self.bytes_on_disk += size
         counted = self._page_sizes.get(page_no, (0, 0))
         self._page_sizes[page_no] = (counted[0] + records, counted[1] + size)
+        if page_no in self._shared:
+            self._shared_records += records
+            self._shared_bytes += size
+
+    # -- what page limits count -------------------------------------------------------------
+
+    @property
+    def records_held(self) -> int:
+        """Records in page files not yet acknowledged by every queue they are for."""
+        return self._unacked_records + self._shared_records
+
+    @property
+    def bytes_held(self) -> int:
+        """Their bytes: a page's bytes in proportion to its records still held."""
+        return self._unacked_bytes + self._shared_bytes
+
+    def _share(self, page_no: int) -> None:
+        """A record for several queues goes to the page: it counts whole from now on."""
+        if page_no in self._shared:
+            return
+        entry = self._unacked.pop(page_no, None)
+        if entry is not None:
+            self._unacked_records -= entry[0]
+            self._unacked_bytes -= entry[1]
+        self._shared.add(page_no)
+        records, size = self._page_sizes.get(page_no, (0, 0))
+        self._shared_records += records
+        self._shared_bytes += size
+
+    def _held(self, page_no: int, delta: int) -> None:
+        """`delta` more (fewer) of the page's records are held by the queue they are for."""
+        if page_no in self._shared:
+            return
+        entry = self._unacked.get(page_no)
+        if entry is None:
+            if page_no not in self._page_sizes:
+                return  # gone already
+            entry = self._unacked[page_no] = [0, 0]
+        records, size = self._page_sizes[page_no]
+        held = max(0, min(records, entry[0] + delta))
+        share = size * held // records if records > 0 else 0
+        self._unacked_records += held - entry[0]
+        self._unacked_bytes += share - entry[1]
+        entry[0], entry[1] = held, share
+
+    def released(self, page_no: int, records: int) -> None:
+        self._held(page_no, -records)
+
+    def _forget_held(self, page_no: int) -> None:
+        if page_no in self._shared:
+            self._shared.discard(page_no)
+            records, size = self._page_sizes.get(page_no, (0, 0))
+            self._shared_records -= records
+            self._shared_bytes -= size
+            return
+        entry = self._unacked.pop(page_no, None)
+        if entry is not None:
+            self._unacked_records -= entry[0]
+            self._unacked_bytes -= entry[1]
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -296,6 +370,7 @@ class PagedQueues:
             taken = cursor.records_lost(lost.page_no, count, lost.ordinals) if cursor is not None else 0
             if taken:
                 gone[queue_id] = taken
+                self._held(lost.page_no, -taken)
         self._live_seen = self.medium.live_page_no()
         self._complete_closed()  # counts dropped: pages may be fully acknowledged now
         self.listener.records_lost(lost, gone)
@@ -369,6 +444,7 @@ class PagedQueues:
         module docstring for the order)."""
         self._open.pop(page_no, None)
         self._summaries.pop(page_no, None)
+        self._forget_held(page_no)
         records, size = self._page_sizes.pop(page_no, (0, 0))
         self.records_on_disk -= records
         self.bytes_on_disk -= size
@@ -444,8 +520,11 @@ class PagedQueues:
         recovery = PagedRecovery(stale=self._stale(pages, acked, completes))
         voided = self._recover_transactions(pages, tx_commits, recovery.stale)
         for info in pages:
+            if sum(info.queue_counts.values()) > info.persistent_count:
+                self._share(info.page_no)
             self._on_disk(info.page_no, info.persistent_count, info.size)
             holders: set[int] = set()
+            unacked = 0
             for queue_id, count in info.queue_counts.items():
                 if queue_id not in mine or count == 0 or (queue_id, info.page_no) in done:
                     continue
@@ -460,11 +539,13 @@ class PagedQueues:
                 cursor = self.queue(queue_id)
                 cursor.pages[info.page_no] = page
                 cursor.unread += remaining
+                unacked += remaining
                 holders.add(queue_id)
                 held = recovery.queues.setdefault(queue_id, RecoveredQueue(0, info.first_id))
                 held.paged += remaining
             if holders:
                 self._open[info.page_no] = holders
+                self._held(info.page_no, unacked)
             else:
                 self._delete_page(info.page_no, [a.record_id for k, v in acked.items()
                                                  if k[1] == info.page_no for a in v])

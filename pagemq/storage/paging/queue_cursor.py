@@ -59,6 +59,10 @@ class CursorOwner(Protocol):
 
     def roll_live(self) -> None: ...
 
+    def released(self, page_no: int, records: int) -> None:
+        """`records` of the page are no longer held by this queue (acknowledged, completed,
+        dropped, lost): what page limits count (`PagedQueues.records_held`)."""
+
 
 class CursorPage:
     """One page as one queue sees it: how many of its records are for the queue, which are acked."""
@@ -336,6 +340,7 @@ class QueueCursor:
             self.unread += 1  # back on disk only, for whoever reads that position next
             return True
         page.count -= 1  # its bytes were damaged since it was read: never to be read again
+        self._owner.released(page_no, 1)
         self._maybe_done(page_no, page)
         return False
 
@@ -376,6 +381,7 @@ class QueueCursor:
         page = self.pages.get(page_no)
         if page is None or not page.acked.add(ordinal):
             return  # (acknowledged before)
+        self._owner.released(page_no, 1)
         if page.claimed:
             page.claimed.discard(ordinal)
         if journal:
@@ -466,6 +472,8 @@ class QueueCursor:
 
     def _complete(self, page_no: int, *, recorded: bool = False) -> None:
         page = self.pages[page_no]
+        if page.count > len(page.acked):  # a purge's or a stream's: no ack each
+            self._owner.released(page_no, page.count - len(page.acked))
         if page.unwritten:
             # If every queue is now done, the page file's deletion (not in the journal)
             # would stand for these acks: written first, a receipt's flush covers them.
@@ -527,6 +535,8 @@ class QueueCursor:
         """The queue is deleted: it holds no page any more."""
         for page_no in list(self.pages):
             page = self.pages.pop(page_no)
+            if page.count > len(page.acked):
+                self._owner.released(page_no, page.count - len(page.acked))
             self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
         self.unread = 0
         self._drop_reader()

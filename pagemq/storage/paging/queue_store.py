@@ -255,6 +255,14 @@ class PagedQueueStore(Protocol):
     records_on_disk: int
     bytes_on_disk: int
 
+    @property
+    def records_held(self) -> int:
+        """Records in page files not yet acknowledged by every queue (page limits count these)."""
+
+    @property
+    def bytes_held(self) -> int:
+        """Their bytes."""
+
     def queue(self, queue_id: int) -> PagedQueue:
         """The queue's bookkeeping, made on first use."""
 
