@@ -171,9 +171,11 @@ class Broker:
     # -- transactions ---------------------------------------------------------------------
 
     def hold_for_transaction(self, queue: Queue, refs: list[MessageRef]) -> None:
-        """ACKed or NACKed in a transaction: out of the consumer's window (as ActiveMQ and
-        Artemis return the credit), so one that takes more than its prefetch before COMMIT
-        is not left waiting for messages that never come."""
+        """ACKed or NACKed in a transaction: out of the consumer's window (as ActiveMQ
+        Classic extends the prefetch for them), so one that takes more than its prefetch
+        before COMMIT is not left waiting for messages that never come. The caller has put
+        them in the transaction first: the dispatch may fail the session, and its rollback
+        must give them back."""
         self.transactions.hold(queue, refs)
         self.ledger.room_made(queue, len(refs))
 

@@ -373,11 +373,14 @@ class PageCursor:
         is delivered again in queue order, not before the messages in front of it."""
         assert ref.page_pos is not None
         self._returned[ref.page_pos] = ref.delivery_count
-        page_no, ordinal = ref.page_pos
+        self._rewind_scans(*ref.page_pos)
+        self.settle(ref, acked=False)  # last: it may wake readers (see settle)
+
+    def _rewind_scans(self, page_no: int, ordinal: int) -> None:
+        """A record is on disk again: selective consumers that looked past it look again."""
         for scan in self._scans.values():
             if (scan.page_no, scan.ordinal) > (page_no, ordinal):
                 scan.page_no, scan.ordinal = page_no, ordinal
-        self.settle(ref, acked=False)  # last: it may wake readers (see settle)
 
     def give_back(self, page_no: int, ordinal: int, message: Message) -> MessageRef | None:
         """A record claimed on disk and not read (a move that could not copy it) goes back:
@@ -386,6 +389,7 @@ class PageCursor:
         memory, for the caller to return to the queue."""
         if (page_no, ordinal) >= self.book.position():
             self.book.unclaim(page_no, ordinal)
+            self._rewind_scans(page_no, ordinal)
             return None
         self._into_memory(message.memory_size)
         return self._ref(message, page_no, ordinal)

@@ -763,8 +763,8 @@ class StompSession:
         refs = self._take(sub, tag)
         if event.transaction is not None:
             tx = self._transaction(event.transaction, ev.Ack)
+            tx.acks.extend((queue, ref) for ref in refs)  # first: a rollback must find them
             self.broker.hold_for_transaction(queue, refs)
-            tx.acks.extend((queue, ref) for ref in refs)
             durable = None
         else:
             self.broker.acknowledge(queue, refs)
@@ -780,8 +780,8 @@ class StompSession:
         if event.transaction is not None:
             tx = self._transaction(event.transaction, ev.Nack)  # before taking: a bad name changes nothing
             refs = self._take(sub, tag)
-            self.broker.hold_for_transaction(queue, refs)
             tx.nacks.extend((queue, ref) for ref in refs)
+            self.broker.hold_for_transaction(queue, refs)
         else:
             self.broker.nack(queue, self._take(sub, tag))
         if event.receipt is not None:

@@ -177,3 +177,35 @@ def test_paged_messages_a_failed_move_gives_back_reach_a_consumer_that_came_mean
         assert broker.queue_info("q")["messages"] == 0
 
     run(body)
+
+
+def test_a_selective_consumer_gets_a_paged_message_a_failed_move_gave_back_behind_its_scan() -> None:
+    """Found by review: blue0 red1 red2 blue3 paged; a move of the reds copies red1 and fails
+    on red2, while a consumer selecting red subscribes and looks past the claimed reds. red2,
+    unclaimed behind where it looked, waited until something rewound its look-ahead (and a
+    later red overtook it)."""
+    async def body() -> None:
+        broker, _pages = memory_broker({"prefetch-page-messages": 1})
+        send(broker, 1)
+        send(broker, 2, color="red", start=1)
+        send(broker, 1, start=3)
+        queue = broker.queues["q"]
+        real_send = broker.router.send
+        reds = Collector()
+        calls = []
+
+        def failing_send(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(args)
+            if len(calls) == 2:
+                broker.subscribe(queue, reds, ack_mode=AckMode.INDIVIDUAL, selector="color = 'red'")
+                raise OSError("disk gone")
+            return real_send(*args, **kwargs)
+
+        broker.router.send = failing_send  # type: ignore[method-assign]
+        assert await broker.admin.move("q", "elsewhere", "color = 'red'") == 1
+        await asyncio.sleep(0.01)
+        send(broker, 1, color="red", start=4)
+        await asyncio.sleep(0.01)
+        assert numbers(reds) == [2, 4]
+
+    run(body)
