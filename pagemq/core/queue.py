@@ -30,6 +30,7 @@ Loop-only: every method runs on the event loop thread.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -230,9 +231,17 @@ class Queue:
         # Nothing is delivered until every ref is back (the caller dispatches): giving one
         # back frees memory, which may wake this queue's reading, and it would deliver that
         # one before the older ones still to come back.
+        with self.dispatch_held():
+            self._return_in_order(refs)
+
+    @contextlib.contextmanager
+    def dispatch_held(self) -> Iterator[None]:
+        """No delivery while the caller changes the queue (it dispatches after): freeing
+        memory wakes readers waiting for the budget at once, this queue's own among them,
+        and its reading must not run in the middle of the change."""
         dispatching, self._dispatching = self._dispatching, True
         try:
-            self._return_in_order(refs)
+            yield
         finally:
             self._dispatching = dispatching
 

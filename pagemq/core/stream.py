@@ -159,6 +159,16 @@ def commit_step(queue: Queue, ledger: Ledger, reader: StreamReader, offset: int,
         return reader.was_served(message.message_id) and (
             selector is None or selector.matches_headers(message_view(message)))
 
+    with queue.dispatch_held():  # (a reading woken mid-step would read served records in)
+        _commit_step(queue, ledger, reader, offset, selector, budget, wanted, progress)
+    if progress.done and (progress.acknowledged or progress.kept):
+        queue.dispatch()
+    return progress
+
+
+def _commit_step(queue: Queue, ledger: Ledger, reader: StreamReader, offset: int,
+                 selector: Selector | None, budget: int, wanted: Callable[[Message], bool],
+                 progress: CommitProgress) -> None:
     due = [ref for ref in _pending(queue) if ref.message.message_id <= offset and wanted(ref.message)]
     if due:
         due = due[:budget]
@@ -166,7 +176,7 @@ def commit_step(queue: Queue, ledger: Ledger, reader: StreamReader, offset: int,
             ledger.settle(queue, ref)
             progress.acknowledged += 1
     if progress.acknowledged >= budget:
-        return progress
+        return
     cursor = queue.cursor
     if cursor is not None and cursor.unread > 0 and reader.pages:
         # Whole pages the reader was served: one "page complete" record each, nothing read.
@@ -178,9 +188,6 @@ def commit_step(queue: Queue, ledger: Ledger, reader: StreamReader, offset: int,
         progress.kept += kept
         if state != "done":
             progress.waiting = state == "waiting"
-            return progress
+            return
     progress.done = True
     reader.committed_to(offset)
-    if progress.acknowledged or progress.kept:
-        queue.dispatch()
-    return progress

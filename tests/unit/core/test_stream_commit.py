@@ -93,3 +93,34 @@ def test_a_record_not_served_stays_and_its_page_is_acknowledged_record_by_record
         assert [ref.message.message_id for _tag, ref in sink.delivered] == [missing]
 
     run(body)
+
+
+def test_a_commit_freeing_memory_does_not_let_a_waiting_reading_take_served_records() -> None:
+    """Found by review: settling the served messages in memory freed the budget, which woke
+    the queue's own reading (a STOMP consumer's, stopped by the full budget) in the middle of
+    the commit; it read served paged records into memory, where the commit's walk of the
+    page files no longer saw them: they stayed, to be delivered a second time."""
+    async def body() -> None:
+        from array import array
+
+        from pagemq.core.memory import MemoryAccountant
+
+        memory = MemoryAccountant(max_messages=4)
+        broker, _pages = memory_broker({"max-size-bytes": -1, "max-size-messages": 3}, memory=memory)
+        send(broker, 10)  # three held in memory, seven paged
+        queue = broker.queues["q"]
+        sink = Collector()
+        consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL, prefetch=1)
+        assert len(sink.delivered) == 1  # it holds the first; the budget is full
+        reader = reader_of(queue, "spark")
+        in_memory = [ref.message.message_id for ref in queue]
+        reader.note_read(0, 2**62)
+        reader.note_served(array("q", in_memory))
+        served = serve(queue, reader, 0, 2**62)
+        assert len(in_memory) + len(served) == 9
+        assert commit(broker, queue, reader, max(in_memory + served)) == 9
+        assert broker.queue_info("q")["messages"] == 1
+        broker.acknowledge(queue, [consumer.take(tag) for tag in list(consumer.in_flight)])
+        assert len(sink.delivered) == 1
+
+    run(body)
