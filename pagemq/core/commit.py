@@ -24,6 +24,7 @@ Loop-only: every method runs on the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING
 
 from pagemq.core.consumer import MessageRef
@@ -246,7 +247,11 @@ class Transactions:
         by_queue: dict[Queue, list[MessageRef]] = {}
         for queue, ref in tx.acks:
             by_queue.setdefault(queue, []).append(ref)
-        for queue, refs in by_queue.items():
-            queue.transacted -= len(refs)
-            queue.return_refs(refs)
+        with contextlib.ExitStack() as held:  # every queue's refs back before any delivers
+            for queue in by_queue:
+                held.enter_context(queue.dispatch_held())
+            for queue, refs in by_queue.items():
+                queue.transacted -= len(refs)
+                queue.return_refs(refs)
+        for queue in by_queue:
             queue.dispatch()

@@ -221,17 +221,17 @@ class Queue:
         """Put unacknowledged refs back at the head, oldest first; those delivered
         `max-delivery-attempts` times go to the owner to be dead-lettered (any it cannot
         move come back like the others)."""
-        limit = self.settings.max_delivery_attempts
-        if dead_letter and limit > 0:
-            spent = [ref for ref in refs if ref.delivery_count >= limit]
-            if spent:
-                kept = {id(ref) for ref in self.owner.dead_letter(self, spent)}
-                moved = {id(ref) for ref in spent if id(ref) not in kept}
-                refs = [ref for ref in refs if id(ref) not in moved]
         # Nothing is delivered until every ref is back (the caller dispatches): giving one
-        # back frees memory, which may wake this queue's reading, and it would deliver that
-        # one before the older ones still to come back.
+        # back (or dead-lettering it) frees memory, which may wake this queue's reading, and
+        # it would deliver newer ones before the older ones still to come back.
         with self.dispatch_held():
+            limit = self.settings.max_delivery_attempts
+            if dead_letter and limit > 0:
+                spent = [ref for ref in refs if ref.delivery_count >= limit]
+                if spent:
+                    kept = {id(ref) for ref in self.owner.dead_letter(self, spent)}
+                    moved = {id(ref) for ref in spent if id(ref) not in kept}
+                    refs = [ref for ref in refs if id(ref) not in moved]
             self._return_in_order(refs)
 
     @contextlib.contextmanager
