@@ -455,6 +455,11 @@ class QueueCursor:
             else:
                 self._owner.live_page_caught_up(page_no)
 
+    def _release_rest(self, page_no: int, page: CursorPage) -> None:
+        """The queue no longer holds its records of the page not acknowledged one by one."""
+        if page.count > len(page.acked):
+            self._owner.released(page_no, page.count - len(page.acked))
+
     def caught_up(self, page_no: int) -> bool:
         """Acknowledged every record of the page meant for it (or holds none of it)."""
         page = self.pages.get(page_no)
@@ -472,8 +477,7 @@ class QueueCursor:
 
     def _complete(self, page_no: int, *, recorded: bool = False) -> None:
         page = self.pages[page_no]
-        if page.count > len(page.acked):  # a purge's or a stream's: no ack each
-            self._owner.released(page_no, page.count - len(page.acked))
+        self._release_rest(page_no, page)  # (a purge's or a stream's completion: no ack each)
         if page.unwritten:
             # If every queue is now done, the page file's deletion (not in the journal)
             # would stand for these acks: written first, a receipt's flush covers them.
@@ -535,8 +539,7 @@ class QueueCursor:
         """The queue is deleted: it holds no page any more."""
         for page_no in list(self.pages):
             page = self.pages.pop(page_no)
-            if page.count > len(page.acked):
-                self._owner.released(page_no, page.count - len(page.acked))
+            self._release_rest(page_no, page)
             self._owner.queue_done_with(self.queue_id, page_no, page.ack_ids)
         self.unread = 0
         self._drop_reader()

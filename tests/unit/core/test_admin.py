@@ -5,11 +5,13 @@ messages and in-flight deliveries about; actions on one queue run one at a time.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from test_paging_acks import Collector
 from test_paging_in_memory import memory_broker, numbers, run, send
 
 from pagemq.core.address import ANYCAST
+from pagemq.core.broker import Broker
 from pagemq.core.consumer import AckMode
 
 
@@ -158,19 +160,13 @@ def test_paged_messages_a_failed_move_gives_back_reach_a_consumer_that_came_mean
         broker, _pages = memory_broker()
         send(broker, 6)
         queue = broker.queues["q"]
-        real_send = broker.router.send
         kept = Collector()
-        calls = []
 
-        def failing_send(*args, **kwargs):  # type: ignore[no-untyped-def]
-            calls.append(args)
-            if len(calls) == 3:
-                send(broker, 1, start=6)
-                broker.subscribe(queue, kept, ack_mode=AckMode.AUTO)  # reads past the claimed
-                raise OSError("disk gone")
-            return real_send(*args, **kwargs)
+        def meanwhile() -> None:
+            send(broker, 1, start=6)
+            broker.subscribe(queue, kept, ack_mode=AckMode.AUTO)  # reads past the claimed
 
-        broker.router.send = failing_send  # type: ignore[method-assign]
+        _fail_copy(broker, at_call=3, meanwhile=meanwhile)
         assert await broker.admin.move("q", "elsewhere") == 2
         await asyncio.sleep(0.01)
         assert numbers(kept) == [6, 2, 3, 4, 5]
@@ -190,18 +186,9 @@ def test_a_selective_consumer_gets_a_paged_message_a_failed_move_gave_back_behin
         send(broker, 2, color="red", start=1)
         send(broker, 1, start=3)
         queue = broker.queues["q"]
-        real_send = broker.router.send
         reds = Collector()
-        calls = []
-
-        def failing_send(*args, **kwargs):  # type: ignore[no-untyped-def]
-            calls.append(args)
-            if len(calls) == 2:
-                broker.subscribe(queue, reds, ack_mode=AckMode.INDIVIDUAL, selector="color = 'red'")
-                raise OSError("disk gone")
-            return real_send(*args, **kwargs)
-
-        broker.router.send = failing_send  # type: ignore[method-assign]
+        _fail_copy(broker, at_call=2, meanwhile=lambda: broker.subscribe(
+            queue, reds, ack_mode=AckMode.INDIVIDUAL, selector="color = 'red'"))
         assert await broker.admin.move("q", "elsewhere", "color = 'red'") == 1
         await asyncio.sleep(0.01)
         send(broker, 1, color="red", start=4)
@@ -209,3 +196,19 @@ def test_a_selective_consumer_gets_a_paged_message_a_failed_move_gave_back_behin
         assert numbers(reds) == [2, 4]
 
     run(body)
+
+
+def _fail_copy(broker: Broker, *, at_call: int, meanwhile: Callable[[], object]) -> None:
+    """The move's `at_call`-th copy fails (disk gone), after `meanwhile` ran."""
+    real_send = broker.router.send
+    calls = 0
+
+    def failing_send(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == at_call:
+            meanwhile()
+            raise OSError("disk gone")
+        return real_send(*args, **kwargs)
+
+    broker.router.send = failing_send  # type: ignore[method-assign]
