@@ -279,6 +279,50 @@ async def test_acks_for_a_callers_transaction_are_not_gathered(h: Harness) -> No
     assert ids(take_all(h.store.queue(A))) == [3]
 
 
+# -- what page limits count -----------------------------------------------------------------
+
+
+@each_store
+async def test_page_limits_count_a_fan_out_record_until_every_queue_acknowledged_it(h: Harness) -> None:
+    append_batch(h.store, range(1, 5), A, B)  # one page, every record for both queues
+    await h.settle()
+    assert (h.store.records_held, h.store.bytes_held) == (4, h.store.bytes_on_disk)
+    a, b = h.store.queue(A), h.store.queue(B)
+    of_a, of_b = take_all(a), take_all(b)
+    ack(a, of_a[:2])
+    assert h.store.records_held == 4  # B holds them all still
+    ack(b, of_b[1:3])
+    assert h.store.records_held == 3  # only message 2 is acknowledged by both
+    ack(b, of_b[:1])
+    assert (h.store.records_held, h.store.bytes_held) == (2, h.store.bytes_on_disk // 2)
+    await h.settle()
+    await h.reopen([A, B])
+    assert h.store.records_held == 2
+    h.store.drop_queue(B)  # B's unacknowledged record (message 4) is nobody's now
+    assert h.store.records_held == 2  # A has not acknowledged 3 and 4
+    a = h.store.queue(A)
+    ack(a, take_all(a)[:1])
+    assert h.store.records_held == 1
+
+
+@each_store
+async def test_page_limits_count_a_page_of_differently_routed_records_whole(h: Harness) -> None:
+    h.store.append([PagedRecord(1, (A, B), True, BODY, 0), PagedRecord(2, (A,), True, BODY, 0)],
+                   summary_input=["x", "x"])
+    await h.settle()
+    a, b = h.store.queue(A), h.store.queue(B)
+    ack(a, take_all(a))
+    ack(b, take_all(b))
+    assert h.store.records_held == 0  # every queue is done with the page: it goes
+    h.store.append([PagedRecord(3, (A, B), True, BODY, 0), PagedRecord(4, (A,), True, BODY, 0)],
+                   summary_input=["x", "x"])
+    await h.settle()
+    ack(a, take_all(a))
+    assert h.store.records_held == 2  # B still holds 3; which record is whose is not kept
+    await h.reopen([A, B])
+    assert h.store.records_held == 2
+
+
 # -- transactions ------------------------------------------------------------------------
 
 

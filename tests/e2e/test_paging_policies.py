@@ -162,17 +162,33 @@ def test_page_limit_counts_messages_not_yet_acknowledged_not_the_page_files(star
     assert again == numbered("r", 3)
 
 
-def test_page_limit_counts_a_topic_message_until_every_subscription_acknowledged_it(
+def test_page_limit_frees_a_topic_message_once_every_subscription_acknowledged_it(
     start_broker, stomp_client
 ):
     """On a page whose messages went to two subscriptions, one subscription acknowledging
-    them frees nothing: the other still holds them (they are freed when the page goes)."""
-    proc = start_broker({"address-settings": {"#": {"max-size-bytes": 0, "page-limit-messages": 5}}})
+    them frees nothing: the other still holds them. Once both have acknowledged three, three
+    can be sent again; so after a restart too."""
+    proc = start_broker({"address-settings": {"#": {"max-size-bytes": 0, "page-limit-messages": 6}}})
     first = durable(stomp_client, proc, "c1", "news", "one")
     durable(stomp_client, proc, "c2", "news", "two").disconnect()
-    send_all(stomp_client(proc), "/topic/news", numbered("m", 5))
-    assert take(first, 5) == numbered("m", 5)
-    assert proc.address("news")["limits"]["paging"]["used_messages"] == 5
+    send_all(stomp_client(proc), "/topic/news", numbered("m", 6))
+    assert take(first, 6) == numbered("m", 6)
+    assert proc.address("news")["limits"]["paging"]["used_messages"] == 6
+    _sent, error, _receipt = send_until_error(stomp_client(proc), "/topic/news", 1)
+    assert error is not None
+    second = stomp_client(proc, client_id="c2")
+    second.subscribe("/topic/news", ack="client-individual",
+                     headers={"durable-subscription-name": "two", "activemq.prefetchSize": 1})
+    for n in range(3):
+        second.ack(second.wait_for(n + 1)[n], receipt=True)
+    second.disconnect()  # the one delivered after the last ACK goes back
+    assert labels(second.listener.messages[:3]) == numbered("m", 3)
+    wait_until(lambda: proc.address("news")["limits"]["paging"]["used_messages"] == 3,
+               what="three of the limit free")
+    more, _error, _receipt = send_until_error(stomp_client(proc), "/topic/news", 10, prefix="n")
+    assert more == numbered("n", 3)
+    proc.restart()
+    assert proc.address("news")["limits"]["paging"]["used_messages"] == 6
     _sent, error, _receipt = send_until_error(stomp_client(proc), "/topic/news", 1)
     assert error is not None
 

@@ -77,12 +77,16 @@ class OrdinalSet:
         self.update(ordinals)
         return self
 
+    def as_int(self) -> int:
+        """The bitmap as one int (bit n set: ordinal n is in), for whole-set AND and counts."""
+        return int.from_bytes(self._bits, "little")
+
     def count_outside(self, *others: OrdinalSet) -> int:
         """How many of these ordinals are in none of `others` (whole bitmaps at once)."""
-        mine = int.from_bytes(self._bits, "little")
+        mine = self.as_int()
         for other in others:
             if other.count:
-                mine &= ~int.from_bytes(other._bits, "little")
+                mine &= ~other.as_int()
         return mine.bit_count()
 
     def __len__(self) -> int:

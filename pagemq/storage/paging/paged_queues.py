@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.disk_space import is_no_space
+from pagemq.storage.paging.held_records import HeldRecords
 from pagemq.storage.paging.ordinal_set import OrdinalSet
 from pagemq.storage.paging.page_format import PagedRecord, page_file_name
 from pagemq.storage.paging.page_medium import PageMedium
@@ -98,19 +99,9 @@ class PagedQueues:
         self._removing: set[int] = set()  # out of the medium, its file not removed yet
         self.records_on_disk = 0
         self.bytes_on_disk = 0
-        # What page limits count: records not yet acknowledged by every queue (see
-        # records_held). A page whose records are each for one queue counts its records
-        # still unacknowledged (page -> [records, their share of the page's bytes]); a page
-        # with a record for several queues counts all its records until it goes (a count
-        # per record and queue is what telling them apart would take).
-        self._unacked: dict[int, list[int]] = {}
-        self._unacked_records = 0
-        self._unacked_bytes = 0
-        self._shared: set[int] = set()
-        self._shared_records = 0
-        self._shared_bytes = 0
         self._summaries: dict[int, object | None] = {}
         self._page_sizes: dict[int, tuple[int, int]] = {}  # page -> (records, bytes) on disk
+        self._held = HeldRecords(self._page_sizes, self.cursors)  # what page limits count
         self._live_seen = medium.live_page_no()
         # write batch -> its appends, undone if it fails
         self._unsynced: dict[asyncio.Future[None], list[_Append]] = {}
@@ -145,10 +136,10 @@ class PagedQueues:
         for record in records:
             size += len(record.message)
             routed += record.queue_ids
-        if len(routed) > len(records):
-            self._share(page_no)
+        self._held.routed(page_no, [record.queue_ids for record in records],
+                          fanout=len(routed) > len(records))
         self._on_disk(page_no, len(records), size)
-        self._held(page_no, len(records))
+        self._held.changed(page_no, len(records))
         holders = self._open.setdefault(page_no, set())
         cursors = self.cursors
         for queue_id in routed:
@@ -179,7 +170,7 @@ class PagedQueues:
     def _append_failed(self, page_no: int, queue_ids: list[int], records: int, size: int) -> None:
         """The medium truncated a failed batch away: its records will never be read."""
         self._on_disk(page_no, -records, -size)
-        self._held(page_no, -records)
+        self._held.changed(page_no, -records)
         for queue_id in queue_ids:
             cursor = self.cursors.get(queue_id)
             page = cursor.pages.get(page_no) if cursor is not None else None
@@ -196,65 +187,22 @@ class PagedQueues:
         self.bytes_on_disk += size
         counted = self._page_sizes.get(page_no, (0, 0))
         self._page_sizes[page_no] = (counted[0] + records, counted[1] + size)
-        if page_no in self._shared:
-            self._shared_records += records
-            self._shared_bytes += size
+        self._held.resized(page_no, records, size)
 
     # -- what page limits count -------------------------------------------------------------
 
     @property
     def records_held(self) -> int:
         """Records in page files not yet acknowledged by every queue they are for."""
-        return self._unacked_records + self._shared_records
+        return self._held.records
 
     @property
     def bytes_held(self) -> int:
         """Their bytes: a page's bytes in proportion to its records still held."""
-        return self._unacked_bytes + self._shared_bytes
-
-    def _share(self, page_no: int) -> None:
-        """A record for several queues goes to the page: it counts whole from now on."""
-        if page_no in self._shared:
-            return
-        entry = self._unacked.pop(page_no, None)
-        if entry is not None:
-            self._unacked_records -= entry[0]
-            self._unacked_bytes -= entry[1]
-        self._shared.add(page_no)
-        records, size = self._page_sizes.get(page_no, (0, 0))
-        self._shared_records += records
-        self._shared_bytes += size
-
-    def _held(self, page_no: int, delta: int) -> None:
-        """`delta` more (fewer) of the page's records are held by the queue they are for."""
-        if page_no in self._shared:
-            return
-        entry = self._unacked.get(page_no)
-        if entry is None:
-            if page_no not in self._page_sizes:
-                return  # gone already
-            entry = self._unacked[page_no] = [0, 0]
-        records, size = self._page_sizes[page_no]
-        held = max(0, min(records, entry[0] + delta))
-        share = size * held // records if records > 0 else 0
-        self._unacked_records += held - entry[0]
-        self._unacked_bytes += share - entry[1]
-        entry[0], entry[1] = held, share
+        return self._held.bytes
 
     def released(self, page_no: int, records: int) -> None:
-        self._held(page_no, -records)
-
-    def _forget_held(self, page_no: int) -> None:
-        if page_no in self._shared:
-            self._shared.discard(page_no)
-            records, size = self._page_sizes.get(page_no, (0, 0))
-            self._shared_records -= records
-            self._shared_bytes -= size
-            return
-        entry = self._unacked.pop(page_no, None)
-        if entry is not None:
-            self._unacked_records -= entry[0]
-            self._unacked_bytes -= entry[1]
+        self._held.changed(page_no, -records)
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -370,7 +318,7 @@ class PagedQueues:
             taken = cursor.records_lost(lost.page_no, count, lost.ordinals) if cursor is not None else 0
             if taken:
                 gone[queue_id] = taken
-                self._held(lost.page_no, -taken)
+                self._held.changed(lost.page_no, -taken)
         self._live_seen = self.medium.live_page_no()
         self._complete_closed()  # counts dropped: pages may be fully acknowledged now
         self.listener.records_lost(lost, gone)
@@ -444,7 +392,7 @@ class PagedQueues:
         module docstring for the order)."""
         self._open.pop(page_no, None)
         self._summaries.pop(page_no, None)
-        self._forget_held(page_no)
+        self._held.forget(page_no)
         records, size = self._page_sizes.pop(page_no, (0, 0))
         self.records_on_disk -= records
         self.bytes_on_disk -= size
@@ -520,8 +468,7 @@ class PagedQueues:
         recovery = PagedRecovery(stale=self._stale(pages, acked, completes))
         voided = self._recover_transactions(pages, tx_commits, recovery.stale)
         for info in pages:
-            if sum(info.queue_counts.values()) > info.persistent_count:
-                self._share(info.page_no)
+            self._count_held_as(info)
             self._on_disk(info.page_no, info.persistent_count, info.size)
             holders: set[int] = set()
             unacked = 0
@@ -545,11 +492,21 @@ class PagedQueues:
                 held.paged += remaining
             if holders:
                 self._open[info.page_no] = holders
-                self._held(info.page_no, unacked)
+                self._held.changed(info.page_no, unacked)
             else:
                 self._delete_page(info.page_no, [a.record_id for k, v in acked.items()
                                                  if k[1] == info.page_no for a in v])
         return recovery
+
+    def _count_held_as(self, info: PageInfo) -> None:
+        """How page limits count the page (`held_records`), from its per-queue counts."""
+        counts = {queue_id: count for queue_id, count in info.queue_counts.items() if count}
+        if sum(counts.values()) <= info.persistent_count:
+            return  # each record went to one queue
+        if all(count == info.persistent_count for count in counts.values()):
+            self._held.uniform(info.page_no, counts)
+        else:
+            self._held.count_whole(info.page_no)
 
     def _stale(
         self,
