@@ -6,6 +6,12 @@ Separates the broker's own cost from client and kernel noise on a shared machine
 `--consume` then times the drain: one client-individual consumer (prefetch 1,000) ACKs each
 MESSAGE in batches of `--batch` ACK frames per read (the `pagemq perf` consumer's load).
 
+`--transaction N` sends as the Spark sink does: transactions of N SENDs (BEGIN, the SENDs
+with no receipt and an `_AMQ_DUPL_ID` each, a receipted COMMIT).
+
+The garbage collector runs with the server's thresholds (`--default-gc`: Python's own, which
+cost the dup-id path ~40 µs a message more than the server pays).
+
 `--deliver` subscribes one auto-ack consumer first, so every SEND is also delivered (the
 path the delivery-latency histogram observes on); `--no-latency` leaves that consumer
 without the histogram, to measure what it costs in the same build.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import re
 import tempfile
 import time
@@ -25,6 +32,7 @@ from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings, AddressSettingsRepository
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.protocol.stomp.frames import encode_frame
+from pagemq.server.app import GC_THRESHOLD
 from pagemq.server.stomp_session import StompSession
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_store import PageStore
@@ -61,7 +69,8 @@ class NullTransport:
 
 
 async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
-              deliver: bool = False, latency: bool = True, consume: bool = False) -> None:
+              deliver: bool = False, latency: bool = True, consume: bool = False,
+              transaction: int = 0) -> None:
     directory = Path(tempfile.mkdtemp())
     store = JournalMessageStore(directory / "journal", file_size=32 << 20, sync=not NOSYNC)
     settings = AddressSettingsRepository()
@@ -92,14 +101,18 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
                                                    "ack": "auto", "activemq.prefetchSize": "-1"}))
     body = b"x" * 1024
     flag = "true" if persistent else "false"
-    chunks = [
-        b"".join(
-            encode_frame("SEND", {"destination": "/queue/bench", "persistent": flag,
-                                  "receipt": str(i + j), "perf-ts": str(time.time_ns() + i + j)}, body)
-            for j in range(batch)
-        )
-        for i in range(0, messages, batch)
-    ]
+    if transaction:
+        chunks = [_sink_transaction(i, min(transaction, messages - i), flag, body)
+                  for i in range(0, messages, transaction)]
+    else:
+        chunks = [
+            b"".join(
+                encode_frame("SEND", {"destination": "/queue/bench", "persistent": flag,
+                                      "receipt": str(i + j), "perf-ts": str(time.time_ns() + i + j)}, body)
+                for j in range(batch)
+            )
+            for i in range(0, messages, batch)
+        ]
     cpu, wall, loop_cpu = time.process_time(), time.perf_counter(), time.thread_time()
     for chunk in chunks:
         session.receive(chunk)
@@ -110,7 +123,9 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
     await store.flush()
     await asyncio.sleep(0.01)
     cpu, wall, loop_cpu = time.process_time() - cpu, time.perf_counter() - wall, time.thread_time() - loop_cpu
-    print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}): "
+    print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}"
+          f"{f', in transactions of {transaction}' if transaction else ''}"
+          f"{' with _AMQ_DUPL_ID' if transaction and DUPL_IDS else ''}): "
           f"{', paged' if paging else ''}{', delivered' if deliver else ''}"
           f"{'' if latency or not deliver else ' (no latency histogram)'}: "
           f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; "
@@ -119,6 +134,22 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
     if consume:
         await drain(session, transport, messages, batch)
     await store.close()
+
+
+DUPL_IDS = True  # --no-dupl-ids: the sink's transactions without the ids
+
+
+def _sink_transaction(first: int, count: int, flag: str, body: bytes) -> bytes:
+    """One read's worth as the Spark sink sends it (pagemq.spark.stomp_sender)."""
+    tx = f"tx-{first}"
+    sends = b"".join(
+        encode_frame("SEND", {"destination": "/queue/bench", "transaction": tx, "persistent": flag,
+                              **({"_AMQ_DUPL_ID": f"spark:0f3e19a2-77aa:12:3:{first + j}"}
+                                 if DUPL_IDS else {})}, body)
+        for j in range(count)
+    )
+    return (encode_frame("BEGIN", {"transaction": tx}) + sends
+            + encode_frame("COMMIT", {"transaction": tx, "receipt": f"c-{first}"}))
 
 
 async def drain(session: StompSession, transport: NullTransport, messages: int, batch: int) -> None:
@@ -163,15 +194,25 @@ def main() -> None:
     parser.add_argument("--paging", action="store_true", help="max-size-bytes 0: every message pages")
     parser.add_argument("--deliver", action="store_true", help="an auto-ack consumer takes every message")
     parser.add_argument("--consume", action="store_true", help="then time a client-individual drain")
+    parser.add_argument("--transaction", type=int, default=0,
+                        help="SENDs per transaction with _AMQ_DUPL_ID each, as the Spark sink")
+    parser.add_argument("--no-dupl-ids", action="store_true", help="--transaction without _AMQ_DUPL_ID")
     parser.add_argument("--no-latency", action="store_true", help="deliver without the latency histogram")
+    parser.add_argument("--default-gc", action="store_true",
+                        help="keep Python's GC thresholds (before 2026-11-29 the bench did)")
     args = parser.parse_args()
+    if not args.default_gc:  # as the server runs (server/app.py): young objects collected rarely
+        gc.freeze()
+        gc.set_threshold(GC_THRESHOLD, 20, 100)
+    global DUPL_IDS
+    DUPL_IDS = not args.no_dupl_ids
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
     asyncio.run(run(args.messages, args.persistent, args.batch, args.paging, args.deliver,
-                    not args.no_latency, args.consume))
+                    not args.no_latency, args.consume, args.transaction))
 
 
 if __name__ == "__main__":
