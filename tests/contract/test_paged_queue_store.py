@@ -323,6 +323,19 @@ async def test_page_limits_count_a_page_of_differently_routed_records_whole(h: H
     assert h.store.records_held == 2
 
 
+@each_store
+async def test_page_limits_stop_counting_a_transaction_that_never_committed(h: Harness) -> None:
+    append(h.store, 1, A)
+    append_batch(h.store, range(2, 4), A, txid=9)
+    append_batch(h.store, range(4, 6), A, B)
+    append_batch(h.store, range(6, 8), A, B, txid=10)
+    await h.settle()
+    assert h.store.records_held == 7
+    h.store.abandon_tx(9, written=True)
+    h.store.abandon_tx(10, written=True)
+    assert h.store.records_held == 3
+
+
 # -- transactions ------------------------------------------------------------------------
 
 

@@ -101,7 +101,7 @@ class PagedQueues:
         self.bytes_on_disk = 0
         self._summaries: dict[int, object | None] = {}
         self._page_sizes: dict[int, tuple[int, int]] = {}  # page -> (records, bytes) on disk
-        self._held = HeldRecords(self._page_sizes, self.cursors)  # what page limits count
+        self._held = HeldRecords(self._page_sizes, self.cursors, self._open)  # what page limits count
         self._live_seen = medium.live_page_no()
         # write batch -> its appends, undone if it fails
         self._unsynced: dict[asyncio.Future[None], list[_Append]] = {}
@@ -136,10 +136,8 @@ class PagedQueues:
         for record in records:
             size += len(record.message)
             routed += record.queue_ids
-        self._held.routed(page_no, [record.queue_ids for record in records],
-                          fanout=len(routed) > len(records))
+        self._held.routed(page_no, records, fanout=len(routed) > len(records))
         self._on_disk(page_no, len(records), size)
-        self._held.changed(page_no, len(records))
         holders = self._open.setdefault(page_no, set())
         cursors = self.cursors
         for queue_id in routed:
@@ -170,7 +168,7 @@ class PagedQueues:
     def _append_failed(self, page_no: int, queue_ids: list[int], records: int, size: int) -> None:
         """The medium truncated a failed batch away: its records will never be read."""
         self._on_disk(page_no, -records, -size)
-        self._held.changed(page_no, -records)
+        self._held.touched(page_no)
         for queue_id in queue_ids:
             cursor = self.cursors.get(queue_id)
             page = cursor.pages.get(page_no) if cursor is not None else None
@@ -201,8 +199,8 @@ class PagedQueues:
         """Their bytes: a page's bytes in proportion to its records still held."""
         return self._held.bytes
 
-    def released(self, page_no: int, records: int) -> None:
-        self._held.changed(page_no, -records)
+    def released(self, page_no: int) -> None:
+        self._held.touched(page_no)
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -318,7 +316,7 @@ class PagedQueues:
             taken = cursor.records_lost(lost.page_no, count, lost.ordinals) if cursor is not None else 0
             if taken:
                 gone[queue_id] = taken
-                self._held.changed(lost.page_no, -taken)
+                self._held.touched(lost.page_no)
         self._live_seen = self.medium.live_page_no()
         self._complete_closed()  # counts dropped: pages may be fully acknowledged now
         self.listener.records_lost(lost, gone)
@@ -492,7 +490,7 @@ class PagedQueues:
                 held.paged += remaining
             if holders:
                 self._open[info.page_no] = holders
-                self._held.changed(info.page_no, unacked)
+                self._held.touched(info.page_no)
             else:
                 self._delete_page(info.page_no, [a.record_id for k, v in acked.items()
                                                  if k[1] == info.page_no for a in v])

@@ -59,9 +59,9 @@ class CursorOwner(Protocol):
 
     def roll_live(self) -> None: ...
 
-    def released(self, page_no: int, records: int) -> None:
-        """`records` of the page are no longer held by this queue (acknowledged, completed,
-        dropped, lost): what page limits count (`PagedQueues.records_held`)."""
+    def released(self, page_no: int) -> None:
+        """Records of the page are no longer held by this queue (acknowledged, completed,
+        dropped, lost, voided): what page limits count (`PagedQueues.records_held`)."""
 
 
 class CursorPage:
@@ -340,7 +340,7 @@ class QueueCursor:
             self.unread += 1  # back on disk only, for whoever reads that position next
             return True
         page.count -= 1  # its bytes were damaged since it was read: never to be read again
-        self._owner.released(page_no, 1)
+        self._owner.released(page_no)
         self._maybe_done(page_no, page)
         return False
 
@@ -381,7 +381,7 @@ class QueueCursor:
         page = self.pages.get(page_no)
         if page is None or not page.acked.add(ordinal):
             return  # (acknowledged before)
-        self._owner.released(page_no, 1)
+        self._owner.released(page_no)
         if page.claimed:
             page.claimed.discard(ordinal)
         if journal:
@@ -428,6 +428,8 @@ class QueueCursor:
                 page.acked.add(ordinal)
                 self.unread -= 1
                 voided += 1
+        if voided:
+            self._owner.released(page_no)
         self._maybe_done(page_no, page)
         return voided
 
@@ -458,7 +460,7 @@ class QueueCursor:
     def _release_rest(self, page_no: int, page: CursorPage) -> None:
         """The queue no longer holds its records of the page not acknowledged one by one."""
         if page.count > len(page.acked):
-            self._owner.released(page_no, page.count - len(page.acked))
+            self._owner.released(page_no)
 
     def caught_up(self, page_no: int) -> bool:
         """Acknowledged every record of the page meant for it (or holds none of it)."""
