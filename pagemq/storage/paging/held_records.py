@@ -153,7 +153,12 @@ class HeldRecords:
         for page_no in self._stale:
             if page_no in self._whole:
                 continue
-            records, size = self._sizes.get(page_no, (0, 0))
+            if page_no not in self._sizes:  # gone meanwhile
+                counted = self._counted.pop(page_no, (0, 0))
+                self._counted_records -= counted[0]
+                self._counted_bytes -= counted[1]
+                continue
+            records, size = self._sizes[page_no]
             held = min(records, self._count(page_no))
             share = size * held // records if records > 0 else 0
             before = self._counted.get(page_no, (0, 0))
