@@ -33,7 +33,7 @@ from typing import Any
 from brokerproc import HOST, PAGEMQ, BrokerProcess, StompClient, encode_frame, free_port, run_cli
 from forkserver import ForkServer
 from model_program import Program
-from model_reference import PRESENT, Model, QueueModel, Status, Sub, Violation
+from model_reference import DELIVERABLE, PRESENT, Model, QueueModel, Status, Sub, Violation
 
 RECEIPT_WAIT = 10.0  # one RECEIPT (fsync included) on a shared, loaded machine
 SETTLE_WAIT = 5.0  # deliveries the model says are due
@@ -713,12 +713,59 @@ class Runner:
             if body.get("consumers") != len(queue.subs):
                 problems.append(f"queue {queue.name} has {body.get('consumers')} consumers, "
                                 f"expected {len(queue.subs)}")
+        if self.program.config.max_size_bytes in (0, "0"):
+            problems += self._page_limit_problems()
         for dead in self.model.dead_queues:
             if dead.name is not None and dead.name not in self.model.durables:
                 status, body = self.broker.http_get(f"/api/queues/{dead.name}")
                 if status != 404:
                     problems.append(f"queue {dead.name} was removed but the broker has it: {body}")
         return problems
+
+    def _page_limit_problems(self) -> list[str]:
+        """With every message paged (max-size-bytes 0), what page limits count
+        (`limits.paging.used_messages`) is at least each message some queue of the address
+        must still hold; on an anycast address, whose records each go to one queue, at most
+        each message its queue may still hold (a topic's page of differently routed records
+        counts whole, so it has no such bound)."""
+        by_address: dict[str, list[QueueModel]] = {}
+        for queue in self.model.queues.values():
+            by_address.setdefault(queue.address, []).append(queue)
+        problems = []
+        for dest, queues in by_address.items():
+            copies = [(mid, copy) for queue in queues for mid, copy in queue.copies.items()]
+            must = {mid for mid, copy in copies if copy.status in PRESENT and not copy.ack_in_flight}
+            may = {mid for mid, copy in copies
+                   if copy.status in DELIVERABLE or copy.holder is not None or copy.ack_in_flight}
+            status, body = self.broker.http_get(f"/api/addresses/{dest.split('/')[-1]}")
+            if status != 200:
+                if must:
+                    problems.append(f"address {dest}: HTTP {status}, the model holds {len(must)}")
+                continue
+            used = body["limits"]["paging"]["used_messages"]
+            if used < len(must):
+                problems.append(f"address {dest}: page limits count {used} messages, fewer than "
+                                f"the {len(must)} its queues must still hold: {sorted(must)}")
+            if dest.startswith("/queue/") and used > len(may):
+                problems.append(f"address {dest}: page limits count {used} messages, more than "
+                                f"the {len(may)} its queue may still hold: {sorted(may)}")
+        return problems
+
+    def _wait_page_limits_free(self, addresses: set[str]) -> None:
+        """Every queue drained: page limits count nothing on their addresses."""
+        deadline = time.monotonic() + HTTP_WAIT
+        while True:
+            left = {}
+            for dest in sorted(addresses):
+                status, body = self.broker.http_get(f"/api/addresses/{dest.split('/')[-1]}")
+                if status == 200 and body["limits"]["paging"]["used_messages"]:
+                    left[dest] = body["limits"]["paging"]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise Violation("count", f"page limits still count messages after every queue was "
+                                         f"drained: {left}")
+            time.sleep(0.02)
 
     @staticmethod
     def _listing(queue: QueueModel) -> str:
@@ -738,6 +785,7 @@ class Runner:
         for queue in list(self.model.queues_with_names()):
             self.drain(queue)
             drained.append(queue)
+        self._wait_page_limits_free({queue.address for queue in drained})
         if self.program.final == "kill":
             self.op_kill()
         else:
