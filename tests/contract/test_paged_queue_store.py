@@ -395,6 +395,20 @@ async def test_a_dropped_queue_holds_no_page(h: Harness) -> None:
 
 
 @each_store
+async def test_dropping_the_last_queue_behind_on_the_live_page_lets_the_page_go(h: Harness) -> None:
+    appended = append_batch(h.store, range(1, 3), A, B)
+    await h.settle()
+    a = h.store.queue(A)
+    ack(a, take_all(a))  # A caught up on the live page; B holds it
+    await h.settle()
+    assert appended.page_no in h.page_numbers()
+    h.store.drop_queue(B)
+    await h.settle()
+    assert appended.page_no not in h.page_numbers()
+    assert (h.store.records_held, h.store.page_files()) == (0, 0)
+
+
+@each_store
 async def test_damage_takes_only_what_a_queue_had_not_read(h: Harness) -> None:
     await fill(h, 4, A, B)
     a, b = h.store.queue(A), h.store.queue(B)

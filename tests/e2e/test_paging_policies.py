@@ -193,6 +193,29 @@ def test_page_limit_frees_a_topic_message_once_every_subscription_acknowledged_i
     assert error is not None
 
 
+def test_a_subscription_removed_while_behind_on_the_live_page_frees_the_page_limit(
+    start_broker, stomp_client
+):
+    """Found by a breaker: one subscription had acknowledged every message, the other was
+    removed while it still held some on the live page; the page file stayed (nobody rolled
+    it), and two of the limit stayed taken."""
+    proc = start_broker({"address-settings": {"#": {"max-size-bytes": 0, "page-limit-messages": 10}}})
+    first = durable(stomp_client, proc, "c1", "feed", "one")
+    durable(stomp_client, proc, "c2", "feed", "two").disconnect()
+    send_all(stomp_client(proc), "/topic/feed", numbered("m", 4))
+    assert take(first, 4) == numbered("m", 4)
+    second = stomp_client(proc, client_id="c2")
+    sub_id = second.subscribe("/topic/feed", ack="client-individual",
+                              headers={"durable-subscription-name": "two", "activemq.prefetchSize": 0})
+    second.unsubscribe(sub_id, headers={"durable-subscription-name": "two"})
+    second.disconnect()
+    wait_no_page_files(proc, "feed")
+    assert proc.address("feed")["limits"]["paging"]["used_messages"] == 0
+    first.disconnect()
+    more, _error, _receipt = send_until_error(stomp_client(proc), "/topic/feed", 20, prefix="n")
+    assert more == numbered("n", 10)
+
+
 def test_page_limit_messages_with_drop_policy_drops_the_rest(broker, stomp_client, queue_name):
     address = f"pldrop.{queue_name}"
     send_all(stomp_client(broker), f"/queue/{address}", numbered("m", PAGE_LIMIT + 10))

@@ -384,6 +384,10 @@ class PagedQueues:
                 return
         for ack_id in ack_ids:
             self.journal.delete_record(ack_id)
+        if holders and page_no == self.medium.live_page_no():
+            # A queue deleted while holding the live page: the others may all have caught up
+            # on it already, and were waiting for this one to roll it (live_page_caught_up).
+            self.live_page_caught_up(page_no)
 
     def _delete_page(self, page_no: int, ack_ids: list[int]) -> None:
         """Every queue is done with the page: the page and its cursor records go (see the
