@@ -216,6 +216,35 @@ def test_a_subscription_removed_while_behind_on_the_live_page_frees_the_page_lim
     assert more == numbered("n", 10)
 
 
+def test_page_limit_counts_exactly_across_a_subscription_leaving_mid_page(start_broker, stomp_client):
+    """A subscription leaves a topic mid-page: its messages stop counting, the records sent
+    after it went count for the one left, and so after a restart."""
+    proc = start_broker({"address-settings": {"#": {"max-size-bytes": 0, "page-limit-messages": 10}}})
+    first = durable(stomp_client, proc, "c1", "mix", "one")
+    first.disconnect()
+    second = stomp_client(proc, client_id="c2")
+    sub_id = second.subscribe("/topic/mix", ack="client-individual",
+                              headers={"durable-subscription-name": "two", "activemq.prefetchSize": 0})
+    send_all(stomp_client(proc), "/topic/mix", numbered("m", 10))
+    assert len(proc.address("mix")["queues"]) == 2
+    second.unsubscribe(sub_id, headers={"durable-subscription-name": "two"})
+    second.disconnect()
+    wait_until(lambda: len(proc.address("mix")["queues"]) == 1, what="subscription two gone")
+    first = stomp_client(proc, client_id="c1")
+    first.subscribe("/topic/mix", ack="client-individual",
+                    headers={"durable-subscription-name": "one", "activemq.prefetchSize": 1})
+    for n in range(5):
+        first.ack(first.wait_for(n + 1)[n], receipt=True)
+    first.disconnect()
+    wait_until(lambda: proc.address("mix")["limits"]["paging"]["used_messages"] == 5, what="five free")
+    more, _error, _receipt = send_until_error(stomp_client(proc), "/topic/mix", 20, prefix="n")
+    assert more == numbered("n", 5)
+    proc.restart()
+    info = proc.address("mix")
+    assert info["limits"]["paging"]["used_messages"] == 10
+    assert proc.queue(info["queues"][0])["messages"] == 10
+
+
 def test_page_limit_messages_with_drop_policy_drops_the_rest(broker, stomp_client, queue_name):
     address = f"pldrop.{queue_name}"
     send_all(stomp_client(broker), f"/queue/{address}", numbered("m", PAGE_LIMIT + 10))

@@ -1,22 +1,24 @@
 """What page limits count: records in page files not yet acknowledged by every queue they
 went to (`page-limit-messages`, and `page-limit-bytes` over their share of the page's bytes).
 
-A page is counted one of three ways, by how its records were routed:
-- each record to one queue (an anycast address; a topic with one subscription): the records
-  its queues have not acknowledged (each queue's count on the page less its acks);
-- every record to the same queues (a topic's subscriptions without filters, the common case
-  of fan-out): a record is free once it is in every one of those queues' acknowledged
-  bitmaps (an AND of a few bitmaps), so none is counted per record;
-- anything else (subscriptions with filters taking different records): the whole page
-  counts until its file goes, since which queues still hold a record would take a count per
-  record and queue.
+A page written in this run is counted by runs: stretches of consecutive records that went to
+the same queues (one run per page for an anycast address or a topic whose subscriptions do
+not change; a new run where a subscription comes or goes). A record is free once it is in
+the acknowledged bitmap of every queue of its run, so a run counts its records outside the
+AND of those bitmaps. A page with more than `MAX_RUNS` runs (subscriptions whose filters
+take different records) is counted the simple way if each of its records went to one queue
+(each queue's records on it less its acks), else whole until its file goes: which queues
+hold a record would then take a count per record and queue.
 
-The first two are computed from the queues' cursor pages, which are the truth, and only for
-pages something happened to since the count was last asked for: an acknowledgement costs a
-set insertion, and the count is asked for by each send only while a page limit is set.
+After a restart the page's per-queue counts say how it was routed: one queue per record
+(counted the simple way), every record to the same queues (one run), or else whole.
 
-Artemis counts a page limit per subscription (a queue's messages in paging); for the cases
-above both agree when queues acknowledge in order, and this count is never lower.
+All of it is computed from the queues' cursor pages, which are the truth, and only for pages
+something happened to since the count was last asked for: an acknowledgement costs a set
+insertion, and the count is asked for by each send only while a page limit is set.
+
+Artemis counts a page limit per subscription (a queue's messages in paging); when queues
+acknowledge in order the two agree, and this count is never lower.
 
 Loop-only, owned by `PagedQueues`, which keeps the page sizes, the queues holding each page
 and the cursors this reads.
@@ -43,6 +45,9 @@ class _Cursor(Protocol):
     def pages(self) -> Mapping[int, _Page]: ...
 
 
+MAX_RUNS = 32  # runs of differently routed records kept per page before counting it simply
+
+
 class HeldRecords:
     """Records (and their bytes) held in page files, per page, summed for the address."""
 
@@ -51,10 +56,15 @@ class HeldRecords:
         self._sizes = sizes  # page -> (records, bytes) on disk
         self._cursors = cursors
         self._holders = holders  # page -> queues with records in it not done with it
-        # Pages whose every record went to the same queues (two or more): page -> those queues.
-        self._uniform: dict[int, frozenset[int]] = {}
-        # Pages counted from their queues' acks: page -> (records, bytes) when last counted;
-        # `_stale` pages are counted again when the total is next asked for.
+        # Pages counted by runs: page -> [(first ordinal, its queues)], the ordinal after
+        # the last record (pages written in this run), the route of the last record.
+        self._runs: dict[int, list[tuple[int, frozenset[int]]]] = {}
+        self._ends: dict[int, int] = {}
+        self._last: dict[int, tuple[int, ...]] = {}
+        # Pages of one-queue records counted as each queue's records less its acks.
+        self._simple: set[int] = set()
+        # Those two kinds: page -> (records, bytes) when last counted; `_stale` pages are
+        # counted again when the total is next asked for.
         self._counted: dict[int, tuple[int, int]] = {}
         self._counted_records = 0
         self._counted_bytes = 0
@@ -78,38 +88,56 @@ class HeldRecords:
 
     # -- how a page is counted ----------------------------------------------------------------
 
-    def routed(self, page_no: int, records: Sequence[PagedRecord], *, fanout: bool) -> None:
-        """`records` are about to be added to the page; `fanout`: one of them went to
-        several queues (the caller knows it cheaply)."""
+    def routed(self, page_no: int, first: int, records: Sequence[PagedRecord], *, fanout: bool) -> None:
+        """`records` are about to be added to the page from ordinal `first` on; `fanout`: one
+        of them went to several queues (the caller knows it cheaply)."""
         if page_no in self._whole:
             return
-        key = self._uniform.get(page_no)
-        if not fanout:
-            if key is not None:
-                self.count_whole(page_no)  # a one-queue record on a fan-out page
-            return
-        if key is None:
-            if self._sizes.get(page_no, (0, 0))[0] > 0:
-                self.count_whole(page_no)  # a fan-out record on a page of one-queue records
+        runs = self._runs.get(page_no)
+        if runs is None:
+            if page_no in self._simple:
+                if fanout:
+                    self.count_whole(page_no)
                 return
-            key = frozenset(records[0].queue_ids)
-            self.uniform(page_no, key)
-        for record in records:
+            runs = self._runs[page_no] = []  # a page of this run (appends never go to older ones)
+        last = self._last.get(page_no)
+        for index, record in enumerate(records):
             route = record.queue_ids
-            if len(route) != len(key) or not key.issuperset(route):
-                self.count_whole(page_no)
+            if route == last:
+                continue
+            last = route
+            if runs and len(route) == len(runs[-1][1]) and runs[-1][1].issuperset(route):
+                continue
+            runs.append((first + index, frozenset(route)))
+            if len(runs) > MAX_RUNS:
+                self._forget_runs(page_no)
+                if fanout or any(len(queues) > 1 for _first, queues in runs):
+                    self.count_whole(page_no)
+                else:
+                    self._simple.add(page_no)
+                    self._stale.add(page_no)
                 return
+        if last is not None:
+            self._last[page_no] = last
+        self._ends[page_no] = first + len(records)
+        self._stale.add(page_no)
 
-    def uniform(self, page_no: int, queue_ids: Collection[int]) -> None:
-        """Every record of the page went to each of `queue_ids` (two or more)."""
-        self._uniform[page_no] = frozenset(queue_ids)
+    def recovered(self, page_no: int, queue_counts: Mapping[int, int], records: int) -> None:
+        """A page of an earlier run: how it was routed, from its per-queue counts of its
+        `records` (queues with none left out)."""
+        if sum(queue_counts.values()) <= records:
+            self._simple.add(page_no)  # each record went to one queue
+        elif all(count == records for count in queue_counts.values()):
+            self._runs[page_no] = [(0, frozenset(queue_counts))]  # each to all of them
+        else:
+            self.count_whole(page_no)
+            return
         self._stale.add(page_no)
 
     def count_whole(self, page_no: int) -> None:
         if page_no in self._whole:
             return
         self._drop_counted(page_no)
-        self._uniform.pop(page_no, None)
         self._whole.add(page_no)
         records, size = self._sizes.get(page_no, (0, 0))
         self._whole_records += records
@@ -138,9 +166,15 @@ class HeldRecords:
             self._whole_bytes -= size
             return
         self._drop_counted(page_no)
-        self._uniform.pop(page_no, None)
+
+    def _forget_runs(self, page_no: int) -> None:
+        self._runs.pop(page_no, None)
+        self._ends.pop(page_no, None)
+        self._last.pop(page_no, None)
 
     def _drop_counted(self, page_no: int) -> None:
+        self._forget_runs(page_no)
+        self._simple.discard(page_no)
         self._stale.discard(page_no)
         counted = self._counted.pop(page_no, None)
         if counted is not None:
@@ -159,7 +193,7 @@ class HeldRecords:
                 self._counted_bytes -= counted[1]
                 continue
             records, size = self._sizes[page_no]
-            held = min(records, self._count(page_no))
+            held = min(records, self._count(page_no, records))
             share = size * held // records if records > 0 else 0
             before = self._counted.get(page_no, (0, 0))
             self._counted_records += held - before[0]
@@ -167,20 +201,40 @@ class HeldRecords:
             self._counted[page_no] = (held, share)
         self._stale.clear()
 
-    def _count(self, page_no: int) -> int:
-        """Records of the page some queue holding it has not acknowledged (a queue done with
-        the page, completed, purged or deleted, holds none of it)."""
-        cursors = self._cursors
-        pages = [page for queue_id in self._holders.get(page_no, ())
-                 if (cursor := cursors.get(queue_id)) is not None
-                 and (page := cursor.pages.get(page_no)) is not None]
-        if page_no not in self._uniform:
-            return sum(max(0, page.count - page.acked.count) for page in pages)
-        if not pages:
-            return 0
-        acked_by_all = -1  # every bit set
-        for page in pages:
-            acked_by_all &= page.acked.as_int()
-            if not acked_by_all:
-                break
-        return max(0, self._sizes.get(page_no, (0, 0))[0] - acked_by_all.bit_count())
+    def _acked(self, queue_id: int, page_no: int) -> int | None:
+        """The queue's acknowledged bitmap of the page; None once it is done with the page
+        (completed, purged, deleted): every record of it acknowledged, as far as it goes."""
+        cursor = self._cursors.get(queue_id)
+        page = cursor.pages.get(page_no) if cursor is not None else None
+        return page.acked.as_int() if page is not None else None
+
+    def _count(self, page_no: int, records: int) -> int:
+        """Records of the page that some queue they went to has not acknowledged."""
+        runs = self._runs.get(page_no)
+        if runs is None:  # one queue a record: each holder's records less its acks
+            cursors = self._cursors
+            return sum(max(0, page.count - page.acked.count)
+                       for queue_id in self._holders.get(page_no, ())
+                       if (cursor := cursors.get(queue_id)) is not None
+                       and (page := cursor.pages.get(page_no)) is not None)
+        end = self._ends.get(page_no)
+        held = 0
+        bitmaps: dict[int, int | None] = {}
+        for index, (first, queues) in enumerate(runs):
+            acked_by_all = -1  # every bit set
+            for queue_id in queues:
+                if queue_id not in bitmaps:
+                    bitmaps[queue_id] = self._acked(queue_id, page_no)
+                acked = bitmaps[queue_id]
+                if acked is not None:
+                    acked_by_all &= acked
+                    if not acked_by_all:
+                        break
+            if acked_by_all == -1:
+                continue  # every queue of the run is done with the page
+            if end is None:  # a page of an earlier run: one run, persistent records only
+                return max(0, records - acked_by_all.bit_count())
+            stop = runs[index + 1][0] if index + 1 < len(runs) else end
+            mask = ((1 << (stop - first)) - 1) << first
+            held += stop - first - (acked_by_all & mask).bit_count()
+        return held

@@ -136,7 +136,7 @@ class PagedQueues:
         for record in records:
             size += len(record.message)
             routed += record.queue_ids
-        self._held.routed(page_no, records, fanout=len(routed) > len(records))
+        self._held.routed(page_no, first, records, fanout=len(routed) > len(records))
         self._on_disk(page_no, len(records), size)
         holders = self._open.setdefault(page_no, set())
         cursors = self.cursors
@@ -470,7 +470,10 @@ class PagedQueues:
         recovery = PagedRecovery(stale=self._stale(pages, acked, completes))
         voided = self._recover_transactions(pages, tx_commits, recovery.stale)
         for info in pages:
-            self._count_held_as(info)
+            # (A queue deleted since holds nothing: its records count for the others only.)
+            self._held.recovered(info.page_no, {queue_id: count for queue_id, count
+                                                in info.queue_counts.items() if count and queue_id in mine},
+                                 info.persistent_count)
             self._on_disk(info.page_no, info.persistent_count, info.size)
             holders: set[int] = set()
             unacked = 0
@@ -499,16 +502,6 @@ class PagedQueues:
                 self._delete_page(info.page_no, [a.record_id for k, v in acked.items()
                                                  if k[1] == info.page_no for a in v])
         return recovery
-
-    def _count_held_as(self, info: PageInfo) -> None:
-        """How page limits count the page (`held_records`), from its per-queue counts."""
-        counts = {queue_id: count for queue_id, count in info.queue_counts.items() if count}
-        if sum(counts.values()) <= info.persistent_count:
-            return  # each record went to one queue
-        if all(count == info.persistent_count for count in counts.values()):
-            self._held.uniform(info.page_no, counts)
-        else:
-            self._held.count_whole(info.page_no)
 
     def _stale(
         self,
