@@ -351,13 +351,17 @@ class Router:
         """page-limit-bytes / page-limit-messages with page-full-policy: what the page files
         hold that some queue has not acknowledged yet."""
         settings = address.settings
-        pager = self.bindings.pagers.get(address.name)
-        if pager is None or (settings.page_limit_bytes < 0 and settings.page_limit_messages < 0):
+        if settings.page_limit_bytes < 0 and settings.page_limit_messages < 0:
             return PAGE
-        if self._group is not None and self._group.pager is pager:
+        # No pager yet (nothing paged so far): a transaction's earlier sends, staged to page
+        # at its commit, still count.
+        pager = self.bindings.pagers.get(address.name)
+        if pager is not None and self._group is not None and self._group.pager is pager:
             self.flush_sends()  # counted with the sends grouped before this one
-        over_messages = 0 <= settings.page_limit_messages <= pager.records_held + address.staged_records
-        over_bytes = 0 <= settings.page_limit_bytes <= pager.bytes_held + address.staged_bytes
+        records = pager.records_held if pager is not None else 0
+        size = pager.bytes_held if pager is not None else 0
+        over_messages = 0 <= settings.page_limit_messages <= records + address.staged_records
+        over_bytes = 0 <= settings.page_limit_bytes <= size + address.staged_bytes
         if not (over_messages or over_bytes):
             return PAGE
         if settings.page_full_policy == "DROP":

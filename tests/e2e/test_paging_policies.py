@@ -245,6 +245,25 @@ def test_page_limit_counts_exactly_across_a_subscription_leaving_mid_page(start_
     assert proc.queue(info["queues"][0])["messages"] == 10
 
 
+def test_page_limit_refuses_a_transaction_larger_than_the_limit_on_an_address_never_paged(
+    start_broker, stomp_client
+):
+    """Found by a breaker: before the address had paged once, a COMMIT of 23 sends stored all
+    23 under page-limit-messages 20 (the limit was only asked of an address with page files)."""
+    proc = start_broker({"address-settings": {"#": {"max-size-bytes": 0, "page-limit-messages": 20}}})
+    producer = stomp_client(proc)
+    producer.begin("big", receipt=False)
+    for label in numbered("t", 23):
+        producer.send("/queue/fresh", body(label, 1024),
+                      headers={"persistent": "true", "transaction": "big"}, receipt=False)
+    producer.commit("big", receipt=False)
+    error = producer.listener.wait_for_error()
+    assert "page limit" in error.headers.get("message", ""), error.headers
+    assert proc.queue("fresh")["messages"] == 0
+    more, _error, _receipt = send_until_error(stomp_client(proc), "/queue/fresh", 30, prefix="n")
+    assert more == numbered("n", 20)
+
+
 def test_page_limit_messages_with_drop_policy_drops_the_rest(broker, stomp_client, queue_name):
     address = f"pldrop.{queue_name}"
     send_all(stomp_client(broker), f"/queue/{address}", numbered("m", PAGE_LIMIT + 10))
