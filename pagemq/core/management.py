@@ -322,6 +322,8 @@ def _parameters(body: bytes) -> list[object]:
         params = json.loads(text) if text else None
     except ValueError as exc:
         raise ManagementError(f"operation parameters are not a JSON array: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep: refused, never an internal error
+        raise ManagementError("operation parameters are nested too deeply") from None
     if params is None or isinstance(params, list):
         return params or []
     raise ManagementError("operation parameters must be a JSON array")

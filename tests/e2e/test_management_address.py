@@ -104,6 +104,13 @@ def test_a_bad_request_is_answered_with_operation_succeeded_false(broker, stomp_
     replies_queue = f"queue.{replies.removeprefix('/queue/')}"
     ok, result, _ = ask(client, replies, replies_queue, operation="countMessages", params=["a ==="])
     assert not ok and "invalid selector" in result[0]
+    before = len(client.listener.messages)  # parameters nested 100,000 deep (a breaker's)
+    client.send("activemq.management", "[" * 100_000 + "]" * 100_000, receipt=True,
+                headers={"_AMQ_ResourceName": "broker", "_AMQ_OperationName": "getQueueNames",
+                         "reply-to": replies})
+    frame = client.wait_for(before + 1)[before]
+    assert frame.headers["_AMQ_OperationSucceeded"] == "false"
+    assert "nested too deeply" in json.loads(frame.body)[0]
     # The connection stays usable: a failed request is an answer, not an ERROR.
     ok, _, _ = ask(client, replies, "broker", attribute="version")
     assert ok
