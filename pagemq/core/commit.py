@@ -31,7 +31,7 @@ from pagemq.core.consumer import MessageRef
 from pagemq.core.duplicates import DUPLICATE_ID_HEADER
 from pagemq.core.errors import TransactionError
 from pagemq.core.futures import chain, failure
-from pagemq.core.routing import PAGE
+from pagemq.core.routing import PAGE, Blocked
 from pagemq.storage.api import StoreAck, StoreMessage, StoreOp
 
 if TYPE_CHECKING:
@@ -91,8 +91,16 @@ class Transactions:
 
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         """Apply a transaction's sends and acks atomically; the future says when it is durable."""
-        self._unstage(tx)
-        held, paged, ops, dup_ids = self._route_sends(tx)
+        staged = tx.staged_bytes
+        self._unstage(tx)  # (routing charges each send again as it holds it)
+        try:
+            held, paged, ops, dup_ids = self._route_sends(tx)
+        except Blocked:
+            # The COMMIT is retried once there is room: until then its sends stay charged,
+            # or every transaction waiting so would hold its sends outside the budget.
+            tx.staged_bytes = staged
+            self.memory.stage(staged, len(tx.sends))
+            raise
         future = self._commit(tx, held, paged, ops)
         for address, dup_id in dup_ids:
             self.router.duplicates.written(address, dup_id, future)

@@ -153,10 +153,10 @@ class MemoryAccountant:
         """Register a structure bounded by a count (not charged) for the view."""
         self.counted[name] = (entries, bytes_per_entry)
 
-    def stage(self, size: int) -> None:
-        """A transactional send held until commit: counted like a held message."""
+    def stage(self, size: int, messages: int = 1) -> None:
+        """Transactional sends held until commit: counted like held messages."""
         self.staged_bytes += size
-        self.charge(size)
+        self.charge(size, messages)
 
     def unstage(self, size: int, messages: int) -> None:
         self.staged_bytes -= size

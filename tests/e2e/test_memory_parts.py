@@ -142,3 +142,33 @@ def test_a_browser_over_a_paged_queue_three_times_the_budget_sees_everything_wit
         assert broker.queue(queue)["messages"] == BROWSED  # a browser takes nothing
     finally:
         browser.close()
+
+
+def test_a_commit_held_by_block_keeps_its_sends_charged_so_waiting_commits_cannot_outgrow_the_budget(
+    start_broker, stomp_client
+):
+    """Found by a breaker: a COMMIT held by address-full-policy BLOCK gave its sends' charge
+    back while it waited, so transaction after transaction staged and waited outside the
+    budget (RSS 50 -> 254 MiB under a 16 MiB one). Now the waiting COMMIT's sends stay
+    charged, and once waiting ones fill the budget the next transaction's send is refused."""
+    block = {"max-size-bytes": "64KiB", "address-full-policy": "BLOCK"}
+    proc = start_broker({"broker": {"global-max-size": "1MiB"}, "address-settings": {"#": block}})
+    body = "x" * (20 * 1024)
+    waiting = []
+    for n in range(8):
+        producer = stomp_client(proc)
+        producer.begin(f"t{n}", receipt=False)
+        for _ in range(10):  # 200 KiB: more than the address ever takes, so the COMMIT waits
+            producer.send("/queue/blocked", body, headers={"transaction": f"t{n}"}, receipt=False)
+        producer.commit(f"t{n}", receipt=False)
+        time.sleep(0.3)
+        if producer.listener.errors:
+            break
+        waiting.append(producer)
+        staged = memory(proc)["pending_transactional_bytes"]
+        assert staged >= len(waiting) * 200 * 1024, (n, staged)
+    error = producer.listener.errors[0]
+    assert "global-max-size" in error.headers.get("message", ""), error.headers
+    assert 3 <= len(waiting) <= 5
+    assert memory(proc)["pending_transactional_bytes"] <= 1 << 20
+    assert proc.queue("blocked")["messages"] == 0
