@@ -156,18 +156,17 @@ class PageCursor:
             self._charge_read_ahead()
         while book.unread > 0:
             if self.in_memory:
-                if max_bytes >= 0 and self.bytes_in_memory >= max_bytes:
-                    return
+                over_read = ((max_bytes >= 0 and self.bytes_in_memory >= max_bytes)
+                             or (max_messages >= 0 and self.in_memory >= max_messages))
                 over_share = share >= 0 and self.bytes_in_memory >= share
                 full = budget.is_full()
-                # Past its fair share of the budget (more once its consumers ack), or the
-                # budget is spent; but a consumer holding nothing still gets one message, so
-                # one holding its window unacknowledged does not starve the others.
-                if (over_share or full) and (queue.ready or not _idle_consumer(queue)):
-                    if full:
+                # Past max-read-page-bytes/-messages, past its fair share of the budget (more
+                # once its consumers ack), or the budget is spent; but a consumer holding
+                # nothing still gets one message, so one holding its window unacknowledged
+                # does not starve the others (Artemis' max-read-page-bytes does).
+                if (over_read or over_share or full) and (queue.ready or not _idle_consumer(queue)):
+                    if full and not over_read:
                         self._wait_for_budget()
-                    return
-                if max_messages >= 0 and self.in_memory >= max_messages:
                     return
                 if prefetch_messages >= 0 and queue.ready >= prefetch_messages:
                     return

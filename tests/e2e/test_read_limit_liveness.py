@@ -50,3 +50,23 @@ def test_consumer_gets_a_live_paged_message_behind_more_expired_ones_than_the_re
     consumer.subscribe(f"/queue/{queue}", ack="client-individual")
     assert take(consumer, 1, timeout=8) == ["keep"]
     proc.wait_queue(queue, messages=0, messages_expired=5)
+
+
+def test_a_consumer_holding_its_window_unacknowledged_does_not_starve_the_others(start_broker, stomp_client):
+    """Found by a breaker: one consumer with a large prefetch that never acknowledges fills
+    the queue's max-read-page-bytes; five consumers subscribing after it got nothing. Each
+    consumer holding nothing still gets a message past the read limit, as past the budget."""
+    proc = start_broker({"address-settings": {"#": {
+        "max-size-bytes": 0, "page-size-bytes": "64KiB", "max-read-page-bytes": "128KiB"}}})
+    queue = unique("hog")
+    send_all(stomp_client(proc), f"/queue/{queue}", [f"m{n}" for n in range(200)], size=4096)
+    hog = stomp_client(proc)
+    hog.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 100_000})
+    hog.wait_for(20)
+    time.sleep(0.3)
+    others = [stomp_client(proc) for _ in range(5)]
+    for other in others:
+        other.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 10})
+    for other in others:
+        other.ack(other.wait_for(1)[0], receipt=True)  # and after an ACK, the next
+        other.wait_for(2)
