@@ -541,7 +541,8 @@ class Model:
     def stalls(self, queues: Iterable[QueueModel] | None = None,
                only: Sub | None = None) -> list[tuple[Copy, Sub]]:
         """Messages that must be delivered now: present, not held, and a consumer of their
-        queue with free credit accepts them (and no read limit stands in the way)."""
+        queue with free credit accepts them (and no read limit stands in the way, or the
+        consumer holds nothing: it gets one past the limits)."""
         found = []
         for queue in self.queues.values() if queues is None else queues:
             subs = [only] if only is not None else queue.subs
@@ -553,10 +554,18 @@ class Model:
                     continue
                 for sub in subs:
                     if sub.open and sub.credit > 0 and sub.accepts(copy) and (
-                            (sub.selector is not None and not self.budget) or not blocked):
+                            (sub.selector is not None and not self.budget) or not blocked
+                            or (sub.selector is None and self._idle(sub))):
                         found.append((copy, sub))
                         break
         return found
+
+    def _idle(self, sub: Sub) -> bool:
+        """A consumer holding nothing (no delivery unacknowledged, none in a transaction or
+        an ACK in flight): past any read limit or budget it still gets one message."""
+        return not sub.held and not any(
+            copy.ack_in_flight or (copy.taken_by is sub and isinstance(copy.holder, Tx))
+            for copy in sub.queue.copies.values())
 
     def expected(self, queue: QueueModel) -> tuple[set[str], set[str]]:
         """(must be there, may be there) for a drain of this queue."""
