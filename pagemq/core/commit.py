@@ -92,15 +92,20 @@ class Transactions:
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         """Apply a transaction's sends and acks atomically; the future says when it is durable."""
         staged = tx.staged_bytes
-        self._unstage(tx)  # (routing charges each send again as it holds it)
-        try:
-            held, paged, ops, dup_ids = self._route_sends(tx)
-        except Blocked:
-            # The COMMIT is retried once there is room: until then its sends stay charged,
-            # or every transaction waiting so would hold its sends outside the budget.
-            tx.staged_bytes = staged
-            self.memory.stage(staged, len(tx.sends))
-            raise
+        # Routing charges each send again as it holds it; nothing waiting is woken inside
+        # (MemoryAccountant.quiet): if routing blocks, all of it is taken again at once.
+        with self.memory.quiet():
+            self._unstage(tx)
+            try:
+                held, paged, ops, dup_ids = self._route_sends(tx)
+            except Blocked:
+                # The COMMIT is retried once there is room: until then its sends stay
+                # charged, or every transaction waiting so would hold its sends outside
+                # the budget.
+                tx.staged_bytes = staged
+                self.memory.stage(staged, len(tx.sends))
+                raise
+        self.memory.wake_waiters()
         future = self._commit(tx, held, paged, ops)
         for address, dup_id in dup_ids:
             self.router.duplicates.written(address, dup_id, future)

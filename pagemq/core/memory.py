@@ -29,8 +29,9 @@ Loop-only: every method runs on the event loop thread.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from pagemq.core.waiters import Waiters
 
@@ -48,7 +49,8 @@ class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
     __slots__ = (
-        "_read_waiters", "_resume_bytes", "_resume_messages", "_waiters", "counted", "depaged_bytes",
+        "_quiet", "_read_waiters", "_resume_bytes", "_resume_messages", "_waiters", "counted",
+        "depaged_bytes",
         "max_bytes", "max_messages", "part_bytes", "parts", "readers", "staged_bytes", "used_bytes",
         "used_messages",
     )
@@ -59,6 +61,7 @@ class MemoryAccountant:
         self.used_bytes = 0
         self.used_messages = 0
         self.staged_bytes = 0  # pending transactional sends (also in used_bytes)
+        self._quiet = 0  # inside `quiet`: waiters are not retried
         self.depaged_bytes = 0  # read back from page files (also in used_bytes)
         self.readers = 0  # page cursors holding messages read back
         # Held besides messages, by name (in used_bytes; `part_bytes` is their sum): see PARTS.
@@ -99,6 +102,12 @@ class MemoryAccountant:
     def release(self, size: int, messages: int = 1) -> None:
         self.used_bytes -= size
         self.used_messages -= messages
+        self.wake_waiters()
+
+    def wake_waiters(self) -> None:
+        """Retry what waits for room: blocked producers, then stopped readers."""
+        if self._quiet:
+            return
         if self._waiters:
             self._waiters.wake()
         if self._read_waiters and self._resumes():
@@ -161,6 +170,18 @@ class MemoryAccountant:
     def unstage(self, size: int, messages: int) -> None:
         self.staged_bytes -= size
         self.release(size, messages)
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Nothing waiting for room is retried inside: a COMMIT gives its sends' charge back
+        and takes it again send by send, and if it blocks, all of it again at once; two
+        COMMITs waking each other from inside those steps would retry forever. The caller
+        calls `wake_waiters` once the room it gave back is really free."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
 
     def wait(self, retry: Callable[[], bool]) -> None:
         """Register `retry`; it is called after releases and removed once it returns True."""

@@ -8,9 +8,11 @@ Real broker, real sockets: a client with a tiny receive window (test_stomp_flow'
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from brokerproc import BrokerProcess, StompClient, encode_frame, unique, wait_until
@@ -172,3 +174,41 @@ def test_a_commit_held_by_block_keeps_its_sends_charged_so_waiting_commits_canno
     assert 3 <= len(waiting) <= 5
     assert memory(proc)["pending_transactional_bytes"] <= 1 << 20
     assert proc.queue("blocked")["messages"] == 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_two_commits_waiting_for_the_budget_wait_quietly_then_both_go_through(start_broker, stomp_client):
+    """Found by a breaker: two COMMITs blocked on the global budget woke each other for ever
+    (each retry gave its charge back and took it again), the broker at a full core."""
+    proc = start_broker({"broker": {"global-max-size": "16MiB"},
+                         "address-settings": {"#": {"address-full-policy": "BLOCK"}}})
+    body = "x" * (100 * 1024)
+    filler = stomp_client(proc)
+    for _ in range(59):  # 6 MiB held, no consumer
+        filler.send("/queue/held", body, receipt=False)
+    filler.send("/queue/held", body, receipt=True)
+    producers = []
+    for n in range(2):
+        producer = stomp_client(proc)
+        producer.begin(f"t{n}", receipt=False)
+        for _ in range(60):  # 6 MiB each: a COMMIT routes 4 MiB of it, then blocks
+            producer.send("/queue/held", body, headers={"transaction": f"t{n}"}, receipt=False)
+        producers.append(producer)
+    time.sleep(0.5)  # both staged (18 MiB charged in all) before either commits
+    for n, producer in enumerate(producers):
+        producer.conn.commit(f"t{n}", headers={"receipt": f"c{n}"})  # not waited for
+    time.sleep(0.5)
+    assert not any(f"c{n}" in p.listener.receipts for n, p in enumerate(producers))
+    pid = proc.proc.pid
+    before = _cpu_seconds(pid)
+    time.sleep(2)
+    assert _cpu_seconds(pid) - before < 0.5, "the broker spun while the COMMITs waited"
+    consumer = stomp_client(proc)
+    consumer.subscribe("/queue/held", ack="auto", headers={"activemq.prefetchSize": 1000})
+    consumer.wait_for(180, timeout=30)
+    for n, producer in enumerate(producers):
+        producer.listener.wait_for_receipt(f"c{n}", timeout=20)
