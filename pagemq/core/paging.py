@@ -117,6 +117,7 @@ class PageCursor:
         self._dropped = False
         self._read_ahead_charge = 0  # its page reads' chunks, charged while it is a reader
         self._share = -2  # the budget share its page reads were last sized for (_read_in)
+        self.past_limit = False  # (queue.PagedSource)
 
     @property
     def unread(self) -> int:
@@ -150,6 +151,7 @@ class PageCursor:
         pager = self.pager
         budget = pager.budget
         share = budget.read_share()
+        self.past_limit = False
         if share != self._share:  # the page reads and read-ahead of many readers fit the budget too
             self._share = share
             book.read_chunk_bytes = _chunk_for(share)
@@ -164,10 +166,12 @@ class PageCursor:
                 # once its consumers ack), or the budget is spent; but a consumer holding
                 # nothing still gets one message, so one holding its window unacknowledged
                 # does not starve the others (Artemis' max-read-page-bytes does).
-                if (over_read or over_share or full) and (queue.ready or not _idle_consumer(queue)):
-                    if full and not over_read:
-                        self._wait_for_budget()
-                    return
+                if over_read or over_share or full:
+                    if queue.ready or not _idle_consumer(queue):
+                        if full and not over_read:
+                            self._wait_for_budget()
+                        return
+                    self.past_limit = True  # this one is for a consumer holding nothing
                 if prefetch_messages >= 0 and queue.ready >= prefetch_messages:
                     return
                 average = self.bytes_in_memory // self.in_memory

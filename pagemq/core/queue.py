@@ -95,6 +95,10 @@ class PagedSource(Protocol):
     @property
     def unread(self) -> int: ...
 
+    # The last fill read one message past a read limit or the budget, for a consumer that
+    # holds nothing: it goes to such a consumer, not round-robin.
+    past_limit: bool
+
     def fill(self, queue: Queue) -> None: ...
     def look_ahead(self, consumer: Consumer) -> None: ...
     def is_ahead(self, ref: MessageRef) -> bool: ...
@@ -412,6 +416,21 @@ class Queue:
                 return consumer
         return None
 
+    def _next_idle(self) -> Consumer | None:
+        """The next consumer holding nothing (no selector, credit left), else the next ready:
+        a message read past a limit for an idle consumer must not go to one holding a full
+        window (it would grow that window past the limit, one message per read)."""
+        consumers = self.consumers
+        count = len(consumers)
+        start = self._next_consumer
+        for step in range(count):
+            index = (start + step) % count
+            consumer = consumers[index]
+            if consumer.selector is None and not consumer.in_flight and consumer.has_credit():
+                self._next_consumer = index + 1
+                return consumer
+        return self._next_ready()
+
     def _dispatch_fifo(self) -> None:
         """Deliver in order; whenever the pending refs run out (delivered or expired, each
         making room under the cursor's read limits), read more from the page files."""
@@ -424,7 +443,7 @@ class Queue:
                 cursor.fill(self)
                 if not self._pending:
                     return
-            consumer = self._next_ready()
+            consumer = self._next_idle() if cursor is not None and cursor.past_limit else self._next_ready()
             if consumer is None:
                 return
             ref = self._pop_head()

@@ -70,3 +70,21 @@ def test_a_consumer_holding_its_window_unacknowledged_does_not_starve_the_others
     for other in others:
         other.ack(other.wait_for(1)[0], receipt=True)  # and after an ACK, the next
         other.wait_for(2)
+
+
+def test_a_message_read_past_the_limit_goes_to_the_consumer_holding_nothing(start_broker, stomp_client):
+    """Found by a breaker: beside an auto-ack consumer (always holding nothing), every read
+    past the read limit went round-robin, and a consumer that never acknowledges took half of
+    them: 2,014 of 4,000 held against a 128 KiB limit and a 2 MiB budget."""
+    proc = start_broker({"broker": {"global-max-size": "2MiB"}, "address-settings": {"#": {
+        "max-size-bytes": 0, "page-size-bytes": "64KiB", "max-read-page-bytes": "128KiB"}}})
+    queue = unique("hog2")
+    send_all(stomp_client(proc), f"/queue/{queue}", [f"m{n}" for n in range(600)], size=4096)
+    hog = stomp_client(proc)
+    hog.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 100_000})
+    hog.wait_for(20)
+    reader = stomp_client(proc)
+    reader.subscribe(f"/queue/{queue}", ack="auto", headers={"activemq.prefetchSize": 100})
+    taken = len(hog.listener.messages)
+    reader.wait_for(600 - taken, timeout=30)
+    assert len(hog.listener.messages) == taken, "the hog grew past the read limit"
