@@ -404,32 +404,21 @@ class Queue:
         finally:
             self._dispatching = False
 
-    def _next_ready(self) -> Consumer | None:
+    def _next_ready(self, *, idle: bool = False) -> Consumer | None:
+        """The next consumer with credit, round-robin. `idle`: one holding nothing (no
+        selector) first, else any: a message read past a limit for an idle consumer must not
+        go to one holding a full window (it would grow that window past the limit, one
+        message per read)."""
         consumers = self.consumers
         count = len(consumers)
         start = self._next_consumer
         for step in range(count):
             index = (start + step) % count
             consumer = consumers[index]
-            if consumer.has_credit():
+            if consumer.has_credit() and not (idle and (consumer.selector is not None or consumer.in_flight)):
                 self._next_consumer = index + 1
                 return consumer
-        return None
-
-    def _next_idle(self) -> Consumer | None:
-        """The next consumer holding nothing (no selector, credit left), else the next ready:
-        a message read past a limit for an idle consumer must not go to one holding a full
-        window (it would grow that window past the limit, one message per read)."""
-        consumers = self.consumers
-        count = len(consumers)
-        start = self._next_consumer
-        for step in range(count):
-            index = (start + step) % count
-            consumer = consumers[index]
-            if consumer.selector is None and not consumer.in_flight and consumer.has_credit():
-                self._next_consumer = index + 1
-                return consumer
-        return self._next_ready()
+        return self._next_ready() if idle else None
 
     def _dispatch_fifo(self) -> None:
         """Deliver in order; whenever the pending refs run out (delivered or expired, each
@@ -443,7 +432,7 @@ class Queue:
                 cursor.fill(self)
                 if not self._pending:
                     return
-            consumer = self._next_idle() if cursor is not None and cursor.past_limit else self._next_ready()
+            consumer = self._next_ready(idle=cursor is not None and cursor.past_limit)
             if consumer is None:
                 return
             ref = self._pop_head()
