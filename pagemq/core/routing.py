@@ -342,10 +342,22 @@ class Router:
                 f"address {address.name!r} is full (address-full-policy FAIL): message not stored"
             )
         if policy == "BLOCK":
+            if self._never_fits(address, size):
+                return MEMORY
             raise Blocked(address)
         address.paging = True
         log.info("address %r entered page mode", address.name)
         return self._page_limit(address)
+
+    def _never_fits(self, address: Address, size: int) -> bool:
+        """A message larger than the address's `max-size-bytes` or `global-max-size` by itself
+        would block for ever: it goes in once usage is within those limits (Artemis blocks
+        only while a limit is reached, too), the overshoot being that one message."""
+        if address.is_full(0) or self.memory.messages_full():
+            return False
+        max_bytes, global_bytes = address.settings.max_size_bytes, self.memory.max_bytes
+        return ((not address.is_full(size) or 0 <= max_bytes < size)
+                and (not self.memory.would_exceed(size) or 0 <= global_bytes < size))
 
     def _page_limit(self, address: Address) -> str:
         """page-limit-bytes / page-limit-messages with page-full-policy: what the page files

@@ -76,7 +76,9 @@ class StompServerProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
         self._paused_writing = False
-        self._reading_paused = False
+        self._reading_paused = False  # the transport is not read (for either reason below)
+        self._session_paused = False  # the session holds input (server/stomp_session.py)
+        self._input_held = False  # the input bound of all connections (connection_buffers.py)
         self._socket_seen = (0, 0)  # (unread bytes in the kernel, our write buffer) when last looked
         self._heartbeat: Cancellable | None = None
         self._close_timer: Cancellable | None = None
@@ -135,8 +137,11 @@ class StompServerProtocol(asyncio.Protocol):
         if session is None:
             return  # a refused connection
         session.receive(data)
-        if self._buffers is not None:
-            self._buffers.measure(self)
+        buffers = self._buffers
+        if buffers is not None:
+            buffers.measure(self)
+            if not buffers.admit_input(self):
+                self.hold_input(True)
         if self._heartbeat is None and session.protocol.version is not None:
             if self._connect_timer is not None:
                 self._connect_timer.cancel()
@@ -211,19 +216,33 @@ class StompServerProtocol(asyncio.Protocol):
             session.set_writable(True)
 
     def pause_reading(self) -> None:
-        transport = self._transport
-        if transport is not None and not self._reading_paused:
-            self._reading_paused = True
-            self._socket_seen = self._socket_state(transport)
-            transport.pause_reading()
+        self._session_paused = True
+        self._apply_reading()
 
     def resume_reading(self) -> None:
-        if not self._reading_paused:
+        self._session_paused = False
+        self._apply_reading()
+
+    def hold_input(self, held: bool) -> None:
+        """The input of all connections is past its bound: this one is not read (held) until
+        it is its turn (server/connection_buffers.py)."""
+        self._input_held = held
+        self._apply_reading()
+
+    def _apply_reading(self) -> None:
+        """Read the socket unless the session or the input bound holds it."""
+        transport = self._transport
+        paused = self._session_paused or self._input_held
+        if transport is None or paused == self._reading_paused:
             return
-        self._reading_paused = False
-        self._last_read = self._loop.time()  # the peer could not be heard while we did not read
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self._reading_paused = paused
+        if paused:
+            self._socket_seen = self._socket_state(transport)
+            transport.pause_reading()
+        else:
+            self._last_read = self._loop.time()  # the peer could not be heard while we did not read
+            if not transport.is_closing():
+                transport.resume_reading()
 
     def close(self) -> None:
         """Write what is buffered (an ERROR frame, a last RECEIPT), then close; a peer that
@@ -261,6 +280,11 @@ class StompServerProtocol(asyncio.Protocol):
         held = session.buffered_bytes() if session is not None else 0
         return held if transport is None else held + transport.get_write_buffer_size()
 
+    def input_bytes(self) -> int:
+        """Of that, what it read and holds: frames held, a partial frame."""
+        session = self.session
+        return session.input_bytes() if session is not None else 0
+
     # -- heart-beats ----------------------------------------------------------------------
 
     def _start_heartbeat(self) -> None:
@@ -287,7 +311,8 @@ class StompServerProtocol(asyncio.Protocol):
             return
         expect = protocol.expect_heartbeat_ms / 1000
         if expect and now - self._last_read > expect * HEARTBEAT_GRACE:
-            if self._reading_paused and (session.blocked or self._peer_stirred(transport)):
+            if self._reading_paused and (session.blocked or self._input_held
+                                         or self._peer_stirred(transport)):
                 self._last_read = now  # not reading it is our doing; the socket says it lives
             else:
                 log.info("%s: no heart-beat for %.1fs, dropping the connection",

@@ -927,6 +927,10 @@ class StompSession:
         held input, a partial frame."""
         return self._out_bytes + self._reply_bytes + self._backlog_bytes + self.protocol.buffered
 
+    def input_bytes(self) -> int:
+        """Of those, the input: held frames and bytes not parsed yet (a partial frame)."""
+        return self._backlog_bytes + self.protocol.buffered
+
     @property
     def replies_backlogged(self) -> bool:
         """Receipts waiting for the journal past the output bound: input is held (as while

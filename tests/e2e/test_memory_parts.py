@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from brokerproc import BrokerProcess, StompClient, encode_frame, unique, wait_until
+from brokerproc import BrokerProcess, RawStomp, StompClient, encode_frame, unique, wait_until
 from test_stomp_flow import StalledSocket, _write_for  # a client with a tiny receive window
 
 MIB = 1 << 20
@@ -212,3 +212,60 @@ def test_two_commits_waiting_for_the_budget_wait_quietly_then_both_go_through(st
     consumer.wait_for(180, timeout=30)
     for n, producer in enumerate(producers):
         producer.listener.wait_for_receipt(f"c{n}", timeout=20)
+
+
+HUGE = 15 * MIB
+
+
+def test_huge_frames_from_many_producers_into_a_blocked_address_wait_in_the_socket_not_in_the_broker(
+    start_broker, stomp_client
+):
+    """Found by a breaker: sixteen producers each sending a 15 MiB frame into a blocked
+    address held 240 MiB of connection buffers under an 8 MiB budget (each connection was
+    bounded by max-frame-size, their sum by nothing). While the budget is full, one connection
+    at a time may hold more than a little input; the others are not read (TCP holds them).
+    A message larger than the address's limit goes in once the address is below it, so
+    every one of them arrives once a consumer drains the address."""
+    proc = start_broker({
+        "broker": {"global-max-size": "8MiB"},
+        "address-settings": {"#": {"max-size-bytes": "1MiB", "address-full-policy": "BLOCK"}},
+    })
+    filler = stomp_client(proc)
+    for n in range(10):  # 1 MiB: the address is full before the huge frames come
+        filler.send("/queue/held", f"filler-{n}|" + "f" * (100 * 1024), receipt=n == 9)
+    producers = [RawStomp(proc.stomp_port, timeout=120) for _ in range(16)]
+    for producer in producers:
+        producer.connect("1.2")
+    done: list[int] = []
+
+    def produce(n: int) -> None:
+        frame = encode_frame("SEND", {"destination": "/queue/held", "receipt": f"huge-{n}",
+                                      "content-type": "application/octet-stream"},
+                             f"huge-{n}|".encode() + b"h" * HUGE)
+        if producers[n].send(frame):
+            done.append(n)
+
+    threads = [threading.Thread(target=produce, args=(n,), daemon=True) for n in range(16)]
+    with PeakSampler(proc, "connection_buffer_bytes") as sampler:
+        for thread in threads:
+            thread.start()
+        time.sleep(4)
+    assert sampler.peak < 40 * MIB, (
+        f"connection buffers reached {sampler.peak / MIB:.0f} MiB under an 8 MiB budget")
+    assert proc.rss_bytes() < 200 * MIB
+
+    consumer = stomp_client(proc)
+    consumer.subscribe("/queue/held", ack="auto", headers={"activemq.prefetchSize": 1})
+    wait_until(lambda: len(consumer.messages) >= 26, timeout=120, what="all 26 messages")
+    labels = sorted(frame.body[:12].split("|", 1)[0] for frame in consumer.messages)
+    assert labels == sorted([f"filler-{n}" for n in range(10)] + [f"huge-{n}" for n in range(16)])
+    for thread in threads:
+        thread.join(30)
+    assert sorted(done) == list(range(16))
+    for n, producer in enumerate(producers):
+        reply = producer.read_frame(timeout=30)
+        assert reply is not None and reply.command == "RECEIPT", reply
+        assert reply.headers["receipt-id"] == f"huge-{n}"
+        producer.close()
+    wait_until(lambda: memory(proc)["connection_buffer_bytes"] < MIB, timeout=5,
+               what="the producers' buffers released")

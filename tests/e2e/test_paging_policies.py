@@ -103,6 +103,27 @@ def test_block_policy_stalls_the_producer_until_a_consumer_drains_and_loses_noth
     broker.wait_queue(address, messages=0)
 
 
+def test_block_policy_takes_a_message_larger_than_the_limit_once_the_address_is_below_it(
+        broker, stomp_client, queue_name):
+    """A message larger than max-size-bytes could never fit: blocked for good before. It
+    goes in when the address is below its limit (as Artemis), the next waits its turn."""
+    address = f"block.{queue_name}"
+    producer = stomp_client(broker)
+    large = "x" * (40 * 1024)  # 16 KiB is the limit
+    for n in range(3):
+        producer.conn.send(f"/queue/{address}", f"big-{n}|{large}", headers={"receipt": f"big-{n}"})
+    producer.listener.wait_for_receipt("big-0", timeout=10)
+    time.sleep(0.5)
+    assert set(producer.listener.receipts) & {"big-0", "big-1", "big-2"} == {"big-0"}
+    broker.wait_queue(address, messages=1)
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{address}", ack="auto")
+    wait_until(lambda: len(consumer.messages) == 3, timeout=10, what="the three large messages")
+    assert [m.body.split("|", 1)[0] for m in consumer.messages] == ["big-0", "big-1", "big-2"]
+    producer.listener.wait_for_receipt("big-2", timeout=10)
+    _assert_not_paging(broker, address)
+
+
 def test_block_policy_blocks_only_that_address(broker, stomp_client, queue_name):
     blocked, free = f"block.{queue_name}", unique("free")
     producer = stomp_client(broker)

@@ -117,9 +117,10 @@ def test_blocked_connection_can_ack_what_it_consumes_and_so_unblocks_itself(
     broker.wait_queue(address, messages=0)
 
 
-def test_blocked_producer_is_held_back_by_tcp_not_buffered(broker, queue_name):
+def test_blocked_producer_is_held_back_by_tcp_not_buffered(broker, stomp_client, queue_name):
     """A producer that keeps writing to a full BLOCK address: the broker stops reading it
-    after a bounded read-ahead, so the client's writes stall and the broker's memory stays put."""
+    after a bounded read-ahead, so the client's writes stall and the broker's memory stays put.
+    (Each message is larger than the address's limit: one goes in whenever it is empty.)"""
     address = f"block.{queue_name}"
     rss_before = broker.rss_bytes()
     with RawStomp(broker.stomp_port) as raw:
@@ -128,10 +129,9 @@ def test_blocked_producer_is_held_back_by_tcp_not_buffered(broker, queue_name):
         sent = _write_for(raw.sock, frame, seconds=4.0, limit=200 << 20)
         assert sent < 48 << 20, f"the broker took {sent >> 20} MiB from a blocked producer"
         assert broker.rss_bytes() - rss_before < 64 << 20
-    with RawStomp(broker.stomp_port) as consumer:  # auto ack: the queue empties
-        consumer.connect("1.2")
-        consumer.send_frame("SUBSCRIBE", {"id": "s", "destination": f"/queue/{address}"})
-        broker.wait_queue(address, timeout=10, messages=0)
+    consumer = stomp_client(broker)  # auto ack, and it reads: the queue empties
+    consumer.subscribe(f"/queue/{address}", ack="auto")
+    broker.wait_queue(address, timeout=30, messages=0)
 
 
 def _write_for(sock: socket.socket, frame: bytes, seconds: float, limit: int) -> int:

@@ -10,6 +10,8 @@ from pagemq.core.memory import CONNECTION_BUFFER_PART as PART
 from pagemq.core.memory import MemoryAccountant
 from pagemq.server.connection_buffers import SWEEP_PERIOD, ConnectionBuffers
 
+KIB, MIB = 1024, 1024 * 1024
+
 
 class Conn:
     def __init__(self) -> None:
@@ -17,6 +19,12 @@ class Conn:
 
     def buffered_bytes(self) -> int:
         return self.bytes
+
+    def input_bytes(self) -> int:
+        return 0
+
+    def hold_input(self, held: bool) -> None:
+        raise AssertionError("a connection holding no input is never held back")
 
 
 def test_a_buffer_is_charged_when_measured_and_released_at_the_sweep_after_it_drained() -> None:
@@ -59,3 +67,64 @@ def test_a_closed_connection_releases_what_it_held() -> None:
     assert memory.used_bytes == 500
     buffers.gone(first)
     assert memory.used_bytes == 200 and buffers.total == 200
+
+
+class Producer(Conn):
+    """A connection whose bytes are all input (a partial frame); `held` mirrors the switch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = False
+
+    def input_bytes(self) -> int:
+        return self.bytes
+
+    def hold_input(self, held: bool) -> None:
+        self.held = held
+
+
+def _reads(buffers: ConnectionBuffers, conn: Producer, size: int) -> bool:
+    conn.bytes += size
+    buffers.measure(conn)
+    return buffers.admit_input(conn)
+
+
+def test_past_the_input_share_one_connection_at_a_time_may_finish_a_large_frame() -> None:
+    loop, memory = ManualLoop(), MemoryAccountant(max_bytes=4 * MIB)  # input share: 1 MiB
+    buffers = ConnectionBuffers(memory, loop)
+    first, second, third = Producer(), Producer(), Producer()
+    assert _reads(buffers, first, 600 * KIB)
+    assert _reads(buffers, second, 420 * KIB)  # 1,020 KiB in all: within the share
+    assert _reads(buffers, third, 100 * KIB)  # past it: the one that crossed is the holder
+    assert not _reads(buffers, first, 10 * KIB)  # the others wait, oldest first
+    assert not _reads(buffers, second, 10 * KIB)
+    first.held = second.held = True
+    assert buffers.waiting == 2
+    assert _reads(buffers, third, 5 * MIB)  # the holder finishes its frame
+    third.bytes = 0  # carried out: 1,040 KiB still held, so only the oldest gets its turn
+    buffers.measure(third)
+    assert first.held is False and second.held is True and buffers.waiting == 1
+    assert _reads(buffers, first, 100 * KIB)
+    first.bytes = 0
+    buffers.measure(first)  # 430 KiB left in all: every waiting connection is read again
+    assert second.held is False and buffers.waiting == 0
+
+
+def test_small_input_is_always_read_and_a_closed_holder_passes_its_turn_on() -> None:
+    loop, memory = ManualLoop(), MemoryAccountant(max_bytes=MIB)  # input share: 256 KiB
+    buffers = ConnectionBuffers(memory, loop)
+    holder, waiter, small = Producer(), Producer(), Producer()
+    assert _reads(buffers, holder, 200 * KIB)
+    assert _reads(buffers, holder, 200 * KIB)
+    assert not _reads(buffers, waiter, 100 * KIB)
+    assert _reads(buffers, small, 60 * KIB)  # within INPUT_ALLOWANCE: never held back
+    waiter.held = True
+    buffers.gone(holder)
+    assert waiter.held is False and buffers.waiting == 0
+
+
+def test_without_a_global_limit_input_is_never_held_back() -> None:
+    loop, memory = ManualLoop(), MemoryAccountant(max_bytes=-1)
+    buffers = ConnectionBuffers(memory, loop)
+    conns = [Producer() for _ in range(4)]
+    assert all(_reads(buffers, conn, 16 * MIB) for conn in conns)
