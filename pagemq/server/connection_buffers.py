@@ -19,9 +19,14 @@ half-received frames themselves would keep the share full, and nothing would com
 free it. The holder keeps that right until its input falls back to the allowance (its
 frame was carried out, or its blocked SEND went through), then the oldest waiting
 connection gets it; once the total is back within the share, every waiting connection is
-read again. So input is bounded by the share, one frame, and the allowance plus one read
-per connection. Small frames never wait here: a connection holding less than the
-allowance is always read.
+read again. A holder whose peer sends nothing for `HOLDER_PATIENCE` seconds (half a frame,
+then silence) while others wait loses its turn to the next and waits at the back: a peer
+that stalls cannot stop every other large frame for good. One whose SEND waits for memory
+or disk keeps it (handing it on would let the next one's frame block beside it, and so
+on). So input is bounded by the share, one frame, the allowance plus one read per
+connection, and what stalled peers read while they held the turn (a frame each at most,
+one turn per `HOLDER_PATIENCE`). Small frames never wait here: a connection holding less
+than the allowance is always read.
 
 Measured, not counted per write: the transport tells how much it buffers but not when it
 drained, so a connection is measured after each flush and each read, and every connection
@@ -42,11 +47,13 @@ if TYPE_CHECKING:
     from pagemq.core.memory import MemoryAccountant
     from pagemq.server.stomp_session import Cancellable, Scheduler
 
-__all__ = ["INPUT_ALLOWANCE", "INPUT_SHARE", "SWEEP_PERIOD", "ConnectionBuffers", "Measured"]
+__all__ = ["HOLDER_PATIENCE", "INPUT_ALLOWANCE", "INPUT_SHARE", "SWEEP_PERIOD",
+           "ConnectionBuffers", "Measured"]
 
 SWEEP_PERIOD = 0.1  # seconds between measurements of connections still charged something
 INPUT_SHARE = 0.25  # of global-max-size: past it in sum, connections' input is held back
 INPUT_ALLOWANCE = 64 * 1024  # input a connection may always hold
+HOLDER_PATIENCE = 5.0  # seconds a holder's peer may send nothing before the next gets its turn
 
 
 class Measured(Protocol):
@@ -59,13 +66,18 @@ class Measured(Protocol):
 
     def hold_input(self, held: bool) -> None: ...
 
+    @property
+    def input_blocked(self) -> bool:
+        """A SEND of it waits for memory or disk (it is not read on our account)."""
+        ...
+
 
 class ConnectionBuffers:
     """The charge of every connection's buffers against the memory budget, and the bound on
     their input in sum."""
 
-    __slots__ = ("_charged", "_holder", "_input", "_input_total", "_loop", "_memory",
-                 "_sweep", "_waiting", "input_limit")
+    __slots__ = ("_charged", "_holder", "_holder_read", "_input", "_input_total", "_loop",
+                 "_memory", "_sweep", "_waiting", "input_limit")
 
     def __init__(self, memory: MemoryAccountant, loop: Scheduler) -> None:
         self._memory = memory
@@ -76,6 +88,7 @@ class ConnectionBuffers:
         # Past this (bytes of input held by all connections) input is held back; -1: never.
         self.input_limit = int(memory.max_bytes * INPUT_SHARE) if memory.max_bytes >= 0 else -1
         self._holder: Measured | None = None  # may go on reading past the limit (see module)
+        self._holder_read = 0.0  # when the holder was last read
         self._waiting: deque[Measured] = deque()  # not read, oldest first
         self._sweep: Cancellable | None = None
 
@@ -116,6 +129,7 @@ class ConnectionBuffers:
             return True
         if self._holder is None or self._holder is connection:
             self._holder = connection
+            self._holder_read = self._loop.time()
             return True
         if connection not in self._waiting:
             self._waiting.append(connection)
@@ -160,7 +174,19 @@ class ConnectionBuffers:
                 waiting.popleft().hold_input(False)
         elif self._holder is None:
             self._holder = waiting.popleft()
+            self._holder_read = self._loop.time()
             self._holder.hold_input(False)
+
+    def _rotate(self) -> None:
+        """A holder whose peer stalled while others wait goes to the back (see module)."""
+        holder = self._holder
+        if (holder is None or not self._waiting or holder.input_blocked
+                or self._loop.time() - self._holder_read < HOLDER_PATIENCE):
+            return
+        self._holder = None
+        holder.hold_input(True)
+        self._waiting.append(holder)
+        self._let_in()
 
     def _schedule_sweep(self) -> None:
         if self._sweep is None:
@@ -171,6 +197,7 @@ class ConnectionBuffers:
         for connection in list(self._charged):
             self.measure(connection)
         self._let_in()
+        self._rotate()
         if (self._charged or self._waiting) and self._sweep is None:
             self._sweep = self._loop.call_later(SWEEP_PERIOD, self._measure_all)
 

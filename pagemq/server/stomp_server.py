@@ -223,6 +223,11 @@ class StompServerProtocol(asyncio.Protocol):
         self._session_paused = False
         self._apply_reading()
 
+    @property
+    def input_blocked(self) -> bool:
+        """A SEND of this connection waits for memory or disk (server/connection_buffers.py)."""
+        return self.session is not None and self.session.blocked
+
     def hold_input(self, held: bool) -> None:
         """The input of all connections is past its bound: this one is not read (held) until
         it is its turn (server/connection_buffers.py)."""

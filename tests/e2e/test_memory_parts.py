@@ -269,3 +269,32 @@ def test_huge_frames_from_many_producers_into_a_blocked_address_wait_in_the_sock
         producer.close()
     wait_until(lambda: memory(proc)["connection_buffer_bytes"] < MIB, timeout=5,
                what="the producers' buffers released")
+
+
+def test_a_producer_stalling_in_the_middle_of_a_huge_frame_does_not_stop_other_large_frames(
+    start_broker, stomp_client
+):
+    """Past the input share one connection at a time may read a large frame: a peer that
+    sends half of one and then nothing loses that turn after a few seconds, so the next
+    producer's large frame goes through (and the stalled one is still served when it goes on)."""
+    proc = start_broker({"broker": {"global-max-size": "4MiB"}})  # input share: 1 MiB
+    staller = RawStomp(proc.stomp_port, timeout=60)
+    staller.connect("1.2")
+    frame = encode_frame("SEND", {"destination": "/queue/big", "receipt": "stalled"},
+                         b"s" * (6 * MIB))
+    assert staller.send(frame[: 3 * MIB])  # past the share: it holds the turn, then stalls
+    wait_until(lambda: memory(proc)["connection_buffer_bytes"] >= 2 * MIB, timeout=10,
+               what="the stalled frame's first half read")
+    producer = RawStomp(proc.stomp_port, timeout=60)
+    producer.connect("1.2")
+    started = time.monotonic()
+    sender = threading.Thread(target=producer.send, daemon=True, args=(encode_frame(
+        "SEND", {"destination": "/queue/big", "receipt": "next"}, b"n" * (4 * MIB)),))
+    sender.start()
+    reply = producer.read_frame(timeout=30)
+    assert reply is not None and reply.headers.get("receipt-id") == "next", reply
+    assert time.monotonic() - started < 15
+    assert staller.send(frame[3 * MIB:])  # it goes on: read again in its turn
+    reply = staller.read_frame(timeout=30)
+    assert reply is not None and reply.headers.get("receipt-id") == "stalled", reply
+    assert proc.queue("big")["messages"] == 2

@@ -8,7 +8,7 @@ from manual_loop import ManualLoop
 
 from pagemq.core.memory import CONNECTION_BUFFER_PART as PART
 from pagemq.core.memory import MemoryAccountant
-from pagemq.server.connection_buffers import SWEEP_PERIOD, ConnectionBuffers
+from pagemq.server.connection_buffers import HOLDER_PATIENCE, SWEEP_PERIOD, ConnectionBuffers
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -75,6 +75,7 @@ class Producer(Conn):
     def __init__(self) -> None:
         super().__init__()
         self.held = False
+        self.input_blocked = False  # a SEND of it waits for memory
 
     def input_bytes(self) -> int:
         return self.bytes
@@ -128,3 +129,19 @@ def test_without_a_global_limit_input_is_never_held_back() -> None:
     buffers = ConnectionBuffers(memory, loop)
     conns = [Producer() for _ in range(4)]
     assert all(_reads(buffers, conn, 16 * MIB) for conn in conns)
+
+
+def test_a_holder_whose_peer_stalls_loses_its_turn_unless_its_send_is_blocked() -> None:
+    loop, memory = ManualLoop(), MemoryAccountant(max_bytes=MIB)  # input share: 256 KiB
+    buffers = ConnectionBuffers(memory, loop)
+    staller, waiter = Producer(), Producer()
+    assert _reads(buffers, staller, 300 * KIB)  # half a frame, then silence
+    assert not _reads(buffers, waiter, 100 * KIB)
+    waiter.held = True
+    staller.input_blocked = True  # waiting for memory: not the peer's doing
+    loop.advance(2 * HOLDER_PATIENCE)
+    assert waiter.held and not staller.held
+    staller.input_blocked = False
+    loop.advance(SWEEP_PERIOD)
+    assert not waiter.held and staller.held and buffers.waiting == 1  # the staller waits at the back
+    assert _reads(buffers, waiter, 5 * MIB)  # the new holder reads its frame
