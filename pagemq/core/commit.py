@@ -97,7 +97,7 @@ class Transactions:
         with self.memory.quiet():
             self._unstage(tx)
             try:
-                held, paged, ops, dup_ids = self._route_sends(tx)
+                held, paged, ops, dup_ids = self._route_unblocking(tx)
             except Blocked:
                 # The COMMIT is retried once there is room: until then its sends stay
                 # charged, or every transaction waiting so would hold its sends outside
@@ -202,6 +202,33 @@ class Transactions:
         for pager, written in writes:
             pager.abandon_tx(txid, written=written)
         self._return_acks(tx)
+
+    def _route_unblocking(self, tx: Transaction) -> tuple[Held, Paged, list[StoreOp], list[tuple[str, str]]]:
+        """Route the sends; a BLOCK address the transaction's sends to it could never fit
+        (more than its max-size-bytes) lets them in whole once it is below its limit, as one
+        message larger than the limit goes in (`Router.admit`): otherwise the COMMIT would
+        wait for ever."""
+        router = self.router
+        waived: set[str] = set()
+        while True:
+            try:
+                router.block_waived = frozenset(waived)
+                return self._route_sends(tx)
+            except Blocked as blocked:
+                address = blocked.address
+                if address.name in waived or not self._never_fits(tx, address):
+                    raise
+                waived.add(address.name)
+            finally:
+                router.block_waived = frozenset()
+
+    def _never_fits(self, tx: Transaction, address: Address) -> bool:
+        """The transaction's sends to `address` are more than its max-size-bytes, and it is
+        below its limits now (the commit's earlier sends were given back when it blocked)."""
+        limit = address.settings.max_size_bytes
+        if limit < 0 or address.is_full(0) or self.memory.messages_full():
+            return False
+        return sum(send.memory_size for send in tx.sends if send.address == address.name) > limit
 
     def _route_sends(self, tx: Transaction) -> tuple[Held, Paged, list[StoreOp], list[tuple[str, str]]]:
         """A transaction's sends: (held in memory, with their durable queue count), (to page,

@@ -156,6 +156,8 @@ def test_a_commit_held_by_block_keeps_its_sends_charged_so_waiting_commits_canno
     block = {"max-size-bytes": "64KiB", "address-full-policy": "BLOCK"}
     proc = start_broker({"broker": {"global-max-size": "1MiB"}, "address-settings": {"#": block}})
     body = "x" * (20 * 1024)
+    filler = stomp_client(proc)  # the address over its limit: no COMMIT fits
+    filler.send("/queue/blocked", "f" * (70 * 1024), receipt=True)
     waiting = []
     for n in range(8):
         producer = stomp_client(proc)
@@ -173,7 +175,7 @@ def test_a_commit_held_by_block_keeps_its_sends_charged_so_waiting_commits_canno
     assert "global-max-size" in error.headers.get("message", ""), error.headers
     assert 3 <= len(waiting) <= 5
     assert memory(proc)["pending_transactional_bytes"] <= 1 << 20
-    assert proc.queue("blocked")["messages"] == 0
+    assert proc.queue("blocked")["messages"] == 1  # the filler
 
 
 def _cpu_seconds(pid: int) -> float:

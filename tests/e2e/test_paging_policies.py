@@ -124,6 +124,31 @@ def test_block_policy_takes_a_message_larger_than_the_limit_once_the_address_is_
     _assert_not_paging(broker, address)
 
 
+def test_block_policy_takes_a_commit_larger_than_the_limit_once_the_address_is_below_it(
+        broker, stomp_client, queue_name):
+    """A COMMIT whose sends are more than max-size-bytes could never fit: it waited for good
+    before. It goes in whole when the address is below its limit; the next one waits."""
+    address = f"block.{queue_name}"
+    producer = stomp_client(broker)
+    part = "y" * (6 * 1024)  # 5 x 6 KiB: 30 KiB against a 16 KiB limit
+    for tx in ("t0", "t1"):
+        producer.begin(tx, receipt=False)
+        for n in range(5):
+            producer.send(f"/queue/{address}", f"{tx}-{n}|{part}", headers={"transaction": tx},
+                          receipt=False)
+        producer.conn.commit(tx, headers={"receipt": f"c-{tx}"})  # not waited for
+    producer.listener.wait_for_receipt("c-t0", timeout=10)
+    broker.wait_queue(address, messages=5)
+    time.sleep(0.5)
+    assert "c-t1" not in producer.listener.receipts  # the address is over its limit now
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"/queue/{address}", ack="auto")
+    wait_until(lambda: len(consumer.messages) == 10, timeout=10, what="both commits' messages")
+    assert [m.body.split("|", 1)[0] for m in consumer.messages] == (
+        [f"t0-{n}" for n in range(5)] + [f"t1-{n}" for n in range(5)])
+    producer.listener.wait_for_receipt("c-t1", timeout=10)
+
+
 def test_block_policy_blocks_only_that_address(broker, stomp_client, queue_name):
     blocked, free = f"block.{queue_name}", unique("free")
     producer = stomp_client(broker)
