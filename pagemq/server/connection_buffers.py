@@ -159,8 +159,12 @@ class ConnectionBuffers:
         else:
             del self._input[connection]
         if now < before:
-            if self._holder is connection and now <= INPUT_ALLOWANCE:
-                self._holder = None
+            if now <= INPUT_ALLOWANCE:
+                if self._holder is connection:
+                    self._holder = None
+                elif self._waiting and connection in self._waiting:  # its held frames went
+                    self._waiting.remove(connection)
+                    connection.hold_input(False)
             self._let_in()
 
     def _let_in(self) -> None:

@@ -145,3 +145,15 @@ def test_a_holder_whose_peer_stalls_loses_its_turn_unless_its_send_is_blocked() 
     loop.advance(SWEEP_PERIOD)
     assert not waiter.held and staller.held and buffers.waiting == 1  # the staller waits at the back
     assert _reads(buffers, waiter, 5 * MIB)  # the new holder reads its frame
+
+
+def test_a_waiting_connection_whose_held_frames_went_is_read_again_at_once() -> None:
+    loop, memory = ManualLoop(), MemoryAccountant(max_bytes=MIB)  # input share: 256 KiB
+    buffers = ConnectionBuffers(memory, loop)
+    holder, waiter = Producer(), Producer()
+    assert _reads(buffers, holder, 300 * KIB)
+    assert not _reads(buffers, waiter, 100 * KIB)
+    waiter.held = True
+    waiter.bytes = 0  # its blocked SEND went through: it holds nothing now
+    buffers.measure(waiter)
+    assert not waiter.held and buffers.waiting == 0
