@@ -21,7 +21,12 @@ by the server layer), browsers' page read-ahead, the expiry heap's entries. Read
 them (`is_full`), so read-back and consumers' windows shrink while they are large.
 Producers' admission (`would_exceed`, `messages_full`) counts messages only: a blocked
 producer's own held input could otherwise keep the budget full and the producer blocked for
-good. Structures bounded by a count and not charged (duplicate-id caches) are registered in
+good. One part holds producers back too: records paged but not yet written to their page
+files (`page_writes`). Producers faster than the disk would otherwise grow the page
+writers' queues without bound (a paged send takes no other memory); past a quarter of the
+budget (`writes_behind`) paged sends wait, as under BLOCK, until writes catch up.
+
+Structures bounded by a count and not charged (duplicate-id caches) are registered in
 `counted` for the view, with their per-entry cost.
 
 Loop-only: every method runs on the event loop thread.
@@ -42,14 +47,18 @@ BROWSE_PART = "browse_read_ahead_bytes"  # browsers' page read-ahead chunks
 PAGE_READ_PART = "page_read_ahead_bytes"  # reading queues' page chunks (raw records read ahead)
 EXPIRY_PART = "expiry_timer_bytes"  # entries of the expiry heap
 JOURNAL_PART = "journal_index_bytes"  # the journal's index entries of in-memory persistent messages
-PARTS = (CONNECTION_BUFFER_PART, BROWSE_PART, PAGE_READ_PART, EXPIRY_PART, JOURNAL_PART)
+PAGE_WRITE_PART = "page_write_bytes"  # paged records queued for, or being written to, page files
+PARTS = (CONNECTION_BUFFER_PART, BROWSE_PART, PAGE_READ_PART, EXPIRY_PART, JOURNAL_PART, PAGE_WRITE_PART)
+WRITES_BEHIND_SHARE = 0.25  # of global-max-size: past it in page writes, paged sends wait
+WRITES_BEHIND_UNLIMITED = 64 << 20  # the same bound without a global-max-size
 
 
 class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
     __slots__ = (
-        "_quiet", "_read_waiters", "_resume_bytes", "_resume_messages", "_waiters", "counted",
+        "_quiet", "_read_waiters", "_resume_bytes", "_resume_messages", "_waiters", "_writes_limit",
+        "counted",
         "depaged_bytes",
         "max_bytes", "max_messages", "part_bytes", "parts", "readers", "staged_bytes", "used_bytes",
         "used_messages",
@@ -74,6 +83,8 @@ class MemoryAccountant:
         # Below both (an unset limit is no bar), stopped readers read again: see _resumes.
         self._resume_bytes = int(max_bytes * RESUME_READING) if max_bytes >= 0 else None
         self._resume_messages = max_messages * RESUME_READING if max_messages >= 0 else None
+        self._writes_limit = (int(max_bytes * WRITES_BEHIND_SHARE) if max_bytes >= 0
+                              else WRITES_BEHIND_UNLIMITED)
 
     def would_exceed(self, size: int) -> bool:
         """True if holding one more message of `size` bytes would pass a global limit (the
@@ -157,6 +168,17 @@ class MemoryAccountant:
         self.used_bytes += delta
         if delta < 0 and self._read_waiters and self._resumes():
             self._wake_readers()
+
+    def page_writes(self, delta: int) -> None:
+        """Bytes queued for page files grew (on a paged send) or shrank (a batch was written,
+        or failed): a shrink wakes the producers `writes_behind` held."""
+        self.charge_part(PAGE_WRITE_PART, delta)
+        if delta < 0 and self._waiters:
+            self.wake_waiters()
+
+    def writes_behind(self) -> bool:
+        """Page writes are this far behind: paged sends wait (see the module)."""
+        return self.parts[PAGE_WRITE_PART] > self._writes_limit
 
     def count_part(self, name: str, entries: Callable[[], int], bytes_per_entry: int) -> None:
         """Register a structure bounded by a count (not charged) for the view."""

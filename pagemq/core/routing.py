@@ -323,8 +323,12 @@ class Router:
             self.disk.admit()  # FAIL raises DiskFull
             raise Blocked(address)
         if address.paging:
+            if internal:
+                return PAGE
+            if self.memory.writes_behind():  # the page files' writes catch up first
+                raise Blocked(address)
             settings = address.settings
-            if internal or (settings.page_limit_bytes < 0 and settings.page_limit_messages < 0):
+            if settings.page_limit_bytes < 0 and settings.page_limit_messages < 0:
                 return PAGE  # no page limit (the common case, without a call)
             return self._page_limit(address)
         size = message.memory_size
@@ -351,6 +355,18 @@ class Router:
         address.paging = True
         log.info("address %r entered page mode", address.name)
         return self._page_limit(address)
+
+    def would_block(self, address_name: str) -> bool:
+        """A SEND to `address_name` would wait now: the disk is full under disk-full-policy
+        BLOCK, or the address has policy BLOCK and is at its limit or the budget is (an
+        address that does not exist yet: no). For the server, which holds back a large frame
+        going there while it comes in, as the SEND itself would be held."""
+        if self.disk.full and self.disk.policy != FAIL:
+            return True
+        address = self.bindings.addresses.get(address_name)
+        if address is None or address.paging or address.settings.address_full_policy != "BLOCK":
+            return False
+        return address.is_full(0) or self.memory.messages_full()
 
     def _never_fits(self, address: Address, size: int) -> bool:
         """A message larger than the address's `max-size-bytes` or `global-max-size` by itself
@@ -388,17 +404,22 @@ class Router:
         )
 
     def wait_for_memory(self, address: Address, resume: Callable[[], None]) -> Callable[[], bool]:
-        """Call `resume` once `address` can take a message again (BLOCK policy, or the disk
-        full under disk-full-policy BLOCK). The returned retry waits on both the memory
-        budget and the disk; it calls `resume` once, whichever wakes it; cancel it with
-        `cancel_wait`."""
+        """Call `resume` once `address` can take a message again (BLOCK policy, the disk
+        full under disk-full-policy BLOCK, or page writes behind for a paging address). The
+        returned retry waits on both the memory budget and the disk; it calls `resume` once,
+        whichever wakes it; cancel it with `cancel_wait`."""
         resumed = False
 
         def retry() -> bool:
             nonlocal resumed
             if resumed:
                 return True
-            if self.disk.full or address.is_full(0) or self.memory.messages_full():
+            if self.disk.full:
+                return False
+            if address.paging:
+                if self.memory.writes_behind():
+                    return False
+            elif address.is_full(0) or self.memory.messages_full():
                 return False
             resumed = True
             resume()

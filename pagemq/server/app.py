@@ -249,6 +249,7 @@ class BrokerServer:
         )
         store.set_summary_builder(PageSummary)
         store.on_no_space = partial(self.disk_monitor.no_space, f"paging:{address}")
+        store.on_backlog = self.broker.memory.page_writes  # paged sends wait past a bound
         store.open(defer_summaries=True)  # a scanned page's summary: by the writer, off the loop
         store.start(asyncio.get_running_loop())
         self._page_stores.append(store)

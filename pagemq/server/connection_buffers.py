@@ -10,28 +10,32 @@ input: `READ_AHEAD_BYTES`, past which the socket is no longer read; a partial fr
 from `global-max-size` too (`MemoryAccountant.charge_part`): while the sockets are slow
 to take what was written, read-back from page files and consumers' windows shrink.
 
-Input is bounded in sum as well. Sixteen producers each sending a frame near
+Partial frames are bounded in sum as well. Sixteen producers each sending a frame near
 `max-frame-size` into a blocked address would otherwise hold sixteen such frames whatever
-the budget. Once the input held by all connections passes `INPUT_SHARE` of the budget, a
-connection holding more than `INPUT_ALLOWANCE` is no longer read (TCP holds its peer
-back), except one at a time: the *holder*, which may finish its frame. Without it, the
-half-received frames themselves would keep the share full, and nothing would complete to
-free it. The holder keeps that right until its input falls back to the allowance (its
-frame was carried out, or its blocked SEND went through), then the oldest waiting
-connection gets it; once the total is back within the share, every waiting connection is
-read again. A holder whose peer sends nothing for `HOLDER_PATIENCE` seconds (half a frame,
-then silence) while others wait loses its turn to the next and waits at the back: a peer
-that stalls cannot stop every other large frame for good. One whose SEND waits for memory
-or disk keeps it (handing it on would let the next one's frame block beside it, and so
-on). So input is bounded by the share, one frame, the allowance plus one read per
-connection, and what stalled peers read while they held the turn (a frame each at most,
-one turn per `HOLDER_PATIENCE`). Small frames never wait here: a connection holding less
-than the allowance is always read.
+the budget. Once the input held by all connections (held frames and partial frames) passes
+`INPUT_SHARE` of the budget, a connection in the middle of a frame larger than
+`INPUT_ALLOWANCE` is no longer read (TCP holds its peer back), with two exceptions:
+
+- One connection at a time, the *holder*, may finish its frame: without it the
+  half-received frames themselves would keep the share full, and nothing would complete to
+  free it. The turn ends with the frame; then the connection that waited longest goes on.
+- Only a frame that may go somewhere gets the turn: a SEND to an address that would block
+  it now (policy BLOCK at its limit, or the disk full under BLOCK; `Router.would_block`)
+  waits, as the SEND itself would. So a blocked producer never holds up a consumer that
+  publishes elsewhere before it acknowledges (that would deadlock: the consumer's ACKs are
+  what unblocks the producer), and frames into a blocked address stay in the sockets.
+
+A connection's held frames count toward the total but never stop it being read: its ACKs,
+which free memory, come behind them (the session reads on up to `READ_AHEAD_BYTES`). A
+holder whose peer sends nothing for `HOLDER_PATIENCE` seconds while others wait loses its
+turn and waits at the back, so a peer that stalls in the middle of a frame cannot stop every
+other large frame; its partial frame stays (at most `max-frame-size` per connection).
 
 Measured, not counted per write: the transport tells how much it buffers but not when it
 drained, so a connection is measured after each flush and each read, and every connection
 still charged something is measured again every `SWEEP_PERIOD` seconds (the release of a
-drained buffer is at most that late; readers waiting for room are woken then).
+drained buffer is at most that late; readers waiting for room are woken then, and waiting
+connections whose address has room again are let in).
 
 Loop-only.
 """
@@ -51,30 +55,31 @@ __all__ = ["HOLDER_PATIENCE", "INPUT_ALLOWANCE", "INPUT_SHARE", "SWEEP_PERIOD",
            "ConnectionBuffers", "Measured"]
 
 SWEEP_PERIOD = 0.1  # seconds between measurements of connections still charged something
-INPUT_SHARE = 0.25  # of global-max-size: past it in sum, connections' input is held back
-INPUT_ALLOWANCE = 64 * 1024  # input a connection may always hold
+INPUT_SHARE = 0.25  # of global-max-size: past it in sum, large partial frames are held back
+INPUT_ALLOWANCE = 64 * 1024  # a partial frame up to this is always read on
 HOLDER_PATIENCE = 5.0  # seconds a holder's peer may send nothing before the next gets its turn
 
 
 class Measured(Protocol):
-    """A connection: the bytes it buffers now, in all and of its input; and a switch for
-    reading its socket, which the budget turns off and on (`hold_input`)."""
+    """A connection: the bytes it buffers now (in all, of its input, of a frame still coming),
+    where that frame goes, and a switch for reading its socket (`hold_input`)."""
 
     def buffered_bytes(self) -> int: ...
 
     def input_bytes(self) -> int: ...
 
-    def hold_input(self, held: bool) -> None: ...
+    def partial_bytes(self) -> int: ...
 
-    @property
-    def input_blocked(self) -> bool:
-        """A SEND of it waits for memory or disk (it is not read on our account)."""
+    def waits_for_room(self) -> bool:
+        """The frame still coming is a SEND to an address that would hold it now."""
         ...
+
+    def hold_input(self, held: bool) -> None: ...
 
 
 class ConnectionBuffers:
     """The charge of every connection's buffers against the memory budget, and the bound on
-    their input in sum."""
+    their partial frames in sum."""
 
     __slots__ = ("_charged", "_holder", "_holder_read", "_input", "_input_total", "_loop",
                  "_memory", "_sweep", "_waiting", "input_limit")
@@ -123,11 +128,14 @@ class ConnectionBuffers:
     def admit_input(self, connection: Measured) -> bool:
         """After a read: may `connection` be read on? If not, it waits (its socket is not
         read) until `hold_input(False)` is called on it."""
-        held = self._input.get(connection, 0)
-        limit = self.input_limit
-        if held <= INPUT_ALLOWANCE or limit < 0 or self._input_total <= limit:
+        holder = self._holder
+        if holder is connection:
+            self._holder_read = self._loop.time()
             return True
-        if self._holder is None or self._holder is connection:
+        limit = self.input_limit
+        if limit < 0 or self._input_total <= limit or connection.partial_bytes() <= INPUT_ALLOWANCE:
+            return True
+        if holder is None and not connection.waits_for_room():
             self._holder = connection
             self._holder_read = self._loop.time()
             return True
@@ -151,46 +159,58 @@ class ConnectionBuffers:
     def _measure_input(self, connection: Measured) -> None:
         now = connection.input_bytes()
         before = self._input.get(connection, 0)
-        if now == before:
-            return
-        self._input_total += now - before
-        if now:
-            self._input[connection] = now
-        else:
-            del self._input[connection]
-        if now < before:
-            if now <= INPUT_ALLOWANCE:
-                if self._holder is connection:
-                    self._holder = None
-                elif self._waiting and connection in self._waiting:  # its held frames went
-                    self._waiting.remove(connection)
-                    connection.hold_input(False)
+        if now != before:
+            self._input_total += now - before
+            if now:
+                self._input[connection] = now
+            else:
+                del self._input[connection]
+        if ((self._holder is connection or (self._waiting and connection in self._waiting))
+                and connection.partial_bytes() <= INPUT_ALLOWANCE):  # its frame is whole
+            self._release(connection)
             self._let_in()
+        elif now < before:
+            self._let_in()
+
+    def _release(self, connection: Measured) -> None:
+        if self._holder is connection:
+            self._holder = None
+        else:
+            self._waiting.remove(connection)
+            connection.hold_input(False)
 
     def _let_in(self) -> None:
         """Read waiting connections again: all once the input is within the limit, else the
-        oldest one becomes the holder when there is none."""
+        oldest whose frame may go somewhere becomes the holder when there is none."""
         waiting = self._waiting
         if not waiting:
             return
         if self._input_total <= self.input_limit:
             while waiting:
                 waiting.popleft().hold_input(False)
-        elif self._holder is None:
-            self._holder = waiting.popleft()
-            self._holder_read = self._loop.time()
-            self._holder.hold_input(False)
+            return
+        if self._holder is None:
+            for connection in waiting:
+                if not connection.waits_for_room():
+                    waiting.remove(connection)
+                    self._holder = connection
+                    self._holder_read = self._loop.time()
+                    connection.hold_input(False)
+                    return
 
     def _rotate(self) -> None:
         """A holder whose peer stalled while others wait goes to the back (see module)."""
         holder = self._holder
-        if (holder is None or not self._waiting or holder.input_blocked
+        if (holder is None or not self._waiting
                 or self._loop.time() - self._holder_read < HOLDER_PATIENCE):
             return
         self._holder = None
+        self._let_in()
+        if self._holder is None:  # nobody else may go now: it keeps its turn
+            self._holder = holder
+            return
         holder.hold_input(True)
         self._waiting.append(holder)
-        self._let_in()
 
     def _schedule_sweep(self) -> None:
         if self._sweep is None:

@@ -31,10 +31,12 @@ import termios
 import time
 from typing import TYPE_CHECKING, cast
 
+from pagemq.core.errors import InvalidDestination
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.security.listener import ListenerPolicy
 from pagemq.server.connection_buffers import ConnectionBuffers
 from pagemq.server.connection_log import ConnectionLog, format_peer
+from pagemq.server.destinations import parse_destination
 from pagemq.server.stomp_session import Cancellable, Scheduler, StompSession
 from pagemq.server.turn_budget import TurnBudget, loop_budget
 
@@ -223,11 +225,6 @@ class StompServerProtocol(asyncio.Protocol):
         self._session_paused = False
         self._apply_reading()
 
-    @property
-    def input_blocked(self) -> bool:
-        """A SEND of this connection waits for memory or disk (server/connection_buffers.py)."""
-        return self.session is not None and self.session.blocked
-
     def hold_input(self, held: bool) -> None:
         """The input of all connections is past its bound: this one is not read (held) until
         it is its turn (server/connection_buffers.py)."""
@@ -289,6 +286,23 @@ class StompServerProtocol(asyncio.Protocol):
         """Of that, what it read and holds: frames held, a partial frame."""
         session = self.session
         return session.input_bytes() if session is not None else 0
+
+    def partial_bytes(self) -> int:
+        """Of that, bytes read and not yet parsed into frames (a frame still coming)."""
+        session = self.session
+        return session.protocol.buffered if session is not None else 0
+
+    def waits_for_room(self) -> bool:
+        """The frame still coming is a SEND to an address that would hold it now."""
+        session = self.session
+        destination = session.protocol.pending_send if session is not None else None
+        if destination is None:
+            return False
+        try:
+            address = parse_destination(destination).address
+        except InvalidDestination:
+            return False
+        return self._broker.router.would_block(address)
 
     # -- heart-beats ----------------------------------------------------------------------
 

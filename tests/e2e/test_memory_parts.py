@@ -300,3 +300,100 @@ def test_a_producer_stalling_in_the_middle_of_a_huge_frame_does_not_stop_other_l
     reply = staller.read_frame(timeout=30)
     assert reply is not None and reply.headers.get("receipt-id") == "stalled", reply
     assert proc.queue("big")["messages"] == 2
+
+
+def _send_in_background(client: RawStomp, frame: bytes) -> threading.Thread:
+    thread = threading.Thread(target=client.send, args=(frame,), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_consumer_publishing_elsewhere_before_it_acks_is_not_held_up_by_producers_blocked_on_its_queue(
+    start_broker, stomp_client
+):
+    """Found by a breaker (a deadlock of the first input bound): producers of large frames
+    blocked on A held the input turn, so a consumer of A publishing a 300 KiB result to B
+    before each ACK was never read, never acknowledged, and A never drained. A frame whose
+    address would hold it now never takes the turn from a frame that may go."""
+    proc = start_broker({
+        "broker": {"global-max-size": "8MiB"},
+        "address-settings": {"A": {"address-full-policy": "BLOCK", "max-size-bytes": "1MiB"}},
+    })
+    filler = stomp_client(proc)
+    for n in range(10):  # 1 MiB: A is full
+        filler.send("/queue/A", f"a-{n}|" + "a" * (100 * 1024), receipt=n == 9)
+    producers = [RawStomp(proc.stomp_port, timeout=60) for _ in range(3)]
+    for n, producer in enumerate(producers):
+        producer.connect("1.2")
+        _send_in_background(producer, encode_frame(
+            "SEND", {"destination": "/queue/A", "receipt": f"h-{n}"}, b"h" * (1536 * 1024)))
+        time.sleep(0.3)
+    processor = stomp_client(proc)
+    processor.subscribe("/queue/A", ack="client-individual", headers={"activemq.prefetchSize": 1})
+    result = "r" * (300 * 1024)
+    for n in range(13):
+        wait_until(lambda n=n: len(processor.messages) > n, timeout=20, what=f"message {n} of A")
+        processor.send("/queue/B", result, receipt=True)  # a RECEIPT within the client's wait
+        processor.ack(processor.messages[n])
+    for n, producer in enumerate(producers):
+        reply = producer.read_frame(timeout=20)
+        assert reply is not None and reply.headers.get("receipt-id") == f"h-{n}", reply
+    proc.wait_queue("B", messages=13)
+
+
+def test_a_consumer_producing_into_its_own_full_address_still_gets_its_acks_read(
+    start_broker, stomp_client
+):
+    """Found by a breaker: a consumer that sent a 900 KiB message into its own full BLOCK
+    address, then acknowledged, had its ACKs held behind the input bound while another
+    producer's large frame held the turn (stomp.md: ACKs go ahead of a blocked SEND)."""
+    proc = start_broker({
+        "broker": {"global-max-size": "8MiB"},
+        "address-settings": {"q": {"address-full-policy": "BLOCK", "max-size-bytes": "1MiB"}},
+    })
+    filler = stomp_client(proc)
+    for n in range(10):  # 1 MiB: q is full
+        filler.send("/queue/q", f"q-{n}|" + "q" * (100 * 1024), receipt=n == 9)
+    first = RawStomp(proc.stomp_port, timeout=60)
+    first.connect("1.2")
+    _send_in_background(first, encode_frame("SEND", {"destination": "/queue/q"}, b"1" * MIB))
+    worker = stomp_client(proc)
+    worker.subscribe("/queue/q", ack="client-individual", headers={"activemq.prefetchSize": 1})
+    worker.send("/queue/q", "w" * (900 * 1024))  # blocked: held with the worker's input
+    late = RawStomp(proc.stomp_port, timeout=60)
+    late.connect("1.2")
+    _send_in_background(late, encode_frame(
+        "SEND", {"destination": "/queue/q", "receipt": "late"}, b"l" * (1536 * 1024)))
+    time.sleep(0.5)
+    for n in range(8):  # each ACK frees room; its RECEIPT comes though the SEND is blocked
+        wait_until(lambda n=n: len(worker.messages) > n, timeout=20, what=f"message {n} of q")
+        worker.ack(worker.messages[n], receipt=True)
+
+
+def test_a_producer_faster_than_the_disk_waits_for_page_writes_instead_of_queueing_them_in_memory(
+    start_broker
+):
+    """Found by a breaker: non-persistent (or unreceipted) sends into a paging address were
+    queued for the page writer without bound (RSS 453 MiB under an 8 MiB budget). Records not
+    yet written now count in the budget (`page_write_bytes`); past a quarter of it, paged
+    sends wait (TCP slows the producer) until the writes catch up."""
+    proc = start_broker({"broker": {"global-max-size": "4MiB"},  # writes may lag by 1 MiB
+                         "address-settings": {"#": {"max-size-bytes": 0}}})
+    idle = proc.rss_bytes()
+    producer = RawStomp(proc.stomp_port, timeout=120)
+    producer.connect("1.2")
+    frame = encode_frame("SEND", {"destination": "/queue/fast", "persistent": "false"},
+                         b"p" * (512 * 1024))
+    with PeakSampler(proc, "page_write_bytes") as sampler:
+        peak_rss = 0
+        for _ in range(20):  # 200 x 512 KiB: 100 MiB of page files
+            producer.send(frame * 10)
+            peak_rss = max(peak_rss, proc.rss_bytes())
+        producer.send_frame("DISCONNECT", {"receipt": "bye"})
+        reply = producer.read_frame(timeout=60)
+        assert reply is not None and reply.headers.get("receipt-id") == "bye", reply
+    assert sampler.peak <= 4 * MIB, f"page writes lagged by {sampler.peak / MIB:.1f} MiB"
+    assert peak_rss - idle < 64 * MIB, f"RSS grew by {(peak_rss - idle) / MIB:.0f} MiB"
+    proc.wait_queue("fast", messages=200, timeout=30)
+    wait_until(lambda: memory(proc)["page_write_bytes"] == 0, timeout=10,
+               what="every page write done")

@@ -130,6 +130,11 @@ class StompConnection:
         """Bytes received but not yet returned as events."""
         return self._parser.buffered
 
+    @property
+    def pending_send(self) -> str | None:
+        """The destination of a SEND still being received (see FrameParser.pending_send)."""
+        return self._parser.pending_send
+
     def receive_data(self, data: bytes, max_events: int | None = None) -> list[Event]:
         """Events for every frame `data` completes, in order; raises on the first bad one.
 

@@ -109,6 +109,15 @@ class FrameParser:
         """Bytes received but not yet returned as a frame (bounded by max_frame_size + 1)."""
         return len(self._buf)
 
+    @property
+    def pending_send(self) -> str | None:
+        """The `destination` of a SEND frame whose head is in and whose body is still coming
+        (None otherwise): lets a server tell where a large frame goes before it is whole."""
+        pending = self._pending
+        if pending is None or pending[0] != "SEND":
+            return None
+        return pending[1].get("destination")
+
     def feed(self, data: bytes) -> list[Frame]:
         """Append `data` and return every frame now complete, in order."""
         self.append(data)

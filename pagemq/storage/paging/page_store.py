@@ -211,6 +211,8 @@ class PageStore:
         # and the error. The batch was refused (see page_writer.py); the broker stops taking
         # messages until there is room.
         self.on_no_space: Callable[[Path, OSError], None] = lambda _folder, _error: None
+        # On the loop: the bytes waiting to be written to page files grew or shrank by delta.
+        self.on_backlog: Callable[[int], None] = lambda _delta: None
         self.summaries_read = 0
         self.pages_scanned = 0
 
@@ -266,6 +268,7 @@ class PageStore:
             existing_pages=set(self._pages),
         )
         self._writer.on_failure = self._on_write_failure
+        self._writer.on_backlog = self._backlog
         self._writer.on_resummarised = self._on_resummarised
         return self.pages()
 
@@ -397,6 +400,9 @@ class PageStore:
         return self._writer
 
     # ----- writer reports (event loop) --------------------------------------------------
+
+    def _backlog(self, delta: int) -> None:
+        self.on_backlog(delta)
 
     def _on_write_failure(self, pages: set[int], error: OSError) -> None:
         """A batch was not stored: move off its pages; the writer re-summarises them from disk."""

@@ -130,6 +130,9 @@ class PageWriter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._visible: dict[int, int] = {}
         self._existing = set(existing_pages)
+        # On the loop: bytes queued to write grew (a frame) or shrank (a batch written or
+        # failed); whoever holds producers back by it listens (the memory budget).
+        self.on_backlog: Callable[[int], None] = lambda _delta: None
         self._handles: dict[int, AppendFile] = {}
         self._sizes: dict[int, int] = {}
         self._dirty: set[int] = set()
@@ -190,6 +193,7 @@ class PageWriter:
                 future = batch.future
             if wake:
                 self._request()
+        self.on_backlog(len(frame))
         return future
 
     def close_page(self, summary: PageSummaryRecord) -> None:
@@ -274,6 +278,8 @@ class PageWriter:
             leftover, self._pending = self._pending, _Batch()
         if leftover.ops or leftover.future is not None or leftover.flush_future is not None:
             self._process(leftover)
+        if leftover.bytes:
+            self.on_backlog(-leftover.bytes)
 
     def visible_size(self, page_no: int) -> int | None:
         """Bytes of the page a reader may use (written, and synced when it had to be)."""
@@ -298,6 +304,8 @@ class PageWriter:
             if batch.ops or batch.future is not None or batch.flush_future is not None:
                 self._process(batch)
         finally:
+            if batch.bytes:
+                self._notify(self.on_backlog, -batch.bytes)
             with self._cond:
                 finished = self._stopping and not self._has_work()
                 if not finished:
