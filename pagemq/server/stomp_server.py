@@ -32,6 +32,7 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from pagemq.core.errors import InvalidDestination
+from pagemq.core.management import MANAGEMENT_ADDRESS
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.security.listener import ListenerPolicy
 from pagemq.server.connection_buffers import ConnectionBuffers
@@ -302,7 +303,8 @@ class StompServerProtocol(asyncio.Protocol):
             address = parse_destination(destination).address
         except InvalidDestination:
             return False
-        return self._broker.router.would_block(address)
+        # Management requests are never held back (docs/management.md).
+        return address != MANAGEMENT_ADDRESS and self._broker.router.would_block(address)
 
     # -- heart-beats ----------------------------------------------------------------------
 

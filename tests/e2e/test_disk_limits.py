@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from brokerproc import BrokerProcess, RawStomp, StompClient, unique, wait_until
+from brokerproc import BrokerProcess, RawStomp, StompClient, encode_frame, unique, wait_until
 from test_paging_helpers import KIB, consume, labels, numbered, send_all, send_until_error
 
 SCAN = "100ms"
@@ -298,3 +298,31 @@ def test_producers_blocked_on_a_full_disk_do_not_hold_the_loop(disk_broker: Any,
         producer.listener.wait_for_receipt(f"p{n}", 10)
         producer.disconnect()
     assert proc.queue(queue)["messages"] == 4
+
+
+def test_a_large_management_request_is_answered_while_large_sends_wait_for_the_disk(
+    disk_broker: Any, small_disk: Path
+) -> None:
+    """Found by a breaker: past the input share, a frame whose address would hold it waits in
+    the socket, and with the disk full every address would, the management address too (a
+    200 KiB request got no reply). Management requests are never held back."""
+    proc, queue, producer, _filler = past_the_limit(
+        disk_broker, small_disk, "BLOCK", "m", 1, {"broker": {
+            **limit_config("BLOCK", "8MiB")["broker"], "global-max-size": "4MiB"}})
+    wait_disk_full(proc, True)
+    held = RawStomp(proc.stomp_port, timeout=30)
+    held.connect()
+    threading.Thread(target=held.send, daemon=True, args=(encode_frame(
+        "SEND", {"destination": f"/queue/{queue}"}, b"h" * (2 << 20)),)).start()
+    wait_until(lambda: proc.http_get("/api/broker")[1]["memory"]["connection_buffer_bytes"] > 1 << 20,
+               timeout=10, what="the held producer's frame past the input share")
+    replies = StompClient(proc.stomp_port).connect()
+    replies.subscribe(f"/queue/{queue}-replies")
+    replies.send("activemq.management", " " * (200 * 1024), headers={
+        "_AMQ_ResourceName": f"queue.{queue}", "_AMQ_Attribute": "messageCount",
+        "reply-to": f"/queue/{queue}-replies"})
+    reply = replies.wait_for(1, timeout=10)[0]
+    assert reply.body == "[1]" and reply.headers["_AMQ_OperationSucceeded"] == "true"
+    held.close()
+    for client in (producer, replies):
+        client.disconnect()
