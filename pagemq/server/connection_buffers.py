@@ -21,7 +21,9 @@ the budget. Once the input held by all connections (held frames and partial fram
   free it. The turn ends with the frame; then the connection that waited longest goes on.
 - Only a frame that may go somewhere gets the turn: a SEND to an address that would block
   it now (policy BLOCK at its limit, or the disk full under BLOCK; `Router.would_block`)
-  waits, as the SEND itself would. So a blocked producer never holds up a consumer that
+  waits, as the SEND itself would, unless frames behind it may make room (the connection
+  holds deliveries or a transaction: its ACKs or COMMIT; a transactional SEND does not
+  block). So a blocked producer never holds up a consumer that
   publishes elsewhere before it acknowledges (that would deadlock: the consumer's ACKs are
   what unblocks the producer), and frames into a blocked address stay in the sockets.
 

@@ -294,9 +294,15 @@ class StompServerProtocol(asyncio.Protocol):
         return session.protocol.buffered if session is not None else 0
 
     def waits_for_room(self) -> bool:
-        """The frame still coming is a SEND to an address that would hold it now."""
+        """The frame still coming is a SEND to an address that would hold it now, and nothing
+        behind it on this connection can make room: not a SEND in a transaction (only its
+        COMMIT meets the policy), nor one from a connection holding deliveries or an open
+        transaction (its ACKs or COMMIT behind the frame may be what drains the address)."""
         session = self.session
-        destination = session.protocol.pending_send if session is not None else None
+        headers = session.protocol.pending_send if session is not None else None
+        if headers is None or "transaction" in headers or session is None or session.may_make_room():
+            return False
+        destination = headers.get("destination")
         if destination is None:
             return False
         try:

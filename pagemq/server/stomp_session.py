@@ -927,6 +927,14 @@ class StompSession:
         held input, a partial frame."""
         return self._out_bytes + self._reply_bytes + self._backlog_bytes + self.protocol.buffered
 
+    def may_make_room(self) -> bool:
+        """Frames of this connection could free memory: it holds deliveries not yet
+        acknowledged, or an open transaction (server/connection_buffers.py)."""
+        if self.transactions:
+            return True
+        return any(sub.consumer is not None and sub.consumer.in_flight
+                   for sub in self.subscriptions.values())
+
     def input_bytes(self) -> int:
         """Of those, the input: held frames and bytes not parsed yet (a partial frame)."""
         return self._backlog_bytes + self.protocol.buffered

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from brokerproc import BrokerProcess, RawStomp, StompClient, encode_frame, unique, wait_until
 from test_stomp_flow import StalledSocket, _write_for  # a client with a tiny receive window
 
@@ -397,3 +398,49 @@ def test_a_producer_faster_than_the_disk_waits_for_page_writes_instead_of_queuei
     proc.wait_queue("fast", messages=200, timeout=30)
     wait_until(lambda: memory(proc)["page_write_bytes"] == 0, timeout=10,
                what="every page write done")
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["plain", "transactional"])
+def test_a_consumer_whose_large_send_into_its_full_address_comes_last_still_gets_its_acks_read(
+    start_broker, stomp_client, in_transaction
+):
+    """Found by a second breaker: a consumer holding a delivery whose own large SEND into its
+    full BLOCK address arrived once the input share was passed was not read (its frame would
+    wait for room), and the ACKs behind that frame, which would have made the room, never came.
+    A connection holding deliveries or a transaction, or a SEND in a transaction (it meets
+    the policy only at COMMIT), is never held back for room."""
+    proc = start_broker({
+        "broker": {"global-max-size": "8MiB"},  # input share: 2 MiB
+        "address-settings": {"q": {"address-full-policy": "BLOCK", "max-size-bytes": "1MiB"}},
+    })
+    filler = stomp_client(proc)
+    for n in range(10):
+        filler.send("/queue/q", f"q-{n}|" + "q" * (100 * 1024), receipt=n == 9)
+    first, late = RawStomp(proc.stomp_port, timeout=60), RawStomp(proc.stomp_port, timeout=60)
+    for client in (first, late):
+        client.connect("1.2")
+    _send_in_background(first, encode_frame("SEND", {"destination": "/queue/q"}, b"1" * MIB))
+    wait_until(lambda: proc.queue("q")["messages"] == 11, timeout=10,
+               what="the 1 MiB message in (q was below its limit): q is over it now")
+    _send_in_background(late, encode_frame("SEND", {"destination": "/queue/q"}, b"l" * (3 * MIB)))
+    wait_until(lambda: memory(proc)["connection_buffer_bytes"] > 2 * MIB, timeout=10,
+               what="the input share passed")
+    worker = RawStomp(proc.stomp_port, timeout=30)
+    worker.connect("1.2")
+    worker.send_frame("SUBSCRIBE", {"id": "s", "destination": "/queue/q", "ack": "client-individual",
+                                    "activemq.prefetchSize": "1"})
+    messages = [frame for frame in [worker.read_frame(timeout=10)] if frame.command == "MESSAGE"]
+    assert messages, "no delivery to the worker"
+    tx = {"transaction": "t"} if in_transaction else {}
+    big = encode_frame("SEND", {"destination": "/queue/q", **tx}, b"w" * (900 * 1024))
+    _send_in_background(worker, (encode_frame("BEGIN", tx) if tx else b"") + big)
+    for n in range(5):  # each ACK frees room and is answered though the SEND waits
+        time.sleep(0.2)  # behind the large frame in the socket
+        worker.send_frame("ACK", {"id": messages[-1].headers["ack"], "receipt": f"a{n}"})
+        frames = worker.read_until_receipt(f"a{n}", timeout=20)
+        assert frames[-1].command == "RECEIPT", frames[-1]
+        messages += [frame for frame in frames if frame.command == "MESSAGE"]
+        if len(messages) <= n + 1:
+            frame = worker.read_frame(timeout=20)
+            assert frame is not None and frame.command == "MESSAGE", frame
+            messages.append(frame)

@@ -131,8 +131,8 @@ class StompConnection:
         return self._parser.buffered
 
     @property
-    def pending_send(self) -> str | None:
-        """The destination of a SEND still being received (see FrameParser.pending_send)."""
+    def pending_send(self) -> Mapping[str, str] | None:
+        """The headers of a SEND still being received (see FrameParser.pending_send)."""
         return self._parser.pending_send
 
     def receive_data(self, data: bytes, max_events: int | None = None) -> list[Event]:

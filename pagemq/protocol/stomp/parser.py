@@ -24,6 +24,8 @@ a client's CONNECT before it knows which version that client speaks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pagemq.protocol.errors import FrameError
 from pagemq.protocol.stomp.frames import COMMANDS, UNESCAPED_COMMANDS, Frame, unescape
 
@@ -110,13 +112,13 @@ class FrameParser:
         return len(self._buf)
 
     @property
-    def pending_send(self) -> str | None:
-        """The `destination` of a SEND frame whose head is in and whose body is still coming
-        (None otherwise): lets a server tell where a large frame goes before it is whole."""
+    def pending_send(self) -> Mapping[str, str] | None:
+        """The headers of a SEND frame whose head is in and whose body is still coming (None
+        otherwise): lets a server tell where a large frame goes before it is whole."""
         pending = self._pending
         if pending is None or pending[0] != "SEND":
             return None
-        return pending[1].get("destination")
+        return pending[1]
 
     def feed(self, data: bytes) -> list[Frame]:
         """Append `data` and return every frame now complete, in order."""
