@@ -309,6 +309,19 @@ def _send_in_background(client: RawStomp, frame: bytes) -> threading.Thread:
     return thread
 
 
+def _full_block_address(start_broker, stomp_client, name: str) -> BrokerProcess:
+    """A broker with an 8 MiB budget (input share: 2 MiB) whose BLOCK address `name`, of
+    max-size-bytes 1 MiB, holds ten 100 KiB messages (as good as full)."""
+    proc = start_broker({
+        "broker": {"global-max-size": "8MiB"},
+        "address-settings": {name: {"address-full-policy": "BLOCK", "max-size-bytes": "1MiB"}},
+    })
+    filler = stomp_client(proc)
+    for n in range(10):
+        filler.send(f"/queue/{name}", f"{name}-{n}|" + name * (100 * 1024), receipt=n == 9)
+    return proc
+
+
 def test_a_consumer_publishing_elsewhere_before_it_acks_is_not_held_up_by_producers_blocked_on_its_queue(
     start_broker, stomp_client
 ):
@@ -316,13 +329,7 @@ def test_a_consumer_publishing_elsewhere_before_it_acks_is_not_held_up_by_produc
     blocked on A held the input turn, so a consumer of A publishing a 300 KiB result to B
     before each ACK was never read, never acknowledged, and A never drained. A frame whose
     address would hold it now never takes the turn from a frame that may go."""
-    proc = start_broker({
-        "broker": {"global-max-size": "8MiB"},
-        "address-settings": {"A": {"address-full-policy": "BLOCK", "max-size-bytes": "1MiB"}},
-    })
-    filler = stomp_client(proc)
-    for n in range(10):  # 1 MiB: A is full
-        filler.send("/queue/A", f"a-{n}|" + "a" * (100 * 1024), receipt=n == 9)
+    proc = _full_block_address(start_broker, stomp_client, "A")
     producers = [RawStomp(proc.stomp_port, timeout=60) for _ in range(3)]
     for n, producer in enumerate(producers):
         producer.connect("1.2")
@@ -348,13 +355,7 @@ def test_a_consumer_producing_into_its_own_full_address_still_gets_its_acks_read
     """Found by a breaker: a consumer that sent a 900 KiB message into its own full BLOCK
     address, then acknowledged, had its ACKs held behind the input bound while another
     producer's large frame held the turn (stomp.md: ACKs go ahead of a blocked SEND)."""
-    proc = start_broker({
-        "broker": {"global-max-size": "8MiB"},
-        "address-settings": {"q": {"address-full-policy": "BLOCK", "max-size-bytes": "1MiB"}},
-    })
-    filler = stomp_client(proc)
-    for n in range(10):  # 1 MiB: q is full
-        filler.send("/queue/q", f"q-{n}|" + "q" * (100 * 1024), receipt=n == 9)
+    proc = _full_block_address(start_broker, stomp_client, "q")
     first = RawStomp(proc.stomp_port, timeout=60)
     first.connect("1.2")
     _send_in_background(first, encode_frame("SEND", {"destination": "/queue/q"}, b"1" * MIB))
@@ -409,13 +410,7 @@ def test_a_consumer_whose_large_send_into_its_full_address_comes_last_still_gets
     wait for room), and the ACKs behind that frame, which would have made the room, never came.
     A connection holding deliveries or a transaction, or a SEND in a transaction (it meets
     the policy only at COMMIT), is never held back for room."""
-    proc = start_broker({
-        "broker": {"global-max-size": "8MiB"},  # input share: 2 MiB
-        "address-settings": {"q": {"address-full-policy": "BLOCK", "max-size-bytes": "1MiB"}},
-    })
-    filler = stomp_client(proc)
-    for n in range(10):
-        filler.send("/queue/q", f"q-{n}|" + "q" * (100 * 1024), receipt=n == 9)
+    proc = _full_block_address(start_broker, stomp_client, "q")
     first, late = RawStomp(proc.stomp_port, timeout=60), RawStomp(proc.stomp_port, timeout=60)
     for client in (first, late):
         client.connect("1.2")
