@@ -52,17 +52,25 @@ def test_consumer_gets_a_live_paged_message_behind_more_expired_ones_than_the_re
     proc.wait_queue(queue, messages=0, messages_expired=5)
 
 
+def _hog_on_paged_queue(start_broker, stomp_client, count: int, broker: dict | None = None):
+    """A paged queue of `count` 4 KiB messages with a 128 KiB max-read-page-bytes, and a
+    consumer that never acknowledges holding the 20 or so the limit lets it read:
+    (broker, queue, that consumer)."""
+    proc = start_broker({"broker": broker or {}, "address-settings": {"#": {
+        "max-size-bytes": 0, "page-size-bytes": "64KiB", "max-read-page-bytes": "128KiB"}}})
+    queue = unique("hog")
+    send_all(stomp_client(proc), f"/queue/{queue}", [f"m{n}" for n in range(count)], size=4096)
+    hog = stomp_client(proc)
+    hog.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 100_000})
+    hog.wait_for(20)
+    return proc, queue, hog
+
+
 def test_a_consumer_holding_its_window_unacknowledged_does_not_starve_the_others(start_broker, stomp_client):
     """Found by a breaker: one consumer with a large prefetch that never acknowledges fills
     the queue's max-read-page-bytes; five consumers subscribing after it got nothing. Each
     consumer holding nothing still gets a message past the read limit, as past the budget."""
-    proc = start_broker({"address-settings": {"#": {
-        "max-size-bytes": 0, "page-size-bytes": "64KiB", "max-read-page-bytes": "128KiB"}}})
-    queue = unique("hog")
-    send_all(stomp_client(proc), f"/queue/{queue}", [f"m{n}" for n in range(200)], size=4096)
-    hog = stomp_client(proc)
-    hog.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 100_000})
-    hog.wait_for(20)
+    proc, queue, _hog = _hog_on_paged_queue(start_broker, stomp_client, 200)
     time.sleep(0.3)
     others = [stomp_client(proc) for _ in range(5)]
     for other in others:
@@ -76,13 +84,7 @@ def test_a_message_read_past_the_limit_goes_to_the_consumer_holding_nothing(star
     """Found by a breaker: beside an auto-ack consumer (always holding nothing), every read
     past the read limit went round-robin, and a consumer that never acknowledges took half of
     them: 2,014 of 4,000 held against a 128 KiB limit and a 2 MiB budget."""
-    proc = start_broker({"broker": {"global-max-size": "2MiB"}, "address-settings": {"#": {
-        "max-size-bytes": 0, "page-size-bytes": "64KiB", "max-read-page-bytes": "128KiB"}}})
-    queue = unique("hog2")
-    send_all(stomp_client(proc), f"/queue/{queue}", [f"m{n}" for n in range(600)], size=4096)
-    hog = stomp_client(proc)
-    hog.subscribe(f"/queue/{queue}", ack="client-individual", headers={"activemq.prefetchSize": 100_000})
-    hog.wait_for(20)
+    proc, queue, hog = _hog_on_paged_queue(start_broker, stomp_client, 600, {"global-max-size": "2MiB"})
     reader = stomp_client(proc)
     reader.subscribe(f"/queue/{queue}", ack="auto", headers={"activemq.prefetchSize": 100})
     taken = len(hog.listener.messages)
