@@ -58,10 +58,8 @@ class MemoryAccountant:
 
     __slots__ = (
         "_quiet", "_read_waiters", "_resume_bytes", "_resume_messages", "_waiters", "_writes_limit",
-        "counted",
-        "depaged_bytes",
-        "max_bytes", "max_messages", "part_bytes", "parts", "readers", "staged_bytes", "used_bytes",
-        "used_messages",
+        "counted", "depaged_bytes", "max_bytes", "max_messages", "part_bytes", "parts", "readers",
+        "staged_bytes", "used_bytes", "used_messages",
     )
 
     def __init__(self, max_bytes: int = -1, max_messages: int = -1) -> None:
