@@ -417,12 +417,13 @@ class PageCursor:
     def stream_plan(self) -> StreamPlan:
         """What a range read of the page files needs, taken now on the loop: the queue's
         pages from its read position (with the first ordinal to read of each), the reading
-        of one page, and whether a transaction is still undecided (`core.stream.PagedRange`)."""
+        of one page (records, or its frames as bytes), and whether a transaction is still
+        undecided (`core.stream.PagedRange`)."""
         book = self.book
         page_no, ordinal = book.position()
         pages = tuple((number, ordinal if number == page_no else 0) for number in book.pages_from(page_no))
         spans = tuple(book.span(number) for number, _first in pages)
-        return pages, book.read, self.pager.store.is_pending, spans
+        return pages, book.read, self.pager.store.is_pending, spans, book.frames
 
     def complete_served(self, pages: Iterable[tuple[int, Collection[int]]]) -> int:
         """Pages whose records a streaming reader was served (by ordinal) and committed: each

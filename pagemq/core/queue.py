@@ -45,13 +45,15 @@ if TYPE_CHECKING:
     from pagemq.core.settings import AddressSettings
     from pagemq.core.stream_reader import StreamReader
     from pagemq.storage.paging.page_format import PagedRecord
-    from pagemq.storage.paging.queue_store import PageSpan
+    from pagemq.storage.paging.queue_store import PageFrames, PageSpan
 
     # A range read's view of the page files (core.stream.PagedRange): pages from the read
     # position with their first ordinal, the reading of one page, "is this transaction
-    # undecided", and each page as counted without reading it (None: read it).
+    # undecided", each page as counted without reading it (None: read it), and one page's
+    # frames as bytes (None: read its records).
     StreamPlan = tuple[tuple[tuple[int, int], ...], Callable[[int, int], Iterator[tuple[int, PagedRecord]]],
-                       Callable[[int], bool], tuple[PageSpan | None, ...]]
+                       Callable[[int], bool], tuple[PageSpan | None, ...],
+                       Callable[[int, int], PageFrames | None]]
 
 PRIORITIES = 10
 _FEW = 64  # take_pending: up to this many refs are removed one by one

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pagemq.core.queue import PagedSource, Queue
     from pagemq.core.selector import Selector
     from pagemq.storage.paging.page_format import PagedRecord
-    from pagemq.storage.paging.queue_store import PageSpan
+    from pagemq.storage.paging.queue_store import PageFrames, PageSpan
 
 __all__ = ["CommitProgress", "PagedRange", "StreamReader", "commit_step", "memory_messages",
            "paged_range", "reader_of"]
@@ -91,24 +91,40 @@ class PagedRange:
     # Per page of `pages`: counted from the bookkeeping (core/stream_ranges.py), or None:
     # only a read can tell (the read position's page, the live page, an undecided transaction).
     spans: tuple[PageSpan | None, ...] = ()
+    # One page's frames from an ordinal as byte spans with the queue's view of them
+    # (`PagedQueue.frames`), for range reads that decode frames in bulk; None: use `records`.
+    frames: Callable[[int, int], PageFrames | None] | None = None
 
     def records(self, after: int, upto: int | None, from_page: int = 0, to_page: int | None = None
                 ) -> Iterator[tuple[int, int, PagedRecord]]:
         """(page, ordinal, record) with `after < id <= upto`, in order (ids grow along the
         pages: reading stops at the first id above `upto`), of the pages from `from_page`
         (to `to_page`)."""
-        for page_no, first in self.pages[bisect.bisect_left(self.pages, (from_page,)):]:
-            if to_page is not None and page_no > to_page:
-                return
-            for ordinal, record in self.read(page_no, first):
-                if record.txid and self.pending_tx(record.txid):
-                    continue
-                message_id = record.message_id
-                if message_id <= after:
-                    continue
-                if upto is not None and message_id > upto:
+        for page_no, first in self.pages_from(from_page, to_page):
+            for found in self.page_records(page_no, first, after, upto):
+                if found is None:
                     return
-                yield page_no, ordinal, record
+                yield page_no, *found
+
+    def pages_from(self, from_page: int, to_page: int | None = None) -> list[tuple[int, int]]:
+        """(page, first ordinal to read) of the plan's pages from `from_page` (to `to_page`)."""
+        pages = self.pages[bisect.bisect_left(self.pages, (from_page,)):]
+        return [page for page in pages if to_page is None or page[0] <= to_page]
+
+    def page_records(self, page_no: int, ordinal: int, after: int, upto: int | None
+                     ) -> Iterator[tuple[int, PagedRecord] | None]:
+        """(ordinal, record) of one page from `ordinal` with `after < id`, undecided
+        transactions left out; None, last, once an id is above `upto` (the range ends)."""
+        for index, record in self.read(page_no, ordinal):
+            if record.txid and self.pending_tx(record.txid):
+                continue
+            message_id = record.message_id
+            if message_id <= after:
+                continue
+            if upto is not None and message_id > upto:
+                yield None
+                return
+            yield index, record
 
     def last_id(self) -> int:
         """The id of the queue's last paged record (0: none), reading from the last page back

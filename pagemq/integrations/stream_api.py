@@ -25,14 +25,15 @@ and the commits, a bounded number of acknowledgements per turn.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import json
 import logging
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -48,10 +49,13 @@ from pagemq.core.stream_ranges import plan_range, plan_splits
 from pagemq.integrations.http_params import BadRequest, int_param
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from pagemq.core.broker import Broker
     from pagemq.core.queue import Queue
     from pagemq.core.selector import Selector
     from pagemq.core.stream_reader import StreamReader
+    from pagemq.spark.paged_rows import PagedBlock
 
 __all__ = ["DEFAULT_READER", "StreamCollector", "add_stream_routes"]
 
@@ -190,15 +194,33 @@ class _Served:
             if message_id > held[1]:
                 self.pages[page_no] = (held[0], message_id)
 
+    def block(self, block: PagedBlock) -> None:
+        self.ids.extend(block.ids)
+        held = self.pages.get(block.page_no)
+        if held is None:
+            self.pages[block.page_no] = (array("q", block.ordinals), max(block.ids))
+        else:
+            held[0].extend(block.ordinals)
+            self.pages[block.page_no] = (held[0], max(held[1], max(block.ids)))
+
     def note(self, reader: StreamReader) -> None:
         reader.note_served(self.ids)
         for page_no, (ordinals, last_id) in self.pages.items():
             reader.note_served_page(page_no, ordinals, last_id)
 
 
+_BLOCK = -1  # the ordinal slot of a merged item that is a whole block of paged rows
+_Item = tuple[int, int, int, "Message | bytes | tuple[PagedBlock, pa.RecordBatch]", bool]
+
+
 class _RangeRows:
     """A range's rows in id order (memory and page files merged), encoded a chunk at a time
-    in the worker thread."""
+    in the worker thread.
+
+    Paged records come in bulk, a page span at a time (`spark/paged_rows.py`), unless a
+    selector is to look at each one, or a message in memory falls among a block's ids (its
+    rows are then merged one by one); what the bulk path hands back (damage, a message that
+    does not decode) is read record by record."""
 
     def __init__(self, queue: Queue, memory: list[Message], paged: PagedRange | None, after: int,
                  upto: int, from_page: int, selector: Selector | None, include_headers: bool) -> None:
@@ -207,35 +229,87 @@ class _RangeRows:
 
         self._decode = decode_message
         self.address = queue.address_name
+        self.queue_name = queue.name
         self.selector = selector
+        self.include_headers = include_headers
         self.rows = EncodedRows(queue.address_name, queue.name, include_headers=include_headers)
-        in_memory = ((m.message_id, 0, 0, m, True) for m in memory)
+        self._memory_ids = [m.message_id for m in memory]
+        in_memory: Iterator[_Item] = ((m.message_id, 0, 0, m, True) for m in memory)
         on_disk = self._paged(paged, after, upto, from_page)
         self._merged = heapq.merge(in_memory, on_disk, key=lambda item: item[0])
 
-    def _paged(self, paged: PagedRange | None, after: int, upto: int, from_page: int
-               ) -> Iterator[tuple[int, int, int, Message | bytes, bool]]:
+    def _paged(self, paged: PagedRange | None, after: int, upto: int, from_page: int) -> Iterator[_Item]:
+        from pagemq.spark.paged_rows import Fallback, page_blocks
+
         if paged is None:
             return
-        for page_no, ordinal, record in paged.records(after, upto, from_page):
-            yield record.message_id, page_no, ordinal, record.message, record.persistent
+        bulk = paged.frames if self.selector is None else None
+        for page_no, first in paged.pages_from(from_page):
+            frames = bulk(page_no, first) if bulk is not None else None
+            if frames is None:
+                if not (yield from self._records(paged, page_no, first, after, upto)):
+                    return
+                continue
+            for block in page_blocks(frames, first, after, upto, paged.pending_tx):
+                if isinstance(block, Fallback):
+                    if not (yield from self._records(paged, page_no, block.ordinal, after, upto)):
+                        return
+                    break
+                if block.rows and self._interleaved(block):  # the merge must keep id order
+                    for message_id, ordinal, message, persistent in block.messages():
+                        yield message_id, page_no, ordinal, bytes(message), persistent
+                elif block.rows:
+                    batch = block.batch(self.address, self.queue_name, self.include_headers)
+                    if batch is None:  # a message does not decode: as the record path has it
+                        if not (yield from self._records(paged, page_no, block.ordinal, after, upto)):
+                            return
+                        break
+                    yield block.first_id, page_no, _BLOCK, (block, batch), True
+                if block.ends_range:
+                    return
 
-    def chunk(self) -> tuple[bytes, _Served] | None:
-        """The next record batch as IPC bytes and what it served; None at the end. Rows are
-        built from the stored bytes in bulk (`EncodedRows`); a message in memory is encoded
+    def _interleaved(self, block: PagedBlock) -> bool:
+        """Whether a message in memory falls among the block's ids."""
+        at = bisect.bisect_right(self._memory_ids, block.first_id)
+        return at < len(self._memory_ids) and self._memory_ids[at] < block.last_id
+
+    @staticmethod
+    def _records(paged: PagedRange, page_no: int, ordinal: int, after: int, upto: int
+                 ) -> Generator[_Item, None, bool]:
+        """One page's records one by one from `ordinal`; False once the range ended."""
+        for found in paged.page_records(page_no, ordinal, after, upto):
+            if found is None:
+                return False
+            index, record = found
+            yield record.message_id, page_no, index, record.message, record.persistent
+        return True
+
+    def chunk(self) -> tuple[list[memoryview], _Served] | None:
+        """The next record batches as IPC messages (views of Arrow's buffers: no copy) and
+        what they served; None at the end. Rows are built from the stored bytes in bulk
+        (`EncodedRows`, or a page span's `PagedBlock`); a message in memory is encoded
         first, and a record is decoded only for a selector to look at."""
         from pagemq.storage.message_codec import encode_message
 
         rows = self.rows
         served = _Served()
         selector = self.selector
+        out: list[memoryview] = []
         for message_id, page_no, ordinal, item, persistent in self._merged:
+            if ordinal == _BLOCK:
+                block, batch = cast("tuple[PagedBlock, pa.RecordBatch]", item)
+                if rows.count:
+                    out.append(memoryview(rows.batch().serialize()))
+                out.append(memoryview(batch.serialize()))
+                served.block(block)
+                return out, served
             if isinstance(item, Message):
                 if selector is not None and not selector.matches_headers(message_view(item)):
                     continue
                 rows.add(message_id, encode_message(item), item.persistent)
                 served.ids.append(message_id)
             else:
+                assert isinstance(item, bytes | memoryview)
                 if selector is not None and not selector.matches_headers(
                         message_view(self._decode(item, self.address))):
                     continue
@@ -243,9 +317,9 @@ class _RangeRows:
                 served.paged(page_no, ordinal, message_id)
             if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
                 break
-        if not rows.count:
-            return None
-        return rows.batch().serialize().to_pybytes(), served
+        if rows.count:
+            out.append(memoryview(rows.batch().serialize()))
+        return (out, served) if out else None
 
 
 def _schema_bytes() -> bytes:
@@ -281,8 +355,9 @@ async def read_range(request: web.Request) -> web.StreamResponse:
     try:
         await response.write(_schema_bytes())
         while (chunk := await loop.run_in_executor(None, rows.chunk)) is not None:
-            data, served = chunk
-            await response.write(data)
+            batches, served = chunk
+            for data in batches:
+                await response.write(data)
             served.note(reader)  # written out (not necessarily read: a commit says so)
         await response.write(_EOS)
         await response.write_eof()

@@ -30,8 +30,8 @@ import struct
 import zlib
 from collections.abc import Callable, Container, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
-from operator import sub
+from itertools import accumulate, repeat
+from operator import mul, sub
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -219,21 +219,45 @@ _HEADER_PAIRS: dict[int, struct.Struct] = {}
 
 def build_batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int], *,  # type: ignore[type-arg]
                 address: str, seq_base: int, queue_name: Callable[[Hashable], str | None],
-                include_headers: bool = True) -> tuple[pa.RecordBatch, list[RowProblem]]:
+                include_headers: bool = True, seq_from_id: bool = False
+                ) -> tuple[pa.RecordBatch, list[RowProblem]]:
     """One record batch of `ARROW_SCHEMA` from located rows (`Located.rows`/`ends`, or a
     selection of them), and the rows left out because their message does not decode.
 
-    `seq` is `seq_base | ordinal`; `queue_name` names a row's `QUEUE` (an id, or a tuple of
-    ids), called once per distinct value. Without `include_headers` the `headers` column is
-    null and the header bytes are not read (nor checked)."""
-    problems = [] if _all_decode(rows) else _problems(rows)
-    rows, ends = _without(rows, ends, problems)
+    `seq` is `seq_base | ordinal`, or with `seq_from_id` the message id (a streaming
+    range's offsets); `queue_name` names a row's `QUEUE` (an id, or a tuple of ids), called
+    once per distinct value. Without `include_headers` the `headers` column is null and the
+    header bytes are not read (nor checked)."""
+    columns = _transposed(rows)
+    problems = [] if _all_decode(columns, ends) else _problems(rows)
+    if problems:
+        rows, ends = _without(rows, ends, problems)
+        columns = _transposed(rows)
     try:
-        return _batch(data, rows, ends, address, seq_base, queue_name, include_headers), problems
+        batch = _batch(data, columns, ends, address, seq_base, queue_name, include_headers, seq_from_id)
+        return batch, problems
     except _HeaderTrouble:
         more = _header_problems(data, rows, ends)  # which rows: the slow way, only now
         rows, ends = _without(rows, ends, more)
-        return _batch(data, rows, ends, address, seq_base, queue_name, include_headers), problems + more
+        return (_batch(data, _transposed(rows), ends, address, seq_base, queue_name, include_headers,
+                       seq_from_id), problems + more)
+
+
+def _transposed(rows: Sequence[tuple]) -> list[tuple]:  # type: ignore[type-arg]
+    """The rows' fields as columns (one transposition, shared by the checks and the batch)."""
+    return list(zip(*rows, strict=True))
+
+
+def _every(first: int, count: int, step: int) -> pa.Array:
+    """int32 indices first, first + step, ... (`count` of them), made by Arrow kernels: a
+    Python range made into an array costs several times more per element."""
+    if count > len(_COUNTING):
+        return pa.array(range(first, first + step * count, step), pa.int32())
+    return pc.add(pc.multiply(_COUNTING.slice(0, count), pa.scalar(step, pa.int32())),
+                  pa.scalar(first, pa.int32()))
+
+
+_COUNTING = pa.array(range(1 << 18), pa.int32())  # 0, 1, 2, ...: sliced by `_every`
 
 
 class _HeaderTrouble(ValueError):
@@ -249,13 +273,12 @@ def _without(rows: Sequence[tuple], ends: Sequence[int], problems: list[RowProbl
     return [rows[i] for i in keep], [ends[i] for i in keep]
 
 
-def _batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int], address: str,  # type: ignore[type-arg]
-           seq_base: int, queue_name: Callable[[Hashable], str | None], include_headers: bool
-           ) -> pa.RecordBatch:
-    count = len(rows)
+def _batch(data: bytes | memoryview, columns: list[tuple], ends: Sequence[int], address: str,  # type: ignore[type-arg]
+           seq_base: int, queue_name: Callable[[Hashable], str | None], include_headers: bool,
+           seq_from_id: bool) -> pa.RecordBatch:
+    count = len(ends)
     if not count:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    columns = list(zip(*rows, strict=True))
     body_lengths, header_bytes = columns[BODY_LENGTH], columns[HEADER_BYTES]
     header_counts = columns[HEADER_COUNT]
     bodies_at = list(map(sub, ends, body_lengths))
@@ -265,17 +288,22 @@ def _batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int],
     cuts: list[int] = [0] * (4 * count)
     cuts[0::4], cuts[1::4], cuts[2::4], cuts[3::4] = tables_at, texts_at, bodies_at, ends
     parts = _slices(data, cuts)
-    bodies = parts.take(pa.array(range(2, 4 * count, 4), pa.int32()))
+    bodies = parts.take(_every(2, count, 4))
     if bodies.type != pa.binary():
         bodies = bodies.cast(pa.binary())
     headers = _headers(parts, count, header_counts) if include_headers else pa.nulls(count, HEADERS_TYPE)
     millis = pa.array(columns[TIMESTAMP], pa.int64())
-    seqs = pa.array(columns[ORDINAL], pa.int64())
+    ids = pa.array(columns[MESSAGE_ID], pa.int64() if seq_from_id else pa.uint64())
+    if seq_from_id:
+        seqs = ids
+    else:
+        seqs = pa.array(columns[ORDINAL], pa.int64())
+        seqs = pc.add(seqs, seq_base) if seq_base else seqs
     arrays = [
-        pa.array(columns[MESSAGE_ID], pa.uint64()).cast(pa.string()),
+        ids.cast(pa.string()),
         pa.repeat(pa.scalar(address, pa.string()), count),
         _queue_column(columns[QUEUE], queue_name),
-        pc.add(seqs, seq_base) if seq_base else seqs,
+        seqs,
         pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
         pa.array(columns[PRIORITY], pa.int32()),
         pc.not_equal(pc.bit_wise_and(pa.array(columns[FLAGS], pa.uint8()), _PERSISTENT), 0),
@@ -285,18 +313,21 @@ def _batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int],
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def _all_decode(rows: Sequence[tuple]) -> bool:  # type: ignore[type-arg]
+def _all_decode(columns: list[tuple], ends: Sequence[int]) -> bool:  # type: ignore[type-arg]
     """Whether every row's codec head is version 1 and describes its message's length
-    exactly (the usual answer, checked column-wise; `_problems` says which rows fail)."""
-    if not rows:
+    exactly (the usual answer, checked column-wise; `_problems` says which rows fail):
+    the lengths table its fields place (before header text and body) starts right after
+    the head."""
+    count = len(ends)
+    if not count:
         return True
-    columns = list(zip(*rows, strict=True))
-    if columns[VERSION].count(_CODEC_VERSION) != len(rows):
+    if columns[VERSION].count(_CODEC_VERSION) != count:
         return False
-    described = pc.add(pc.add(pc.multiply(pa.array(columns[HEADER_COUNT], pa.int64()), 6),
-                              pa.array(columns[HEADER_BYTES], pa.int64())),
-                       pc.add(pa.array(columns[BODY_LENGTH], pa.int64()), CODEC_HEAD.size))
-    return bool(pc.all(pc.equal(described, pa.array(columns[MESSAGE_LENGTH], pa.int64()))).as_py())
+    starts = map(sub, ends, columns[MESSAGE_LENGTH])  # where each message starts
+    bodies_at = map(sub, ends, columns[BODY_LENGTH])
+    texts_at = map(sub, bodies_at, columns[HEADER_BYTES])
+    tables_at = map(sub, texts_at, map(mul, columns[HEADER_COUNT], repeat(6)))
+    return list(map(sub, tables_at, starts)).count(CODEC_HEAD.size) == count
 
 
 def _problems(rows: Sequence[tuple]) -> list[RowProblem]:  # type: ignore[type-arg]
@@ -341,7 +372,7 @@ def _values(part: pa.Array) -> tuple[bytes, list[int]]:
 def _headers(parts: pa.Array, count: int, header_counts: Sequence[int]) -> pa.Array:
     """The `headers` map column from the rows' lengths tables and header texts;
     `_HeaderTrouble` if some row's do not decode."""
-    tables, _ = _values(parts.take(pa.array(range(0, 4 * count, 4), pa.int32())))
+    tables, _ = _values(parts.take(_every(0, count, 4)))
     total = sum(header_counts)
     pairs = _HEADER_PAIRS.get(total)
     if pairs is None:
@@ -349,7 +380,7 @@ def _headers(parts: pa.Array, count: int, header_counts: Sequence[int]) -> pa.Ar
         if total <= 64:
             _HEADER_PAIRS[total] = pairs
     lengths = pairs.unpack(tables)
-    text, text_offsets = _values(parts.take(pa.array(range(1, 4 * count, 4), pa.int32())))
+    text, text_offsets = _values(parts.take(_every(1, count, 4)))
     token_offsets = list(accumulate(lengths, initial=0))
     if token_offsets[-1] >= 1 << 31:
         raise _HeaderTrouble("header text of one batch past 2 GiB")
@@ -371,8 +402,8 @@ def header_map(tokens: pa.Array, map_offsets: pa.Array) -> pa.Array:
     """The `headers` column from binary tokens (name, value, name, value, ...) and each row's
     first pair; `pa.ArrowInvalid` if a token is not UTF-8."""
     count = len(tokens)
-    keys = tokens.take(pa.array(range(0, count, 2), pa.int32())).cast(pa.string())
-    values = tokens.take(pa.array(range(1, count, 2), pa.int32())).cast(pa.string())
+    keys = tokens.take(_every(0, count // 2, 2)).cast(pa.string())
+    values = tokens.take(_every(1, count // 2, 2)).cast(pa.string())
     return pa.MapArray.from_arrays(map_offsets, keys, values).cast(HEADERS_TYPE)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from paged_queue_harness import PAGE_SIZE, FileHarness, Harness, MemoryHarness, SteppedPageIO
 
-from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_format import PagedRecord, read_frames
 from pagemq.storage.paging.queue_store import Appended, Entry, PagedQueue, PagedQueueStore
 
 A, B = 11, 12  # queue ids
@@ -718,6 +718,67 @@ async def test_a_page_not_served_whole_or_partly_in_memory_is_left_to_record_ack
     assert (A, first) in [(c.queue_id, c.page_no) for c in h.journal.completes]
     assert first in h.page_numbers()  # B still holds it
     assert ids(take_all(h.store.queue(B)))[:len(served)] == list(range(1, len(served) + 1))
+
+
+def from_frames(queue: PagedQueue, page_no: int, ordinal: int = 0,
+                pending: Callable[[int], bool] = lambda _txid: False) -> list[tuple[int, int]] | None:
+    """(ordinal, message id) of what the queue's frames of a page hold for it, decoded the way
+    a bulk reader does (PagedQueue.frames); None when the store offers none."""
+    frames = queue.frames(page_no, ordinal)
+    if frames is None:
+        return None
+    assert frames.queue_id == queue.queue_id and frames.shown is not None
+    found = []
+    for first, start, end in frames.spans:
+        data = frames.read(start, end - start)
+        for _at, _size, index, records in read_frames(data, 0, len(data), version=frames.version,
+                                                      ordinal=first):
+            for n, record in enumerate(records, index):
+                if (n >= ordinal and queue.queue_id in record.queue_ids and frames.shown(n)
+                        and not (record.txid and pending(record.txid))
+                        and (record.persistent or not frames.skip_non_persistent)):
+                    found.append((n, record.message_id))
+    return found
+
+
+def from_records(queue: PagedQueue, page_no: int, ordinal: int = 0) -> list[tuple[int, int]]:
+    return [(n, record.message_id) for n, record in queue.read(page_no, ordinal)]
+
+
+@each_store
+async def test_frames_of_a_page_hold_what_its_records_read_gives_the_queue(h: Harness) -> None:
+    for n in range(1, 31):  # fan-out, one queue's, non-persistent, batches: every kind of frame
+        if n % 7 == 0:
+            append_batch(h.store, range(1000 + 3 * n, 1003 + 3 * n), A)
+        else:
+            append(h.store, n, *((A, B) if n % 3 else (B,)), persistent=n % 5 != 0)
+    await h.settle()
+    a, b = h.store.queue(A), h.store.queue(B)
+    taken = take_all(a)[:5]
+    ack(a, taken[:3])  # acknowledged, and read into memory: neither is on disk only for A
+    entry = b.peek()
+    assert entry is not None
+    b.claim_unread(entry[0], entry[1] + 1)  # claimed ahead (a selective consumer's)
+
+    def check() -> None:
+        offered = 0
+        for queue in (a, b):
+            for page_no in h.page_numbers():
+                for start in (0, 2):
+                    found = from_frames(queue, page_no, start)
+                    if found is not None:
+                        offered += 1
+                        assert found == from_records(queue, page_no, start), (queue.queue_id, page_no, start)
+        assert offered if isinstance(h, FileHarness) else not offered  # pages in memory: none
+
+    check()
+    await h.reopen([A, B])  # non-persistent records are skipped on an earlier run's pages
+    a, b = h.store.queue(A), h.store.queue(B)
+    check()
+    h.damage(h.page_numbers()[0], 0)
+    assert from_frames(a, h.page_numbers()[0]) in (None, from_records(a, h.page_numbers()[0]))
+    list(a.read(h.page_numbers()[0]))  # a read finds the damage (and reports it)
+    assert from_frames(a, h.page_numbers()[0]) is None  # damaged: records only
 
 
 @each_store

@@ -12,9 +12,12 @@ Loop-only, like the bookkeeping that holds it.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator
 
 __all__ = ["OrdinalSet"]
+
+_BULK = 64  # `update` with at least this many ordinals sets them as one bitmap
 
 
 class OrdinalSet:
@@ -70,8 +73,25 @@ class OrdinalSet:
                     self.top = -1
 
     def update(self, ordinals: Iterable[int]) -> None:
+        if not isinstance(ordinals, list | tuple | array | range) or len(ordinals) < _BULK:
+            for ordinal in ordinals:
+                self.add(ordinal)
+            return
+        # Many at once (a streaming reader served a page's records): set the bits in a
+        # bitmap of their own, then OR it in whole, instead of a call per ordinal.
+        if not ordinals:
+            return
+        top = max(ordinals)
+        if min(ordinals) < 0:
+            raise ValueError("ordinals are non-negative")
+        new = bytearray((top >> 3) + 1)
         for ordinal in ordinals:
-            self.add(ordinal)
+            new[ordinal >> 3] |= 1 << (ordinal & 7)
+        merged = self.as_int() | int.from_bytes(new, "little")
+        size = max(len(self._bits), len(new))
+        self._bits = bytearray(merged.to_bytes(size, "little"))
+        self.count = merged.bit_count()
+        self.top = max(self.top, top)
 
     def __ior__(self, ordinals: Iterable[int]) -> OrdinalSet:
         self.update(ordinals)

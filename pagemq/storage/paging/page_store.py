@@ -72,7 +72,7 @@ from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summar
 from pagemq.storage.paging.page_sync_pool import PageSyncPool
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
-__all__ = ["PageInfo", "PageState", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
+__all__ = ["PageFrames", "PageInfo", "PageState", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
 
 log = logging.getLogger("pagemq.paging")
 
@@ -106,6 +106,28 @@ class PageInfo:
     closed: bool
     # (transaction id, first ordinal, records) of each transactional batch on the page
     tx_batches: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PageFrames:
+    """A page's readable frames as byte spans, for a reader that walks the frames itself
+    (`page_format.read_frames`, or a vectorised decoder: the Spark range reads) instead of
+    taking a `PagedRecord` per record (`PageStore.frame_spans`).
+
+    Each span `(ordinal, start, end)` holds whole frames only: `start` is where the frame
+    holding `ordinal` begins, `end` where a frame ends (or the readable size). `read(offset,
+    length)` reads the file from any thread (b"" once the page is deleted). Records appended
+    after the spans were cut are not in them. Non-persistent records are to be left out when
+    `skip_non_persistent` (a page of an earlier run). A queue's view (`PagedQueue.frames`)
+    adds which of the page's ordinals are still the queue's on disk (`shown`)."""
+
+    page_no: int
+    version: int
+    spans: tuple[tuple[int, int, int], ...]
+    read: Callable[[int, int], bytes]
+    skip_non_persistent: bool
+    queue_id: int = 0
+    shown: Callable[[int], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,6 +515,58 @@ class PageStore:
         visible = self._writer.visible_size(page_no) if self._writer is not None else None
         return visible is not None and visible >= page.stats.good_size
 
+    def frame_spans(self, page_no: int, start_ordinal: int = 0, *, span_bytes: int = 8 << 20
+                    ) -> PageFrames | None:
+        """The page's frames readable now from the one holding `start_ordinal`, in spans of
+        about `span_bytes` cut where the page's index says a frame starts (see PageFrames).
+        None when the page is gone, or holds damage (read it with `read_page`, which reads
+        past damage and reports it)."""
+        page = self._pages.get(page_no)
+        if page is None or page.damaged or page.lost or page.stats.damage:
+            return None
+        limit = self._readable_size(page)
+        version = self._frame_version(page)
+        if version is None:
+            return None
+        index = list(page.stats.index)
+        ordinal, offset = _seek(index, start_ordinal, limit)
+        spans: list[tuple[int, int, int]] = []
+        for next_ordinal, next_offset in index[bisect.bisect_right(index, (ordinal, offset)):]:
+            if next_offset >= limit:
+                break
+            if next_offset - offset >= span_bytes:
+                spans.append((ordinal, offset, next_offset))
+                ordinal, offset = next_ordinal, next_offset
+        if offset < limit:
+            spans.append((ordinal, offset, limit))
+        path = self.folder / page_file_name(page_no)
+        fileio = self.fileio
+
+        def read(at: int, length: int) -> bytes:
+            try:
+                return fileio.read_range(path, at, length)
+            except FileNotFoundError:
+                return b""
+
+        return PageFrames(page_no, version, tuple(spans), read, page.previous_run)
+
+    def _readable_size(self, page: PageState) -> int:
+        """How much of the page a read may use now (see the module doc)."""
+        if page.previous_run:
+            return page.stats.good_size
+        visible = self._writer.visible_size(page.page_no) if self._writer is not None else None
+        return visible if visible is not None else FILE_HEADER.size
+
+    def _frame_version(self, page: PageState) -> int | None:
+        """The page's frame format, read from its file header the first time (None: unreadable)."""
+        if page.frame_version is None:
+            try:
+                page.frame_version = page_format_version(
+                    self.fileio.read_range(self.folder / page_file_name(page.page_no), 0, FILE_HEADER.size))
+            except (OSError, struct.error):
+                return None
+        return page.frame_version
+
     def read_page(self, page_no: int, start_ordinal: int = 0, *, size: ReadSize | None = None
                   ) -> Iterator[tuple[int, PagedRecord]]:
         """(ordinal, record) from `start_ordinal` on, of records readable now (see module doc),
@@ -521,18 +595,11 @@ class PageStore:
         page = self._pages.get(page_no)
         if page is None:
             return iter(())
-        limit = page.stats.good_size
-        if not page.previous_run:
-            visible = self._writer.visible_size(page_no) if self._writer is not None else None
-            limit = visible if visible is not None else FILE_HEADER.size
+        limit = self._readable_size(page)
         path = self.folder / page_file_name(page_no)
-        version = page.frame_version
+        version = self._frame_version(page)
         if version is None:
-            try:
-                version = page.frame_version = page_format_version(
-                    self.fileio.read_range(path, 0, FILE_HEADER.size))
-            except (OSError, struct.error):
-                return iter(())
+            return iter(())
         ordinal, offset = _seek(list(page.stats.index), start_ordinal, limit)
         size = size if size is not None else ReadSize(READ_CHUNK)
         reader = _PageReader(self.fileio, path, version, self.address, page, self._found_damage, size)

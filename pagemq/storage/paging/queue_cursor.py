@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from pagemq.storage.api import CursorAck
@@ -31,7 +32,7 @@ from pagemq.storage.paging.ordinal_set import OrdinalSet
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_io import CHUNK_BYTES, ReadSize
 from pagemq.storage.paging.page_medium import PageMedium
-from pagemq.storage.paging.queue_store import CursorJournal, Entry, PageSpan, Position
+from pagemq.storage.paging.queue_store import CursorJournal, Entry, PageFrames, PageSpan, Position
 
 _NONE: frozenset[int] = frozenset()
 
@@ -276,6 +277,19 @@ class QueueCursor:
         if page is None:
             return iter(())
         return self._visible(page, self._medium.read_page(page_no, ordinal), claimed)
+
+    def frames(self, page_no: int, ordinal: int = 0) -> PageFrames | None:
+        page = self.pages.get(page_no)
+        if page is None:
+            return None
+        frames = self._medium.frame_spans(page_no, ordinal)
+        if frames is None:
+            return None
+
+        def shown(index: int) -> bool:  # as `_shown`, the queue id aside (the reader checks it)
+            return not (index in page.acked or index in page.lost or index in page.claimed)
+
+        return replace(frames, queue_id=self.queue_id, shown=shown)
 
     def read_ahead(self, page_no: int, ordinal: int, arrived: Callable[[], None], size: ReadSize, *,
                    claimed: bool = False) -> Iterator[tuple[int, PagedRecord] | None]:

@@ -29,7 +29,7 @@ from typing import Protocol
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_io import ReadSize
-from pagemq.storage.paging.page_store import RecordsLost
+from pagemq.storage.paging.page_store import PageFrames, RecordsLost
 
 __all__ = [
     "AckWriter",
@@ -37,6 +37,7 @@ __all__ = [
     "CursorJournal",
     "CursorRecords",
     "Entry",
+    "PageFrames",
     "PageSpan",
     "PageView",
     "PagedQueue",
@@ -194,6 +195,14 @@ class PagedQueue(Protocol):
         """(ordinal, record) of the queue's records of one page from `ordinal` on, leaving
         out acknowledged, voided and lost ones, and claimed ones unless `claimed`. Readable
         now only: records appended later are not seen (see `fully_readable`)."""
+
+    def frames(self, page_no: int, ordinal: int = 0) -> PageFrames | None:
+        """The page's readable frames from the one holding `ordinal` as byte spans, with this
+        queue's id and `shown(ordinal)`: whether a record of the page is still the queue's on
+        disk (not acknowledged, voided, lost or claimed), as `read` leaves them out; for a
+        reader that decodes frames itself, in any thread. It must also leave out records of
+        other queues, of undecided transactions, and non-persistent ones when the spans say
+        so (`PageFrames`). None: no bytes to hand out (pages in memory, damage): use `read`."""
 
     def read_ahead(self, page_no: int, ordinal: int, arrived: Callable[[], None], size: ReadSize, *,
                    claimed: bool = False) -> Iterator[tuple[int, PagedRecord] | None]:

@@ -41,3 +41,28 @@ def test_an_emptied_set_holds_no_bytes() -> None:
     assert not claimed and len(claimed._bits) == 0 and claimed.top == -1
     claimed.add(5)
     assert list(claimed) == [5] and claimed.top == 5
+
+
+def test_bulk_update_marks_the_same_ordinals_as_one_add_each() -> None:
+    from array import array
+
+    rnd = random.Random(11)
+    for _ in range(200):
+        bits, plain = OrdinalSet(), set()
+        for _step in range(4):
+            start = rnd.randrange(0, 5000)
+            size = rnd.choice((1, 63, 64, 500, 2999))
+            kind = rnd.choice(("array", "list", "range"))
+            if kind == "range":
+                many: list[int] | array[int] | range = range(start, start + size)
+            else:
+                picked = sorted(rnd.sample(range(start, start + 3000), size))
+                many = array("q", picked) if kind == "array" else picked
+            bits.update(many)
+            plain.update(many)
+            assert len(bits) == len(plain) and bits.top >= max(plain)  # an upper bound
+            if rnd.random() < 0.3:
+                gone = rnd.choice(sorted(plain))
+                bits.discard(gone)
+                plain.discard(gone)
+        assert set(bits) == plain

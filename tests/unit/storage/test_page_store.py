@@ -383,6 +383,53 @@ def test_resuming_mid_page_seeks_by_the_index_and_reads_the_same_records(tmp_pat
         assert ids(store, 1, start) == everything[start:]
 
 
+def from_spans(store: PageStore, page_no: int, start: int, span_bytes: int) -> list[tuple[int, int]]:
+    frames = store.frame_spans(page_no, start, span_bytes=span_bytes)
+    assert frames is not None
+    found, at = [], None
+    for first, begin, end in frames.spans:
+        assert at is None or begin == at, "spans follow one another"
+        data = frames.read(begin, end - begin)
+        frames_read = list(read_frames(data, 0, len(data), version=frames.version, ordinal=first))
+        assert frames_read and frames_read[-1][0] + frames_read[-1][1] == len(data), "whole frames"
+        found += [(n, r.message_id) for _a, _s, index, records in frames_read
+                  for n, r in enumerate(records, index) if n >= start]
+        at = end
+    return found
+
+
+def test_frame_spans_cut_whole_frames_from_the_one_holding_an_ordinal_to_what_is_readable(
+        tmp_path: Path) -> None:
+    async def body() -> None:
+        store = await started(tmp_path, page_size=4 << 20)
+        for i in range(0, 3000, 3):
+            store.append([rec(i, size=1000), rec(i + 1, size=1000), rec(i + 2, size=1000)])
+        await store.flush()
+        everything = ids(store, 1)
+        for start in (0, 1, 700, 1501, 2999, 3000):
+            for span_bytes in (1, 300_000, 8 << 20):
+                assert from_spans(store, 1, start, span_bytes) == everything[start:]
+        frames = store.frame_spans(1, 0, span_bytes=300_000)
+        assert frames is not None and len(frames.spans) > 5 and not frames.skip_non_persistent
+        fileio = FaultyFileIO()  # a batch not yet synced is not readable: not in the spans
+        await store.close()
+        store = await started(tmp_path, page_size=4 << 20, fileio=fileio)
+        await store.append([rec(5000)])[2]  # type: ignore[misc]
+        fileio.hold_fsync()
+        future = store.append([rec(5001)])[2]
+        await asyncio.get_running_loop().run_in_executor(None, fileio.fsync_waiting.wait, 5)
+        live = max(info.page_no for info in store.pages())
+        assert from_spans(store, live, 0, 1 << 20) == [(0, 5000)]
+        fileio.release_fsync()
+        await future  # type: ignore[misc]
+        assert from_spans(store, live, 0, 1 << 20) == [(0, 5000), (1, 5001)]
+        assert store.frame_spans(1, 0) is not None and store.frame_spans(1, 0).skip_non_persistent  # type: ignore[union-attr]
+        assert store.frame_spans(live + 1, 0) is None
+        await store.close()
+
+    run(body)
+
+
 def test_write_failure_fails_the_batch_future_and_stores_none_of_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,0 +1,199 @@
+"""The range reads' bulk path (`spark/paged_rows.py`) against the record path it replaces:
+for pages of every kind of frame (fan-out, batches, transactions pending and committed,
+non-persistent records, an earlier run's pages) and a queue's bookkeeping of every kind
+(acknowledged, read into memory, claimed), every `(ordinal, after, upto)` gives the rows
+`PagedRange.page_records` gives, in the same order, with the same columns."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from pathlib import Path
+
+import pytest
+
+from pagemq.core.message import Message
+from pagemq.core.stream import PagedRange
+from pagemq.spark.encoded_rows import EncodedRows
+from pagemq.spark.paged_rows import Fallback, PagedBlock, page_blocks
+from pagemq.storage.message_codec import encode_message
+from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
+from pagemq.storage.paging.memory_queue_store import MemoryCursorLog
+from pagemq.storage.paging.page_format import PagedRecord
+from pagemq.storage.paging.page_store import PageStore
+from pagemq.storage.paging.queue_store import CursorRecords
+
+ADDRESS = "orders"
+A, B = 11, 12
+
+
+class Pages:
+    """A file store whose pages a test fills at random; reopened as a restart would."""
+
+    def __init__(self, directory: Path, rnd: random.Random) -> None:
+        self.directory, self.rnd = directory, rnd
+        self.ids = itertools.count(1)
+        self.tx = itertools.count(1)
+        self.open()
+
+    def open(self) -> None:
+        size = self.rnd.choice((3000, 20_000, 1 << 20))
+        self.pages = PageStore(self.directory, ADDRESS, page_size_bytes=size, sync_timeout=0.001)
+        self.pages.open()
+        self.pages.start(asyncio.get_running_loop())
+        records = CursorRecords(MemoryCursorLog(), itertools.count(1).__next__)
+        self.store = FilePagedQueueStore(self.pages, records)
+
+    def record(self, queues: tuple[int, ...], txid: int = 0) -> PagedRecord:
+        message_id = next(self.ids)
+        headers = {f"h{n}": str(message_id * n) for n in range(self.rnd.randrange(3))}
+        message = Message(message_id, ADDRESS, headers, b"b" * self.rnd.randrange(0, 700),
+                          persistent=self.rnd.random() < 0.8, priority=self.rnd.randrange(10),
+                          timestamp=1_700_000_000_000 + message_id)
+        return PagedRecord(message_id, queues, message.persistent, encode_message(message), txid)
+
+    def fill(self, count: int) -> None:
+        rnd = self.rnd
+        while count > 0:
+            queues = rnd.choice(((A,), (B,), (A, B)))
+            kind = rnd.random()
+            if kind < 0.15:  # a COMMIT's sends to one address: one BATCH frame
+                size = rnd.randrange(2, 6)
+                self.store.append([self.record(queues) for _ in range(size)], summary_input=[None] * size)
+            elif kind < 0.25:  # a paged transaction, decided later (or never)
+                txid = next(self.tx)
+                size = rnd.randrange(1, 4)
+                records = [self.record(queues, txid) for _ in range(size)]
+                self.store.append(records, summary_input=[None] * size)
+                if rnd.random() < 0.7:
+                    self.store.commit_tx(txid)
+                    self.store.release_tx(txid)
+            else:
+                size = 1
+                self.store.append([self.record(queues)], summary_input=[None])
+            count -= size
+
+
+def rows_of_records(paged: PagedRange, page_no: int, ordinal: int, after: int, upto: int | None
+                    ) -> list[dict[str, object]]:
+    rows = EncodedRows(ADDRESS, "q")
+    for found in paged.page_records(page_no, ordinal, after, upto):
+        if found is None:
+            break
+        _index, record = found
+        rows.add(record.message_id, record.message, record.persistent)
+    return rows.batch().to_pylist() if rows.count else []
+
+
+def rows_of_blocks(paged: PagedRange, page_no: int, ordinal: int, after: int, upto: int | None
+                   ) -> list[dict[str, object]] | None:
+    frames = paged.frames(page_no, ordinal) if paged.frames is not None else None
+    assert frames is not None, "a file store's intact page has frames"
+    found: list[dict[str, object]] = []
+    for block in page_blocks(frames, ordinal, after, upto, paged.pending_tx):
+        if isinstance(block, Fallback):
+            return None
+        assert isinstance(block, PagedBlock)
+        if block.rows:
+            batch = block.batch(ADDRESS, "q", True)
+            assert batch is not None
+            assert batch.column("seq").to_pylist() == block.ids
+            found += batch.to_pylist()
+    return found
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bulk_rows_of_a_page_equal_its_records_rows(tmp_path: Path, seed: int) -> None:
+    rnd = random.Random(seed)
+
+    async def main() -> None:
+        pages = Pages(tmp_path, rnd)
+        pages.fill(rnd.randrange(20, 120))
+        await pages.pages.flush()
+        if rnd.random() < 0.4:  # an earlier run's pages: its non-persistent records are gone
+            await pages.pages.close()
+            pages.open()
+            pages.store.recover([A, B], [], [], [])
+        for queue_id in (A, B):
+            queue = pages.store.queue(queue_id)
+            taken = []
+            for _ in range(rnd.randrange(0, 15)):
+                entry = queue.take()
+                if entry is None:
+                    break
+                taken.append(entry)
+            for page_no, ordinal, _record in taken:
+                if rnd.random() < 0.6:
+                    queue.acknowledge(page_no, ordinal, journal=False)
+            if (entry := queue.peek()) is not None and rnd.random() < 0.5:
+                queue.claim_unread(entry[0], entry[1] + rnd.randrange(1, 3))
+            paged = PagedRange(*queue_plan(pages.store, queue_id))
+            last = next(pages.ids)
+            for page_no, first in paged.pages:
+                for _ in range(4):
+                    ordinal = first + rnd.choice((0, 0, 1, 3))
+                    after = rnd.choice((0, rnd.randrange(last)))
+                    upto = rnd.choice((None, rnd.randrange(after, last + 1)))
+                    expected = rows_of_records(paged, page_no, ordinal, after, upto)
+                    assert rows_of_blocks(paged, page_no, ordinal, after, upto) == expected, (
+                        queue_id, page_no, ordinal, after, upto)
+        await pages.pages.close()
+
+    asyncio.run(main())
+
+
+def queue_plan(store: FilePagedQueueStore, queue_id: int) -> tuple[object, ...]:
+    """What `AddressPager.stream_plan` hands a range read, for one queue of the store."""
+    book = store.queue(queue_id)
+    page_no, ordinal = book.position()
+    pages = tuple((number, ordinal if number == page_no else 0) for number in book.pages_from(page_no))
+    return pages, book.read, store.is_pending, tuple(book.span(n) for n, _first in pages), book.frames
+
+
+class _Queue:
+    """What a range read asks of a queue besides its messages: its names."""
+
+    address_name = ADDRESS
+    name = "q"
+
+
+def test_a_range_merges_messages_in_memory_among_a_pages_ids_in_id_order(tmp_path: Path) -> None:
+    from pagemq.integrations.stream_api import _RangeRows
+
+    rnd = random.Random(5)
+
+    async def main() -> None:
+        pages = Pages(tmp_path, rnd)
+        memory: list[Message] = []
+        for n in range(60):  # every fifth id is a message held in memory, the rest paged
+            if n % 5 == 4:
+                message_id = next(pages.ids)
+                memory.append(Message(message_id, ADDRESS, {"n": str(message_id)}, b"mem", persistent=True))
+            else:
+                pages.store.append([pages.record((A,))], summary_input=[None])
+        await pages.pages.flush()
+        paged = PagedRange(*queue_plan(pages.store, A))
+        for held in (memory, [m for m in memory if m.message_id < 3], []):
+            rows = _RangeRows(_Queue(), held, paged, 0, 1000, 0, None, True)  # type: ignore[arg-type]
+            ids: list[int] = []
+            served: list[int] = []
+            while (chunk := rows.chunk()) is not None:
+                batches, got = chunk
+                for data in batches:
+                    ids += pa_table(data).column("seq").to_pylist()
+                served += list(got.ids)
+            expected = sorted([m.message_id for m in held]
+                              + [r.message_id for _p, _n, r in paged.records(0, None)])
+            assert ids == expected == served
+        await pages.pages.close()
+
+    asyncio.run(main())
+
+
+def pa_table(data: memoryview) -> object:
+    import pyarrow as pa
+
+    from pagemq.spark.schema import ARROW_SCHEMA
+
+    return pa.ipc.read_record_batch(pa.py_buffer(data), ARROW_SCHEMA)
