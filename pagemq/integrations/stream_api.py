@@ -198,10 +198,10 @@ class _Served:
         self.ids.extend(block.ids)
         held = self.pages.get(block.page_no)
         if held is None:
-            self.pages[block.page_no] = (array("q", block.ordinals), max(block.ids))
+            self.pages[block.page_no] = (array("q", block.ordinals), block.last_id)
         else:
             held[0].extend(block.ordinals)
-            self.pages[block.page_no] = (held[0], max(held[1], max(block.ids)))
+            self.pages[block.page_no] = (held[0], max(held[1], block.last_id))
 
     def note(self, reader: StreamReader) -> None:
         reader.note_served(self.ids)

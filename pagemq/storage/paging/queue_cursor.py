@@ -287,7 +287,9 @@ class QueueCursor:
             return None
 
         def shown(index: int) -> bool:  # as `_shown`, the queue id aside (the reader checks it)
-            return not (index in page.acked or index in page.lost or index in page.claimed)
+            acked, claimed = page.acked, page.claimed  # (`top` answers most without a call)
+            return not ((index <= acked.top and index in acked) or index in page.lost
+                        or (index <= claimed.top and index in claimed))
 
         return replace(frames, queue_id=self.queue_id, shown=shown)
 
