@@ -19,7 +19,14 @@ from pathlib import Path
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.paging.page_format import FILE_HEADER, PagedRecord, PageScan
 from pagemq.storage.paging.page_io import PageIO, ReadAhead, ReadSize
-from pagemq.storage.paging.page_store import PageFrames, PageInfo, PageState, RecordsLost, SummaryBuilder
+from pagemq.storage.paging.page_store import (
+    FRAME_SPAN_BYTES,
+    PageFrames,
+    PageInfo,
+    PageState,
+    RecordsLost,
+    SummaryBuilder,
+)
 from pagemq.storage.paging.paged_queues import PagedQueues
 from pagemq.storage.paging.queue_store import CursorRecords
 
@@ -139,7 +146,7 @@ class MemoryPages:
     def fully_readable(self, page_no: int) -> bool:
         return True
 
-    def frame_spans(self, page_no: int, start_ordinal: int = 0, *, span_bytes: int = 8 << 20
+    def frame_spans(self, page_no: int, start_ordinal: int = 0, *, span_bytes: int = FRAME_SPAN_BYTES
                     ) -> PageFrames | None:
         return None  # records in memory, no frame bytes: readers take `read_page`
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from pagemq.storage.paging.page_format import PagedRecord
 from pagemq.storage.paging.page_io import PageIO, ReadSize
-from pagemq.storage.paging.page_store import PageFrames, PageInfo, RecordsLost
+from pagemq.storage.paging.page_store import FRAME_SPAN_BYTES, PageFrames, PageInfo, RecordsLost
 
 
 class PageMedium(Protocol):
@@ -42,7 +42,7 @@ class PageMedium(Protocol):
         """`read_page`, None while the next records are read in the page-I/O worker
         (`arrived` follows): see PageStore.read_page_ahead."""
 
-    def frame_spans(self, page_no: int, start_ordinal: int = 0, *, span_bytes: int = 8 << 20
+    def frame_spans(self, page_no: int, start_ordinal: int = 0, *, span_bytes: int = FRAME_SPAN_BYTES
                     ) -> PageFrames | None:
         """The page's readable frames as byte spans (PageStore.frame_spans); None where
         there are no bytes to hand out (pages in memory) or damage: read records instead."""

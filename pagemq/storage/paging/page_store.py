@@ -72,11 +72,15 @@ from pagemq.storage.paging.page_recovery import recover_folder, scan_from_summar
 from pagemq.storage.paging.page_sync_pool import PageSyncPool
 from pagemq.storage.paging.page_writer import ADDRESS_FILE, FOLDER_STAGING_SUFFIX, PageWriter
 
-__all__ = ["PageFrames", "PageInfo", "PageState", "PageStore", "PagedRecord", "RecordsLost", "SummaryBuilder"]
+__all__ = ["FRAME_SPAN_BYTES", "PageFrames", "PageInfo", "PageState", "PageStore", "PagedRecord",
+           "RecordsLost", "SummaryBuilder"]
 
 log = logging.getLogger("pagemq.paging")
 
 READ_CHUNK = 256 * 1024
+# What `frame_spans` hands a bulk reader at a time: a range read holds about three times this
+# (the bytes, the rows built from them, their encoding), and larger spans read no faster.
+FRAME_SPAN_BYTES = 4 << 20
 
 
 class SummaryBuilder(Protocol):
@@ -515,7 +519,7 @@ class PageStore:
         visible = self._writer.visible_size(page_no) if self._writer is not None else None
         return visible is not None and visible >= page.stats.good_size
 
-    def frame_spans(self, page_no: int, start_ordinal: int = 0, *, span_bytes: int = 8 << 20
+    def frame_spans(self, page_no: int, start_ordinal: int = 0, *, span_bytes: int = FRAME_SPAN_BYTES
                     ) -> PageFrames | None:
         """The page's frames readable now from the one holding `start_ordinal`, in spans of
         about `span_bytes` cut where the page's index says a frame starts (see PageFrames).
