@@ -141,6 +141,25 @@ def test_a_message_a_stomp_consumer_held_during_the_read_is_not_acknowledged_by_
     assert [f.body for f in held] == ["m0", "m1"]
 
 
+def test_a_message_served_and_then_delivered_to_a_consumer_before_the_commit_is_left_to_it(
+        broker, stomp_client, queue_name):
+    """A read takes nothing: until the commit, a STOMP consumer may be given what a batch
+    holds (docs/spark.md, "STOMP consumers on the same queue"); the commit then leaves those
+    to the consumer, and nothing is lost."""
+    send(broker, f"/queue/{queue_name}", 10)
+    _, figures = api(broker, f"/api/streams/{queue_name}/offsets?after=0")
+    assert bodies(read(broker, queue_name, 0, figures["latest"])) == [f"m{n}" for n in range(10)]
+    consumer: StompClient = stomp_client(broker)
+    consumer.subscribe(f"/queue/{queue_name}", ack="client-individual", headers={"activemq.prefetchSize": 4})
+    held = consumer.wait_for(4)
+    _, done = api(broker, f"/api/streams/{queue_name}/commit", {"offset": figures["latest"]})
+    assert done["acknowledged"] == 6  # the four the consumer holds are its own
+    for frame in held:
+        consumer.ack(frame)
+    broker.wait_queue(queue_name, messages=0)
+    assert [f.body for f in held] == ["m0", "m1", "m2", "m3"]
+
+
 def test_a_commit_completes_whole_served_pages_and_keeps_a_record_a_selective_consumer_held(
         start_broker, stomp_client):
     proc = start_broker({"address-settings": {"paged.#": {"max-size-bytes": 0, "page-size-bytes": "64KiB"}}})
