@@ -22,6 +22,11 @@ from typing import Any
 
 ACK_MODES = ("auto", "client", "client-individual")
 ADMIN_SHARE = 0.04  # of the steps followed by an operator's purge of a queue
+# The queue only a streaming reader reads (the Spark source's endpoints): SENDs to it follow
+# this share of the steps, a read (and most often its commit) this one.
+STREAM_QUEUE = "/queue/s0"
+STREAM_SEND_SHARE = 0.12
+STREAM_READ_SHARE = 0.07
 COLORS = ("red", "blue", "green")
 # Selectors (on the `color` property) and the Python predicates the model checks them with.
 SELECTORS: dict[str, tuple[str, ...]] = {
@@ -178,10 +183,11 @@ class _Generator:
         self.durables: dict[tuple[int, str, str], str | None] = {}
         self.ops: list[Op] = []
         self.next_tx = 0
-        # Management actions (issue 18: purge over HTTP) are drawn from their own stream and
-        # not counted in the program's length, message ids or the other streams' keys, so
-        # every earlier seed keeps its operations, with purges in between.
-        self.admin_ops = 0
+        # Management actions (issue 18: purge over HTTP) and a streaming reader's queue
+        # (its SENDs and reads) are drawn from streams of their own and not counted in the
+        # program's length, message ids or the other streams' keys, so every earlier seed
+        # keeps its operations, with these in between.
+        self.side_ops = 0
         # receipted persistent sends a producer may retry: (dest, mid, color)
         self.sent: list[tuple[str, str, str]] = []
 
@@ -192,8 +198,8 @@ class _Generator:
 
     @property
     def steps(self) -> int:
-        """Operations so far, management actions not counted."""
-        return len(self.ops) - self.admin_ops
+        """Operations so far, management actions and the stream's not counted."""
+        return len(self.ops) - self.side_ops
 
     def dest(self) -> str:
         return self.rnd.choice(self.queues + self.topics)
@@ -260,7 +266,23 @@ class _Generator:
         admin = random.Random(f"{self.seed}-{self.steps}-admin")
         if admin.random() < ADMIN_SHARE:
             self.emit("purge", dest=admin.choice(self.queues))
-            self.admin_ops += 1
+            self.side_ops += 1
+        self.stream_step(random.Random(f"{self.seed}-{self.steps}-stream"))
+
+    def stream_step(self, rnd: random.Random) -> None:
+        """The streaming reader's share: SENDs to its queue from any slot (the slot's state
+        as the generator knows it is left alone: the runner connects on demand), and reads
+        of a range, most often committed, whole or in slices (`size`)."""
+        if rnd.random() < STREAM_SEND_SHARE:
+            persistent = rnd.random() < 0.85
+            self.emit("send", slot=rnd.randrange(len(self.slots)), dest=STREAM_QUEUE, mid=self.mid("s"),
+                      color=rnd.choice(COLORS), no_receipt=rnd.random() < 0.15, non_persistent=not persistent)
+            self.side_ops += 1
+        if rnd.random() < STREAM_READ_SHARE:
+            most = rnd.choice([None, None, 1, 2, 3, 5])
+            self.emit("stream", commit=rnd.random() < 0.8, most=most,
+                      size=rnd.choice([None, 1, 2]) if most is not None else None)
+            self.side_ops += 1
 
     def any_slot(self) -> int:
         index = self.rnd.randrange(len(self.slots))

@@ -32,7 +32,7 @@ from typing import Any
 
 from brokerproc import HOST, PAGEMQ, BrokerProcess, StompClient, encode_frame, free_port, run_cli
 from forkserver import ForkServer
-from model_program import Program
+from model_program import STREAM_QUEUE, Program
 from model_reference import DELIVERABLE, PRESENT, Model, QueueModel, Status, Sub, Violation
 
 RECEIPT_WAIT = 10.0  # one RECEIPT (fsync included) on a shared, loaded machine
@@ -135,6 +135,8 @@ class Runner:
         # Persistent SENDs whose RECEIPT came: their duplicate id (the mid) is durable, so a
         # resend with the same id must be dropped, whatever happened since (op_resend).
         self.resendable: set[str] = set()
+        # The streaming reader's committed offset (op_stream): where its next range starts.
+        self.stream_offset = 0
 
     # -- entry point ----------------------------------------------------------------------
 
@@ -490,6 +492,87 @@ class Runner:
         queue = self.model.queues.get(name)
         if queue is not None:
             self.model.purged(queue, f"purged by an operator (with {purged} others)")
+
+    # -- a streaming reader (the Spark source's endpoints) ----------------------------------
+
+    def op_stream(self, commit: bool = True, most: int | None = None, size: int | None = None) -> None:
+        """The queue only a streaming reader reads (`STREAM_QUEUE`; docs/spark.md): once every
+        frame sent so far is carried out, the next range after the reader's offset (at most
+        `most` messages, read in slices of about `size` when given) is read, then committed
+        as Spark does. What it serves must be messages still in the queue, once each, in
+        each producer's order; without `most`, every message the queue must hold; a commit
+        acknowledges exactly what was served, and they are gone. Not committed, the range is
+        read again by the next read (after a restart too)."""
+        import pyarrow as pa
+
+        name = STREAM_QUEUE.removeprefix("/queue/")
+        self.sync_all()
+        queue = self.model.queues.get(name)
+        if queue is None:
+            return  # nothing sent to it yet
+        query = f"after={self.stream_offset}"
+        if most is not None:
+            query += f"&max={most}" + (f"&size={size}" if size is not None else "")
+        status, figures = self.broker.http_get(f"/api/streams/{name}/offsets?{query}")
+        if status == 404:
+            return  # not made yet (its first SEND was not carried out)
+        if status != 200:
+            raise Violation("stream", f"GET offsets?{query}: {status} {figures}")
+        end = int(figures["end"])
+        mids: list[str] = []
+        for low, high, page in figures.get("splits") or [[self.stream_offset, end, 0]]:
+            url = (f"http://{HOST}:{self.broker.http_port}/api/streams/{name}/read"
+                   f"?after={low}&upto={high}&from_page={page}")
+            try:
+                with urllib.request.urlopen(url, timeout=RECEIPT_WAIT) as response:
+                    table = pa.ipc.open_stream(response.read()).read_all()
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    raise Violation("stream", f"GET read ({low}, {high}]: {exc.code} {exc.read()!r}"
+                                    ) from None
+            mids += [bytes(body).split(b"|", 1)[0].decode() for body in table.column("body").to_pylist()]
+        self._check_served(queue, mids, whole=most is None)
+        self.log.append(f"   stream read ({self.stream_offset}, {end}]: {len(mids)} messages")
+        if not commit:
+            return
+        request = urllib.request.Request(
+            f"http://{HOST}:{self.broker.http_port}/api/streams/{name}/commit",
+            data=json.dumps({"offset": end}).encode(), method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=RECEIPT_WAIT) as response:
+                done = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raise Violation("stream", f"POST commit {end}: {exc.code} {exc.read()!r}") from None
+        if done["acknowledged"] != len(mids) or done["kept"]:
+            raise Violation("stream", f"commit to {end} acknowledged {done['acknowledged']} and kept "
+                                      f"{done['kept']}; {len(mids)} were served: {mids}")
+        for mid in mids:
+            copy = queue.copies[mid]
+            copy.status = Status.GONE
+            copy.note(f"acknowledged by a stream commit to {end}")
+        self.stream_offset = end
+
+    def _check_served(self, queue: QueueModel, mids: list[str], *, whole: bool) -> None:
+        if len(set(mids)) != len(mids):
+            raise Violation("stream", f"a range read served a message twice: {mids}")
+        last_seq: dict[int, int] = {}
+        for mid in mids:
+            copy = queue.copies.get(mid)
+            if copy is None or copy.status not in DELIVERABLE:
+                raise Violation("stream", f"a range read served {mid}, which the queue must not hold: "
+                                          f"{copy.history if copy is not None else 'never routed there'}")
+            message = copy.message
+            if message.seq < last_seq.get(message.slot, -1):
+                raise Violation("stream", f"a range read served {mid} after a later message of the same "
+                                          f"producer: {mids}")
+            last_seq[message.slot] = message.seq
+        if whole:
+            missing = sorted(mid for mid, copy in queue.copies.items()
+                             if copy.status in PRESENT and mid not in set(mids))
+            if missing:
+                raise Violation("stream", f"a read to the latest offset left out {missing}: "
+                                          f"{[queue.copies[m].history for m in missing[:3]]}")
 
     def op_disconnect(self, slot: int) -> None:
         client = self.clients.get(slot)

@@ -3,8 +3,9 @@
 Each program (tests/model/model_program.py) draws a paging-heavy broker config and a few dozen
 operations: receipted and unreceipted SENDs to queues and topics, durable and non-durable
 subscribers with every ack mode, selectors and prefetch, ACK/NACK, disconnects and dropped
-sockets with messages in flight, transactions, graceful restarts and kill -9. The reference
-model (model_reference.py) says after each step what the broker must, may and must not do:
+sockets with messages in flight, transactions, graceful restarts and kill -9, an operator's
+purge, and a streaming reader (the Spark source's range reads and commits) on a queue of its
+own. The reference model (model_reference.py) says after each step what the broker must, may and must not do:
 nothing receipted lost, nothing acknowledged with a receipt back, nothing phantom, FIFO per
 producer for a lone consumer, no stall while messages are counted, HTTP counts in range.
 
