@@ -16,9 +16,10 @@ commits, durable subscriptions for a stream. What the Spark streaming source cal
   demand as a durable STOMP SUBSCRIBE makes it.
 
 Slow work stays off the event loop: page files are read, messages decoded and Arrow batches
-encoded in a worker thread, one chunk (`CHUNK_ROWS` rows or `CHUNK_BYTES` of bodies) at a
-time, each written to the response before the next is made, so a range of any size costs a
-chunk of memory. The loop only takes the snapshot (which pages, which messages in memory)
+encoded in a worker thread, one chunk (`CHUNK_ROWS` rows or `CHUNK_BYTES` of bodies; of page
+files, a span of whole frames decoded in bulk, `spark/paged_rows.py`) at a time, each
+written to the response before the next is made, so a range of any size costs a chunk of
+memory. The loop only takes the snapshot (which pages, which messages in memory)
 and the commits, a bounded number of acknowledgements per turn.
 """
 
