@@ -127,8 +127,10 @@ def queue_info(bindings: Bindings, name: str) -> dict[str, object]:
 
 def stream_readers(readers: Iterable[StreamReader], waiting: int) -> list[dict[str, object]]:
     """Each streaming reader's lag (core.stream): its committed offset and, as Kafka's
-    offsets-behind-latest, the messages waiting in the queue (pending and paged: everything
-    above the committed offset, as a commit acknowledges everything below it)."""
+    offsets-behind-latest, the messages waiting in the queue (pending and paged). That is
+    everything above the committed offset for a reader with the queue to itself and no
+    selector (a commit acknowledges everything below it); messages a reader's selector or a
+    STOMP consumer left below the offset are counted too (docs/spark.md, "Lag")."""
     return [{"name": reader.name, "committed_offset": reader.committed, "last_read_offset": reader.last_read,
              "offsets_behind_latest": waiting} for reader in sorted(readers, key=lambda r: r.name)]
 
