@@ -71,6 +71,8 @@ DEFAULT_READER = "spark"
 
 _BROKER_KEY: web.AppKey[Broker] = web.AppKey("stream_broker")
 _LOCKS_KEY: web.AppKey[dict[str, asyncio.Lock]] = web.AppKey("stream_commit_locks")
+_BUILDERS_KEY: web.AppKey[asyncio.Semaphore] = web.AppKey("stream_range_builders")
+RANGE_BUILDERS = 2  # chunks of range reads built at once (see `_built`)
 
 
 def _json_error(status: int, message: str) -> web.Response:
@@ -266,8 +268,10 @@ class _RangeRows:
                             return
                         break
                     yield block.first_id, page_no, _BLOCK, (block, batch), True
+                    del batch  # (a suspended generator keeps its locals: not while the next is built)
                 if block.ends_range:
                     return
+                del block
 
     def _interleaved(self, block: PagedBlock) -> bool:
         """Whether a message in memory falls among the block's ids."""
@@ -355,16 +359,28 @@ async def read_range(request: web.Request) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     try:
         await response.write(_schema_bytes())
-        while (chunk := await loop.run_in_executor(None, rows.chunk)) is not None:
+        while (chunk := await _built(request.app[_BUILDERS_KEY], loop, rows)) is not None:
             batches, served = chunk
-            for data in batches:
-                await response.write(data)
+            del chunk
+            while batches:
+                await response.write(batches.pop(0))  # (each let go once written)
             served.note(reader)  # written out (not necessarily read: a commit says so)
+            del batches, served
         await response.write(_EOS)
         await response.write_eof()
     except ConnectionResetError:
         log.debug("range read of %r (%d, %d] ended by the client", queue.name, after, upto)
     return response
+
+
+async def _built(builders: asyncio.Semaphore, loop: asyncio.AbstractEventLoop, rows: _RangeRows
+                 ) -> tuple[list[memoryview], _Served] | None:
+    """The range's next chunk, built in a worker thread once one of the few builder turns is
+    free: however many range reads run at once (a query's partitions, several queries), the
+    broker holds the makings of `RANGE_BUILDERS` chunks, plus one built chunk per read on
+    its way to the client. (Building is GIL-bound: more at once would not be faster.)"""
+    async with builders:
+        return await loop.run_in_executor(None, rows.chunk)
 
 
 # ----- commits ---------------------------------------------------------------------------------
@@ -463,6 +479,7 @@ def add_stream_routes(app: web.Application, broker: Broker) -> None:
     """Register the stream endpoints (before the catch-all 404 route)."""
     app[_BROKER_KEY] = broker
     app[_LOCKS_KEY] = {}
+    app[_BUILDERS_KEY] = asyncio.Semaphore(RANGE_BUILDERS)
     app.router.add_post("/api/streams/subscriptions", _guarded(subscription))
     app.router.add_get("/api/streams/{queue}/offsets", _guarded(offsets))
     app.router.add_get("/api/streams/{queue}/splits", _guarded(splits))

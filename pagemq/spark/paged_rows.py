@@ -137,3 +137,5 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
             yield PagedBlock(frames.page_no, first, data, rows, ends, ids, ordinals, ends_range)
         if ends_range:
             return
+        # A suspended generator keeps its locals: let this span go before the next is read.
+        del data, located, rows, ends, ids, ordinals

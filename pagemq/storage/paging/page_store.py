@@ -80,7 +80,7 @@ log = logging.getLogger("pagemq.paging")
 READ_CHUNK = 256 * 1024
 # What `frame_spans` hands a bulk reader at a time: a range read holds about three times this
 # (the bytes, the rows built from them, their encoding), and larger spans read no faster.
-FRAME_SPAN_BYTES = 4 << 20
+FRAME_SPAN_BYTES = 2 << 20
 
 
 class SummaryBuilder(Protocol):
