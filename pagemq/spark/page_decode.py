@@ -279,11 +279,8 @@ def _batch(data: bytes | memoryview, columns: list[tuple], ends: Sequence[int], 
     count = len(ends)
     if not count:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    body_lengths, header_bytes = columns[BODY_LENGTH], columns[HEADER_BYTES]
     header_counts = columns[HEADER_COUNT]
-    bodies_at = list(map(sub, ends, body_lengths))
-    texts_at = list(map(sub, bodies_at, header_bytes))
-    tables_at = [text - 6 * n for text, n in zip(texts_at, header_counts, strict=True)]
+    tables_at, texts_at, bodies_at = _parts_at(columns, ends)
     # [lengths table, header text, body, gap up to the next row's table] for every row
     cuts: list[int] = [0] * (4 * count)
     cuts[0::4], cuts[1::4], cuts[2::4], cuts[3::4] = tables_at, texts_at, bodies_at, ends
@@ -324,10 +321,17 @@ def _all_decode(columns: list[tuple], ends: Sequence[int]) -> bool:  # type: ign
     if columns[VERSION].count(_CODEC_VERSION) != count:
         return False
     starts = map(sub, ends, columns[MESSAGE_LENGTH])  # where each message starts
-    bodies_at = map(sub, ends, columns[BODY_LENGTH])
-    texts_at = map(sub, bodies_at, columns[HEADER_BYTES])
-    tables_at = map(sub, texts_at, map(mul, columns[HEADER_COUNT], repeat(6)))
+    tables_at, _texts_at, _bodies_at = _parts_at(columns, ends)
     return list(map(sub, tables_at, starts)).count(CODEC_HEAD.size) == count
+
+
+def _parts_at(columns: list[tuple], ends: Sequence[int]) -> tuple[list[int], list[int], list[int]]:  # type: ignore[type-arg]
+    """Where each row's header lengths table, header text and body start, counted back from
+    where its message ends by the lengths its codec head gives."""
+    bodies_at = list(map(sub, ends, columns[BODY_LENGTH]))
+    texts_at = list(map(sub, bodies_at, columns[HEADER_BYTES]))
+    tables_at = list(map(sub, texts_at, map(mul, columns[HEADER_COUNT], repeat(6))))
+    return tables_at, texts_at, bodies_at
 
 
 def _problems(rows: Sequence[tuple]) -> list[RowProblem]:  # type: ignore[type-arg]

@@ -79,8 +79,6 @@ class OrdinalSet:
             return
         # Many at once (a streaming reader served a page's records): set the bits in a
         # bitmap of their own, then OR it in whole, instead of a call per ordinal.
-        if not ordinals:
-            return
         top = max(ordinals)
         if min(ordinals) < 0:
             raise ValueError("ordinals are non-negative")

@@ -45,6 +45,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -543,15 +544,7 @@ class PageStore:
                 ordinal, offset = next_ordinal, next_offset
         if offset < limit:
             spans.append((ordinal, offset, limit))
-        path = self.folder / page_file_name(page_no)
-        fileio = self.fileio
-
-        def read(at: int, length: int) -> bytes:
-            try:
-                return fileio.read_range(path, at, length)
-            except FileNotFoundError:
-                return b""
-
+        read = partial(_read_if_there, self.fileio, self.folder / page_file_name(page_no))
         return PageFrames(page_no, version, tuple(spans), read, page.previous_run)
 
     def _readable_size(self, page: PageState) -> int:
@@ -635,6 +628,15 @@ def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
+def _read_if_there(fileio: FileIO, path: Path, offset: int, length: int) -> bytes:
+    """A page file's bytes at `offset` (b"" once it is deleted: every queue was done with
+    it). Any thread."""
+    try:
+        return fileio.read_range(path, offset, length)
+    except FileNotFoundError:
+        return b""
+
+
 def _seek(index: list[tuple[int, int]], start_ordinal: int, limit: int) -> tuple[int, int]:
     """(ordinal, offset) of the last indexed frame at or before `start_ordinal` within `limit`."""
     at = bisect.bisect_right(index, (start_ordinal, limit)) - 1
@@ -656,11 +658,7 @@ class _PageReader:
         self.size = size
 
     def read(self, offset: int, length: int) -> bytes:
-        """The file's bytes at `offset` (b"" once it is deleted). Any thread."""
-        try:
-            return self.fileio.read_range(self.path, offset, length)
-        except FileNotFoundError:
-            return b""
+        return _read_if_there(self.fileio, self.path, offset, length)
 
     def records(self, offset: int, limit: int, ordinal: int, start_ordinal: int, *,
                 skip_non_persistent: bool, ahead: ReadAhead | None = None
