@@ -30,7 +30,7 @@ import struct
 import zlib
 from collections.abc import Callable, Container, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import mul, sub
 
 import pyarrow as pa
@@ -214,7 +214,6 @@ class RowProblem:
 
 
 HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
-_HEADER_PAIRS: dict[int, struct.Struct] = {}
 
 
 def build_batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int], *,  # type: ignore[type-arg]
@@ -229,18 +228,22 @@ def build_batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[
     once per distinct value. Without `include_headers` the `headers` column is null and the
     header bytes are not read (nor checked)."""
     columns = _transposed(rows)
-    problems = [] if _all_decode(columns, ends) else _problems(rows)
+    parts_at = _parts_at(columns, ends)
+    problems = [] if _all_decode(columns, ends, parts_at) else _problems(rows)
     if problems:
         rows, ends = _without(rows, ends, problems)
         columns = _transposed(rows)
+        parts_at = _parts_at(columns, ends)
     try:
-        batch = _batch(data, columns, ends, address, seq_base, queue_name, include_headers, seq_from_id)
+        batch = _batch(data, columns, ends, parts_at, address, seq_base, queue_name, include_headers,
+                       seq_from_id)
         return batch, problems
     except _HeaderTrouble:
         more = _header_problems(data, rows, ends)  # which rows: the slow way, only now
         rows, ends = _without(rows, ends, more)
-        return (_batch(data, _transposed(rows), ends, address, seq_base, queue_name, include_headers,
-                       seq_from_id), problems + more)
+        columns = _transposed(rows)
+        return (_batch(data, columns, ends, _parts_at(columns, ends), address, seq_base, queue_name,
+                       include_headers, seq_from_id), problems + more)
 
 
 def _transposed(rows: Sequence[tuple]) -> list[tuple]:  # type: ignore[type-arg]
@@ -273,14 +276,15 @@ def _without(rows: Sequence[tuple], ends: Sequence[int], problems: list[RowProbl
     return [rows[i] for i in keep], [ends[i] for i in keep]
 
 
-def _batch(data: bytes | memoryview, columns: list[tuple], ends: Sequence[int], address: str,  # type: ignore[type-arg]
-           seq_base: int, queue_name: Callable[[Hashable], str | None], include_headers: bool,
-           seq_from_id: bool) -> pa.RecordBatch:
+def _batch(data: bytes | memoryview, columns: list[tuple], ends: Sequence[int],  # type: ignore[type-arg]
+           parts_at: tuple[list[int], list[int], list[int]], address: str, seq_base: int,
+           queue_name: Callable[[Hashable], str | None], include_headers: bool, seq_from_id: bool
+           ) -> pa.RecordBatch:
     count = len(ends)
     if not count:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
     header_counts = columns[HEADER_COUNT]
-    tables_at, texts_at, bodies_at = _parts_at(columns, ends)
+    tables_at, texts_at, bodies_at = parts_at
     # [lengths table, header text, body, gap up to the next row's table] for every row
     cuts: list[int] = [0] * (4 * count)
     cuts[0::4], cuts[1::4], cuts[2::4], cuts[3::4] = tables_at, texts_at, bodies_at, ends
@@ -310,7 +314,8 @@ def _batch(data: bytes | memoryview, columns: list[tuple], ends: Sequence[int], 
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def _all_decode(columns: list[tuple], ends: Sequence[int]) -> bool:  # type: ignore[type-arg]
+def _all_decode(columns: list[tuple], ends: Sequence[int],  # type: ignore[type-arg]
+                parts_at: tuple[list[int], list[int], list[int]]) -> bool:
     """Whether every row's codec head is version 1 and describes its message's length
     exactly (the usual answer, checked column-wise; `_problems` says which rows fail):
     the lengths table its fields place (before header text and body) starts right after
@@ -321,8 +326,7 @@ def _all_decode(columns: list[tuple], ends: Sequence[int]) -> bool:  # type: ign
     if columns[VERSION].count(_CODEC_VERSION) != count:
         return False
     starts = map(sub, ends, columns[MESSAGE_LENGTH])  # where each message starts
-    tables_at, _texts_at, _bodies_at = _parts_at(columns, ends)
-    return list(map(sub, tables_at, starts)).count(CODEC_HEAD.size) == count
+    return list(map(sub, parts_at[0], starts)).count(CODEC_HEAD.size) == count
 
 
 def _parts_at(columns: list[tuple], ends: Sequence[int]) -> tuple[list[int], list[int], list[int]]:  # type: ignore[type-arg]
@@ -362,44 +366,72 @@ def _slices(data: bytes | memoryview, cuts: list[int]) -> pa.Array:
     return pa.Array.from_buffers(kind, len(cuts) - 1, [None, offsets.buffers()[1], pa.py_buffer(data)])
 
 
-def _values(part: pa.Array) -> tuple[bytes, list[int]]:
-    """A binary array's bytes and its offsets, rebased to 0."""
+def _value_bytes(part: pa.Array) -> tuple[pa.Buffer, pa.Array]:
+    """A freshly taken binary array's values buffer (all of it its own) and its offsets as an
+    int64 array rebased to 0 (`count + 1` of them)."""
     wide = part.type == pa.large_binary()
-    offsets = memoryview(part.buffers()[1]).cast("q" if wide else "i")
-    offsets = offsets[part.offset:part.offset + len(part) + 1]
-    first, last = offsets[0], offsets[-1]
-    data = part.buffers()[2]
-    blob = memoryview(data)[first:last].tobytes() if data is not None else b""
-    return blob, [offset - first for offset in offsets] if first else offsets.tolist()
+    offsets = pa.Array.from_buffers(pa.int64() if wide else pa.int32(), len(part) + 1,
+                                    [None, part.buffers()[1]], offset=part.offset).cast(pa.int64())
+    first = offsets[0].as_py()
+    data = part.buffers()[2] or pa.py_buffer(b"")
+    if first or part.offset:
+        offsets = pc.subtract(offsets, pa.scalar(first, pa.int64()))
+        data = data.slice(first)
+    return data, offsets
 
 
 def _headers(parts: pa.Array, count: int, header_counts: Sequence[int]) -> pa.Array:
-    """The `headers` map column from the rows' lengths tables and header texts;
-    `_HeaderTrouble` if some row's do not decode."""
-    tables, _ = _values(parts.take(_every(0, count, 4)))
+    """The `headers` map column from the rows' lengths tables and header texts, in Arrow
+    kernels only (a Python int per header token cost more than the rest of a row);
+    `_HeaderTrouble` if some row's do not decode.
+
+    A lengths table is `<HI` pairs (name length, value length) packed 6 bytes each: all
+    rows' tables laid end to end hold pair j's name length in bytes 6j, 6j + 1 and its value
+    length in bytes 6j + 2 to 6j + 5, little-endian."""
     total = sum(header_counts)
-    pairs = _HEADER_PAIRS.get(total)
-    if pairs is None:
-        pairs = struct.Struct("<" + "HI" * total)
-        if total <= 64:
-            _HEADER_PAIRS[total] = pairs
-    lengths = pairs.unpack(tables)
-    text, text_offsets = _values(parts.take(_every(1, count, 4)))
-    token_offsets = list(accumulate(lengths, initial=0))
-    if token_offsets[-1] >= 1 << 31:
+    tables, _ = _value_bytes(parts.take(_every(0, count, 4)))
+    text, text_offsets = _value_bytes(parts.take(_every(1, count, 4)))
+    if tables.size < 6 * total:
+        raise _HeaderTrouble("header lengths table shorter than its count says")
+    table_bytes = pa.Array.from_buffers(pa.uint8(), 6 * total, [None, tables])
+    names, values = _little_endian(table_bytes, total, 0, 2), _little_endian(table_bytes, total, 2, 4)
+    ends = pc.cumulative_sum(pc.add(names, values))  # where each pair's value ends in `text`
+    if total and ends[total - 1].as_py() >= 1 << 31:
         raise _HeaderTrouble("header text of one batch past 2 GiB")
-    map_offsets = pa.array(accumulate(header_counts, initial=0), pa.int32())
-    token_array = pa.array(token_offsets, pa.int32())
+    starts = pc.subtract(ends, pc.add(names, values))
+    # token offsets: name start, value start, ... interleaved, then the end of the text
+    both = pa.concat_arrays([starts, pc.add(starts, names), ends.slice(total - 1) if total else
+                             pa.array([0], pa.int64())])
+    token_offsets = both.take(_interleaved(total)).cast(pa.int32())
+    map_offsets = pc.cumulative_sum(pa.array([0, *header_counts], pa.int32()))
     # each row's tokens fill its header text exactly (message_codec's check)
-    row_starts = token_array.take(pc.multiply(map_offsets, 2))
-    if not pc.all(pc.equal(row_starts, pa.array(text_offsets, pa.int32()))).as_py():
+    row_starts = token_offsets.take(pc.multiply(map_offsets, pa.scalar(2, pa.int32())))
+    if not pc.all(pc.equal(row_starts.cast(pa.int64()), text_offsets)).as_py():
         raise _HeaderTrouble("header lengths do not add up")
-    tokens = pa.Array.from_buffers(pa.binary(), 2 * total,
-                                   [None, token_array.buffers()[1], pa.py_buffer(text)])
+    tokens = pa.Array.from_buffers(pa.binary(), 2 * total, [None, token_offsets.buffers()[1], text])
     try:
         return header_map(tokens, map_offsets)
     except pa.ArrowInvalid as exc:  # not UTF-8 (or a lone surrogate, which Arrow strings cannot hold)
         raise _HeaderTrouble(str(exc)) from exc
+
+
+def _little_endian(table_bytes: pa.Array, total: int, at: int, width: int) -> pa.Array:
+    """int64 numbers of `width` bytes at byte `at` of each of `total` 6-byte pairs, read
+    byte by byte (so no assumption on the machine's byte order)."""
+    number = table_bytes.take(_every(at, total, 6)).cast(pa.int64())
+    for k in range(1, width):
+        byte = table_bytes.take(_every(at + k, total, 6)).cast(pa.int64())
+        number = pc.bit_wise_or(number, pc.shift_left(byte, pa.scalar(8 * k, pa.int64())))
+    return number
+
+
+def _interleaved(total: int) -> pa.Array:
+    """Indices 0, total, 1, total + 1, ..., total - 1, 2 total - 1, then 2 total: the order
+    that interleaves two arrays of `total` laid end to end, and the element after them."""
+    tokens, one = _every(0, 2 * total, 1), pa.scalar(1, pa.int32())
+    index = pc.add(pc.shift_right(tokens, one),
+                   pc.multiply(pc.bit_wise_and(tokens, one), pa.scalar(total, pa.int32())))
+    return pa.concat_arrays([index, pa.array([2 * total], pa.int32())])
 
 
 def header_map(tokens: pa.Array, map_offsets: pa.Array) -> pa.Array:

@@ -127,6 +127,24 @@ def test_random_pages_decode_exactly_as_the_record_reader_reads_them(tmp_path, s
     assert decoded_rows(data, committed=committed, headers=False) == without
 
 
+def test_header_lengths_of_every_byte_width_decode_exactly(tmp_path):
+    """Names past 255 bytes and values past 65,535 and 16,777,215 bytes: each byte of a
+    lengths table entry counts (the decoder reads them column-wise)."""
+    rng = random.Random(7)
+    records = []
+    for message_id, headers in enumerate([
+        {"n" * 300: "v", "k": "é" * 40_000},  # a 300-byte name; a value of 80,000 bytes
+        {},
+        {"big": "x" * ((1 << 24) + 5), "": ""},
+        {"a": "b", "c" * 256: "d" * 65_536},
+    ], start=1):
+        message = Message(message_id, ADDRESS, headers, rng.randbytes(10), persistent=True)
+        records.append(PagedRecord(message_id, (1,), True, encode_message(message), 0))
+    data = encode_file_header(1) + b"".join(encode_frame([r], n) for n, r in enumerate(records))
+    path = write(tmp_path, data)
+    assert decoded_rows(data) == expected_rows(path, set())
+
+
 def test_uncommitted_transactions_are_left_out_and_all_kept_without_a_committed_set():
     rng = random.Random(7)
     frames = [[random_record(rng, 1)], [random_record(rng, 2, txid=5), random_record(rng, 3, txid=5)],

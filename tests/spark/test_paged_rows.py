@@ -1,7 +1,7 @@
 """The range reads' bulk path (`spark/paged_rows.py`) against the record path it replaces:
 for pages of every kind of frame (fan-out, batches, transactions pending and committed,
 non-persistent records, an earlier run's pages) and a queue's bookkeeping of every kind
-(acknowledged, read into memory, claimed), every `(ordinal, after, upto)` gives the rows
+(acknowledged, read into memory, claimed, lost to damage), every `(ordinal, after, upto)` gives the rows
 `PagedRange.page_records` gives, in the same order, with the same columns."""
 
 from __future__ import annotations
@@ -129,6 +129,9 @@ def test_bulk_rows_of_a_page_equal_its_records_rows(tmp_path: Path, seed: int) -
                     queue.acknowledge(page_no, ordinal, journal=False)
             if (entry := queue.peek()) is not None and rnd.random() < 0.5:
                 queue.claim_unread(entry[0], entry[1] + rnd.randrange(1, 3))
+            if rnd.random() < 0.5 and (numbers := list(queue.pages_from(queue.position()[0]))):
+                # damage found later took a record of some page
+                queue.records_lost(rnd.choice(numbers), 1, frozenset({rnd.randrange(0, 60)}))
             paged = PagedRange(*queue_plan(pages.store, queue_id))
             last = next(pages.ids)
             for page_no, first in paged.pages:

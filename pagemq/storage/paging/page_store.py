@@ -124,7 +124,8 @@ class PageFrames:
     length)` reads the file from any thread (b"" once the page is deleted). Records appended
     after the spans were cut are not in them. Non-persistent records are to be left out when
     `skip_non_persistent` (a page of an earlier run). A queue's view (`PagedQueue.frames`)
-    adds which of the page's ordinals are still the queue's on disk (`shown`)."""
+    adds which of the page's ordinals are still the queue's on disk (`shown`), and whether
+    all of them from one on are (`shown_from`: one call for a span a reader takes whole)."""
 
     page_no: int
     version: int
@@ -133,6 +134,7 @@ class PageFrames:
     skip_non_persistent: bool
     queue_id: int = 0
     shown: Callable[[int], bool] | None = None
+    shown_from: Callable[[int], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,7 +291,12 @@ class QueueCursor:
             return not ((index <= acked.top and index in acked) or index in page.lost
                         or (index <= claimed.top and index in claimed))
 
-        return replace(frames, queue_id=self.queue_id, shown=shown)
+        def shown_from(index: int) -> bool:  # `shown` of every ordinal from `index` on
+            lost = page.lost
+            return (index > page.acked.top and index > page.claimed.top
+                    and (not lost or index > max(lost)))
+
+        return replace(frames, queue_id=self.queue_id, shown=shown, shown_from=shown_from)
 
     def read_ahead(self, page_no: int, ordinal: int, arrived: Callable[[], None], size: ReadSize, *,
                    claimed: bool = False) -> Iterator[tuple[int, PagedRecord] | None]:
