@@ -107,8 +107,7 @@ class Transactions:
                 raise
         self.memory.wake_waiters()
         future = self._commit(tx, held, paged, ops)
-        for address, dup_id in dup_ids:
-            self.router.duplicates.written(address, dup_id, future)
+        self.router.duplicates.written(dup_ids, future)
         return future
 
     def _commit(

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from pagemq.storage.api import DuplicateIdRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from pagemq.core.ids import Ids
     from pagemq.storage.api import MessageStore
@@ -85,22 +85,30 @@ class DuplicateIds:
         self._insert(address, dup_id, _Entry(record.record_id if record else 0, None), size)
         return record
 
-    def written(self, address: str, dup_id: str, future: asyncio.Future[None] | None) -> None:
-        """The send of `dup_id` is being made durable by `future`: a duplicate's RECEIPT waits
-        for it, and a failed write forgets the id again."""
+    def written(self, sent: Sequence[tuple[str, str]], future: asyncio.Future[None] | None) -> None:
+        """The sends of these (address, id) pairs are being made durable by `future`: a
+        duplicate's RECEIPT waits for it, and a failed write forgets the ids again. (One
+        callback for all of them: a COMMIT's sends share one write.)"""
         if future is None:
             return
-        cache = self.caches.get(address)
-        entry = cache.get(dup_id) if cache is not None else None
-        if entry is None:
+        caches = self.caches
+        entries: list[tuple[str, str, _Entry]] = []
+        for address, dup_id in sent:
+            cache = caches.get(address)
+            entry = cache.get(dup_id) if cache is not None else None
+            if entry is not None:
+                entry.pending = future
+                entries.append((address, dup_id, entry))
+        if not entries:
             return
-        entry.pending = future
 
         def done(result: asyncio.Future[None]) -> None:
-            if entry.pending is result:
-                entry.pending = None
-            if result.cancelled() or result.exception() is not None:
-                self.forget(address, dup_id, entry)
+            failed = result.cancelled() or result.exception() is not None
+            for address, dup_id, entry in entries:
+                if entry.pending is result:
+                    entry.pending = None
+                if failed:
+                    self.forget(address, dup_id, entry)
 
         future.add_done_callback(done)
 

@@ -231,7 +231,7 @@ class Router:
                     future = all_of([f for f in (future, self.store.flush()) if f is not None])
             else:
                 future = self._keep(message, address, queues)
-        self.duplicates.written(address_name, dup_id, future)
+        self.duplicates.written(((address_name, dup_id),), future)
         return future
 
     def _writes_done(self, future: asyncio.Future[None]) -> None:

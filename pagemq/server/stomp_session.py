@@ -1118,6 +1118,10 @@ _OWN_HEADERS = frozenset(
 
 def _size(event: object) -> int:
     """About what a held frame costs in memory: its body, headers, receipt and other fields."""
+    if type(event) is ev.Send:  # most held frames: its fields by name, not by `__slots__`
+        headers = event.headers
+        return (64 + len(event.destination) + len(event.body) + sum(map(len, headers))
+                + sum(map(len, headers.values())) + len(event.receipt or "") + len(event.transaction or ""))
     size = 64
     for name in getattr(type(event), "__slots__", ()):
         value = getattr(event, name, None)
