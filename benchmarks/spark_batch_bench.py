@@ -18,8 +18,10 @@ What it does:
    on this machine, with and without a `headers` map; the scan can only approach it;
 5. sink: those Parquet rows' `body` column written to another queue with
    `df.write.format("pagemq")` (persistent, one connection per task, `_AMQ_DUPL_ID`
-   stamped), rows/s over the whole save(), with the default transactions and with
-   `transactionSize=0` (one receipted SEND per row); each queue's count is checked.
+   stamped), rows/s over the whole save(), with the default transactions into a queue that
+   pages every message, the same into a queue of the default address settings (held in
+   memory and journaled: `held.*`), and with `transactionSize=0` (one receipted SEND per
+   row, paged); each queue's count is checked.
 
 Beside each rate: CPU µs per row of Spark's JVM and of its Python workers (this process's
 descendants, from /proc), and for the sink the broker's CPU µs per message, so what costs
@@ -51,6 +53,7 @@ from pagemq.spark.stomp_sender import StompSender
 HOST = "127.0.0.1"
 PAGEMQ = str(Path(sys.executable).with_name("pagemq"))
 SOURCE, TARGET = "spark-bench-in", "spark-bench-out"
+HELD = "held.spark-bench-out"  # a sink target under the default address settings (see Broker)
 
 
 def _proc_stats() -> dict[int, tuple[int, str, float]]:
@@ -103,13 +106,16 @@ def free_port() -> int:
 
 
 class Broker:
-    """A `pagemq serve` process on free ports, paging everything into `page_size` pages."""
+    """A `pagemq serve` process on free ports, paging everything into `page_size` pages but
+    the addresses `held.*`, which keep the default settings (held in memory and journaled
+    up to `global-max-size`, as a sink's target with consumers draining it would be)."""
 
     def __init__(self, workdir: Path, page_size: str) -> None:
         self.workdir, self.data_dir = workdir, workdir / "data"
         self.stomp_port, self.http_port = free_port(), free_port()
         config = workdir / "pagemq.toml"
-        config.write_text(f'[address-settings."#"]\nmax-size-bytes = 0\npage-size-bytes = "{page_size}"\n')
+        config.write_text(f'[address-settings."#"]\nmax-size-bytes = 0\npage-size-bytes = "{page_size}"\n'
+                          '[address-settings."held.#"]\nmax-size-bytes = -1\n')
         self.proc = subprocess.Popen(
             [PAGEMQ, "serve", "--data-dir", str(self.data_dir), "--config", str(config),
              "--stomp", f"{HOST}:{self.stomp_port}", "--http", f"{HOST}:{self.http_port}"],
@@ -287,6 +293,7 @@ def main() -> None:
         bodies.count()
         sink(broker, bodies.limit(2000), TARGET + "-warm-up", 2000)  # the write path's JIT, workers
         results["sink"] = sink(broker, bodies, TARGET, n)
+        results["sink_held"] = sink(broker, bodies, HELD, n)
         results["sink_one_by_one"] = sink(broker, bodies, TARGET + "-1by1", n, transactionSize="0")
         spark.stop()
     finally:
@@ -308,6 +315,7 @@ def main() -> None:
         "floor": "      Python data source floor (prebuilt)",
         "floor_no_headers": "      the floor, headers column null",
         "sink": "sink  df.write.format('pagemq')        (target >= 30,000)",
+        "sink_held": "      the same, target held in memory (default settings)",
         "sink_one_by_one": "      the same, transactionSize=0",
     }
     print(f"{n} messages of {args.size} B in {files} page files (fill {fill_rate:,.0f} msg/s), "
