@@ -65,6 +65,7 @@ log = logging.getLogger("pagemq.http")
 CHUNK_ROWS = 8192
 CHUNK_BYTES = 8 << 20
 COMMIT_TIMEOUT = 30.0
+MAX_OFFSET = (1 << 63) - 1  # offsets are message ids, signed 64-bit as Spark's longs
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 DEFAULT_READER = "spark"
@@ -137,7 +138,7 @@ def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, lim
 async def offsets(request: web.Request) -> web.Response:
     queue = _queue(request)
     try:
-        after = int_param(request, "after")
+        after = int_param(request, "after", maximum=MAX_OFFSET)
         limit = int_param(request, "max")
         size = int_param(request, "size")
     except BadRequest as exc:
@@ -161,8 +162,8 @@ async def offsets(request: web.Request) -> web.Response:
 async def splits(request: web.Request) -> web.Response:
     queue = _queue(request)
     try:
-        after = int_param(request, "after", 0)
-        upto = int_param(request, "upto")
+        after = int_param(request, "after", 0, maximum=MAX_OFFSET)
+        upto = int_param(request, "upto", maximum=MAX_OFFSET)
         size = int_param(request, "size", 100_000)
     except BadRequest as exc:
         return _json_error(400, str(exc))
@@ -340,8 +341,8 @@ async def read_range(request: web.Request) -> web.StreamResponse:
     except ImportError:
         return _json_error(501, "range reads need pyarrow on the broker (pip install 'pagemq[spark]')")
     try:
-        after = int_param(request, "after", 0)
-        upto = int_param(request, "upto")
+        after = int_param(request, "after", 0, maximum=MAX_OFFSET)
+        upto = int_param(request, "upto", maximum=MAX_OFFSET)
         from_page = int_param(request, "from_page", 0)
         selector = _selector(request.query.get("selector"))
     except BadRequest as exc:
@@ -401,8 +402,8 @@ async def commit(request: web.Request) -> web.Response:
     try:
         body = await _body(request)
         offset = body.get("offset")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise BadRequest(f"offset: a non-negative integer, not {offset!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_OFFSET:
+            raise BadRequest(f"offset: an integer from 0 to {MAX_OFFSET}, not {offset!r}")
         selector = _selector(body.get("selector"))
     except BadRequest as exc:
         return _json_error(400, str(exc))

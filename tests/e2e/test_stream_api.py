@@ -248,6 +248,9 @@ def test_durable_subscription_queue_is_made_on_demand_and_receives_the_address(b
     ("/api/streams/{q}/read?after=0&upto=5&selector=a%3D", None, 400, "selector"),
     ("/api/streams/{q}/read?after=9&upto=5", None, 400, "upto"),
     ("/api/streams/{q}/commit", {"offset": "ten"}, 400, "offset"),
+    ("/api/streams/{q}/commit", {"offset": 2 ** 70}, 400, "offset"),  # past a message id's range
+    ("/api/streams/{q}/read?after=0&upto=99999999999999999999999", None, 400, "upto"),
+    ("/api/streams/{q}/offsets?after=9223372036854775808", None, 400, "after"),
     ("/api/streams/subscriptions", {"address": "", "subscription": "s"}, 400, "address"),
 ])
 def test_bad_requests_get_an_error_naming_the_problem(broker, queue_name, path, body, status, needle):
