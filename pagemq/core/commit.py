@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from pagemq.core.consumer import MessageRef
 from pagemq.core.duplicates import DUPLICATE_ID_HEADER
 from pagemq.core.errors import TransactionError
-from pagemq.core.futures import chain, failure
+from pagemq.core.futures import all_of, chain, failure
 from pagemq.core.routing import PAGE, Blocked
 from pagemq.storage.api import StoreAck, StoreMessage, StoreOp
 
@@ -51,6 +51,9 @@ Held = list[tuple["Message", list["Queue"], int]]
 """A commit's sends held in memory: message, its queues, how many of them hold it durably."""
 Paged = dict["Address", list[tuple["Message", list["Queue"]]]]
 """A commit's sends to page, per address."""
+Routed = tuple[Held, Paged, list[StoreOp], list[tuple[str, str]], list["asyncio.Future[None]"]]
+"""A commit's sends routed: held, paged, store ops, the duplicate ids remembered, and the
+writes of the originals of the duplicates left out (`Transactions._route_sends`)."""
 
 
 class Transactions:
@@ -97,7 +100,7 @@ class Transactions:
         with self.memory.quiet():
             self._unstage(tx)
             try:
-                held, paged, ops, dup_ids = self._route_unblocking(tx)
+                held, paged, ops, dup_ids, originals = self._route_unblocking(tx)
             except Blocked:
                 # The COMMIT is retried once there is room: until then its sends stay
                 # charged, or every transaction waiting so would hold its sends outside
@@ -108,6 +111,8 @@ class Transactions:
         self.memory.wake_waiters()
         future = self._commit(tx, held, paged, ops)
         self.router.duplicates.written(dup_ids, future)
+        if originals:  # duplicates left out: durable once their originals are
+            return all_of([f for f in (future, *originals) if f is not None])
         return future
 
     def _commit(
@@ -202,7 +207,7 @@ class Transactions:
             pager.abandon_tx(txid, written=written)
         self._return_acks(tx)
 
-    def _route_unblocking(self, tx: Transaction) -> tuple[Held, Paged, list[StoreOp], list[tuple[str, str]]]:
+    def _route_unblocking(self, tx: Transaction) -> Routed:
         """Route the sends; a BLOCK address the transaction's sends to it could never fit
         (more than its max-size-bytes) lets them in whole once it is below its limit, as one
         message larger than the limit goes in (`Router.admit`): otherwise the COMMIT would
@@ -229,28 +234,36 @@ class Transactions:
             return False
         return sum(send.memory_size for send in tx.sends if send.address == address.name) > limit
 
-    def _route_sends(self, tx: Transaction) -> tuple[Held, Paged, list[StoreOp], list[tuple[str, str]]]:
+    def _route_sends(self, tx: Transaction) -> Routed:
         """A transaction's sends: (held in memory, with their durable queue count), (to page,
         per address), the store ops of the held ones, and the duplicate ids remembered (a
         send whose id its address has seen, or an earlier send of the transaction had, is
-        left out, as Artemis drops a duplicate)."""
+        left out, as Artemis drops a duplicate), and the writes of the originals of the
+        duplicates left out that are not durable yet (the COMMIT's RECEIPT waits for them,
+        as a plain duplicate SEND's does). The ids are remembered once every send is routed:
+        a COMMIT refused on the way (FAIL, BLOCK) leaves the caches as they were."""
         held: Held = []
         paged: Paged = {}
         ops: list[StoreOp] = []
         duplicates = self.router.duplicates
-        dup_ids: list[tuple[str, str]] = []
+        ids: list[tuple[str, str, bool]] = []  # (address, id, persistent) of the sends taken
+        taken: set[tuple[str, str]] = set()
+        originals: list[asyncio.Future[None]] = []
         try:
             for send in tx.sends:
                 dup_id = send.headers.get(DUPLICATE_ID_HEADER)
-                if dup_id is not None and duplicates.seen(send.address, dup_id)[0]:
-                    continue
+                if dup_id is not None:
+                    if (send.address, dup_id) in taken:
+                        continue
+                    seen, original = duplicates.seen(send.address, dup_id)
+                    if seen:
+                        if original is not None:
+                            originals.append(original)
+                        continue
+                    taken.add((send.address, dup_id))
+                    ids.append((send.address, dup_id, send.persistent))  # even when no queue takes it
                 routed = self.router.route(send.address, send.routing_type, send.headers, send.body,
                                            send.persistent, send.priority, send.expiration)
-                if dup_id is not None:  # remembered even when no queue takes it (see Router)
-                    record = duplicates.remember(send.address, dup_id, persistent=send.persistent)
-                    dup_ids.append((send.address, dup_id))
-                    if record is not None:
-                        ops.append(record)
                 if routed is None:
                     continue
                 address, message, queues, decision = routed
@@ -269,13 +282,12 @@ class Transactions:
         except BaseException:
             for message, queues, _durable in held:
                 self.ledger.unhold_all(self.bindings.address_of(queues[0]), message)
-            for address_name, dup_id in dup_ids:  # their records are in `ops`, not written
-                duplicates.forget(address_name, dup_id, stored=False)
             raise
         finally:
             for address in paged:
                 address.staged_records = address.staged_bytes = 0
-        return held, paged, ops, dup_ids
+        ops.extend(duplicates.remember_all(ids))
+        return held, paged, ops, [(address, dup_id) for address, dup_id, _persistent in ids], originals
 
     def rollback(self, tx: Transaction) -> None:
         """Discard the sends; acknowledged deliveries go back to their queues, in order."""

@@ -6,8 +6,11 @@ carrying one of them is not stored but still succeeds (its RECEIPT comes), so a 
 that retries after a lost RECEIPT, or a Spark task that is re-run, stores nothing twice.
 
 The ids of persistent messages are persisted: one journal record per id, written with the
-message (so the message's RECEIPT also covers its id), deleted when the id falls out of the
-cache; start-up rebuilds every cache from those records in the order they were written. The
+message (in the same journal transaction when the message is journaled; after the page
+write when it is paged, so a crash between the two leaves a message without its id, which
+a retry stores again, never an id without its message, whose retry would be dropped), so
+the message's RECEIPT also covers its id; deleted when the id falls out of the cache;
+start-up rebuilds every cache from those records in the order they were written. The
 id of a non-persistent message is remembered in memory only: the message itself does not
 survive a restart either.
 
@@ -85,6 +88,26 @@ class DuplicateIds:
         self._insert(address, dup_id, _Entry(record.record_id if record else 0, None), size)
         return record
 
+    def remember_all(self, sends: Sequence[tuple[str, str, bool]]) -> list[DuplicateIdRecord]:
+        """Remember the ids of a COMMIT's sends, (address, id, persistent) in order, once all
+        of them were routed (so a COMMIT that fails to route evicts nothing); the journal
+        records to write with them. An address keeps its last `id-cache-size` ids, so of more
+        than that in one COMMIT only the last are remembered: the same COMMIT would evict the
+        earlier ones before their records were written."""
+        per_address: dict[str, int] = {}
+        for address, _dup_id, _persistent in sends:
+            per_address[address] = per_address.get(address, 0) + 1
+        skip = {address: count - self.cache_size(address) for address, count in per_address.items()}
+        records = []
+        for address, dup_id, persistent in sends:
+            if skip[address] > 0:
+                skip[address] -= 1
+                continue
+            record = self.remember(address, dup_id, persistent=persistent)
+            if record is not None:
+                records.append(record)
+        return records
+
     def written(self, sent: Sequence[tuple[str, str]], future: asyncio.Future[None] | None) -> None:
         """The sends of these (address, id) pairs are being made durable by `future`: a
         duplicate's RECEIPT waits for it, and a failed write forgets the ids again. (One
@@ -108,7 +131,7 @@ class DuplicateIds:
                 if entry.pending is result:
                     entry.pending = None
                 if failed:
-                    self.forget(address, dup_id, entry)
+                    self._forget_unwritten(address, dup_id, entry)
 
         future.add_done_callback(done)
 
@@ -123,8 +146,21 @@ class DuplicateIds:
         if current is None or (entry is not None and current is not entry):
             return
         del cache[dup_id]
-        if current.record_id and stored:
-            self.store.delete_record(current.record_id)
+        if stored:
+            self._drop_record(current)
+
+    def _forget_unwritten(self, address: str, dup_id: str, entry: _Entry) -> None:
+        """The write that was to store `dup_id`'s send failed: forget the id, and delete its
+        journal record if that got written (a paged send's or COMMIT's id records are
+        written only after its page files, so a failed page write leaves none)."""
+        cache = self.caches.get(address)
+        if cache is not None and cache.get(dup_id) is entry:
+            del cache[dup_id]
+        if entry.record_id:
+            try:
+                self.store.delete_record(entry.record_id)
+            except LookupError:
+                pass  # never written
 
     def recover(self, records: Iterable[DuplicateIdRecord]) -> None:
         """Rebuild the caches from the journal's records, oldest first; ids beyond an address's
@@ -140,8 +176,7 @@ class DuplicateIds:
         """An address was deleted: so are its remembered ids."""
         cache = self.caches.pop(address, None)
         for entry in (cache or {}).values():
-            if entry.record_id:
-                self.store.delete_record(entry.record_id)
+            self._drop_record(entry)
 
     def total(self) -> int:
         """Ids remembered by every address."""
@@ -156,10 +191,28 @@ class DuplicateIds:
         if cache is None:
             cache = self.caches[address] = OrderedDict()
         old = cache.pop(dup_id, None)
-        if old is not None and old.record_id:
-            self.store.delete_record(old.record_id)
+        if old is not None:
+            self._drop_record(old)
         cache[dup_id] = entry
         while len(cache) > size:
             _dup_id, evicted = cache.popitem(last=False)
-            if evicted.record_id:
-                self.store.delete_record(evicted.record_id)
+            self._drop_record(evicted)
+
+    def _drop_record(self, entry: _Entry) -> None:
+        """Delete an id's journal record; one whose write is still under way (a paged
+        COMMIT writes its id records once its page files are written) is deleted once that
+        write is done, and not at all if it failed: deleting it now would name a record
+        the journal does not have yet."""
+        record_id = entry.record_id
+        if not record_id:
+            return
+        pending = entry.pending
+        if pending is None or pending.done():
+            self.store.delete_record(record_id)
+            return
+
+        def written(result: asyncio.Future[None]) -> None:
+            if not result.cancelled() and result.exception() is None:
+                self.store.delete_record(record_id)
+
+        pending.add_done_callback(written)

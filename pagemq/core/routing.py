@@ -27,8 +27,9 @@ from pagemq.core.consumer import MessageRef
 from pagemq.core.disk import FAIL, DiskGuard
 from pagemq.core.duplicates import DUPLICATE_ID_HEADER
 from pagemq.core.errors import AddressFull
-from pagemq.core.futures import all_of, chain
+from pagemq.core.futures import all_of, chain, failure
 from pagemq.core.message import Message
+from pagemq.storage.api import DuplicateIdRecord, StoreMessage
 
 if TYPE_CHECKING:
     from pagemq.core.address import Address
@@ -196,12 +197,18 @@ class Router:
         group.bytes += size
         return group.future
 
-    def _keep(self, message: Message, address: Address, queues: list[Queue]) -> asyncio.Future[None] | None:
-        """Hold a routed message in memory, journaled when persistent to a durable queue."""
+    def _keep(self, message: Message, address: Address, queues: list[Queue],
+              record: DuplicateIdRecord | None = None) -> asyncio.Future[None] | None:
+        """Hold a routed message in memory, journaled when persistent to a durable queue;
+        `record`, its duplicate id's, in the same journal transaction (a crash keeps both or
+        neither)."""
         durable = [q.queue_id for q in queues if q.durable] if message.persistent else []
         future = None
         if durable:
-            future = self.store.store_message(message, tuple(durable), sync=True)
+            future = (self.store.store_message(message, tuple(durable), sync=True) if record is None else
+                      self.store.transaction([StoreMessage(message, tuple(durable)), record], sync=True))
+        elif record is not None:
+            self.store.add_duplicate_id(record)  # (the message itself is not journaled)
         self.ledger.hold(message, address, len(queues), durable=len(durable))
         for queue in queues:
             queue.add(MessageRef(message))
@@ -210,6 +217,8 @@ class Router:
             if future is not self._watched_write:
                 self._watched_write = future
                 future.add_done_callback(self._writes_done)
+        elif record is not None:
+            return self.store.flush()
         return future
 
     def _send_once(
@@ -217,22 +226,46 @@ class Router:
     ) -> asyncio.Future[None] | None:
         """Store a send that carries a duplicate id. The id is remembered even when no queue
         took the message (or DROP did), as Artemis does: it was sent. A persistent send's id
-        is journaled ahead of its message, so the message's durability covers it too."""
+        record is journaled with its message, or after its page write (see
+        `core.duplicates`), and its future covers both."""
         record = self.duplicates.remember(address_name, dup_id, persistent=persistent)
-        if record is not None:
-            self.store.add_duplicate_id(record)
         if routed is None:
-            future = self.store.flush() if record is not None else None
+            future = None
+            if record is not None:
+                self.store.add_duplicate_id(record)
+                future = self.store.flush()
         else:
             address, message, queues, decision = routed
             if decision is PAGE:
                 future = self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
-                if record is not None:  # the id record is in the journal, the message in a page
-                    future = all_of([f for f in (future, self.store.flush()) if f is not None])
+                if record is not None:
+                    future = self._record_after(future, record)
             else:
-                future = self._keep(message, address, queues)
+                future = self._keep(message, address, queues, record)
         self.duplicates.written(((address_name, dup_id),), future)
         return future
+
+    def _record_after(self, written: asyncio.Future[None] | None, record: DuplicateIdRecord
+                      ) -> asyncio.Future[None]:
+        """A paged send's duplicate-id record, journaled once its page write is done: a
+        crash between the two then leaves the message without its id (a retry stores it
+        again), never the id without its message (a retry would be dropped, the message
+        lost). The future resolves when both are durable."""
+        if written is None:
+            self.store.add_duplicate_id(record)
+            return self.store.flush()
+        durable: asyncio.Future[None] = written.get_loop().create_future()
+
+        def paged(result: asyncio.Future[None]) -> None:
+            problem = failure(result)
+            if problem is not None:
+                durable.set_exception(problem)  # the id is forgotten (DuplicateIds.written)
+                return
+            self.store.add_duplicate_id(record)
+            chain(self.store.flush(), durable)
+
+        written.add_done_callback(paged)
+        return durable
 
     def _writes_done(self, future: asyncio.Future[None]) -> None:
         """A journal write batch is done. If it failed, its messages still pending leave

@@ -187,3 +187,125 @@ def test_a_commit_held_by_block_keeps_its_duplicate_ids_and_commits_once_there_i
         *(f"p{n}" for n in range(3)), *(f"t{n}" for n in range(4)), "after"]
     _send(producer, queue, "dup", "id-t2")  # remembered by the COMMIT that went through
     assert proc.queue(queue)["messages"] == 0
+
+
+def _tx_send(client, queue, body, dup_id, tx):
+    client.send(f"/queue/{queue}", body, headers={**PERSISTENT, DUP: dup_id, "transaction": tx})
+
+
+def test_a_commit_with_more_ids_than_the_cache_holds_stores_all_and_keeps_the_last(
+        start_broker, stomp_client):
+    """(Before: the COMMIT evicted ids of its own sends whose records it had not written yet,
+    and failed with an internal error.)"""
+    for paged in (False, True):
+        queue = unique("dupmany")
+        settings = {"id-cache-size": 3, **({"max-size-bytes": 0} if paged else {})}
+        proc = start_broker({"address-settings": {queue: settings}})
+        producer = stomp_client(proc)
+        producer.begin("tx1")
+        for n in range(5):
+            _tx_send(producer, queue, f"t{n}", f"id-{n}", "tx1")
+        producer.commit("tx1")
+        for n in range(2, 5):  # the last three are remembered
+            _send(producer, queue, f"again{n}", f"id-{n}")
+        assert proc.queue(queue)["messages"] == 5
+        proc.restart(kill=True)
+        producer = stomp_client(proc)
+        _send(producer, queue, "again4", "id-4")
+        _send(producer, queue, "again0", "id-0")  # fell out with the COMMIT itself: stored
+        assert proc.queue(queue)["messages"] == 6
+        assert not proc.tracebacks()
+
+
+def test_plain_sends_may_evict_the_ids_of_a_paged_commit_still_being_written(start_broker, stomp_client):
+    """A paged COMMIT journals its id records only once its page files are written; a send
+    evicting one of them meanwhile deletes it after that write, not before (which was an
+    internal error, and left the cache pointing at a record that was never written)."""
+    queue = unique("duprace")
+    proc = start_broker({"address-settings": {queue: {"id-cache-size": 3, "max-size-bytes": 0}}})
+    committer, sender = stomp_client(proc), stomp_client(proc)
+    for round_ in range(20):
+        committer.begin(f"tx{round_}")
+        for n in range(3):
+            _tx_send(committer, queue, "t", f"t{round_}-{n}", f"tx{round_}")
+        committer.commit(f"tx{round_}", receipt=False)
+        _send(sender, queue, "p", f"p{round_}")
+    _send(committer, queue, "last", "last")  # behind every COMMIT of its connection
+    assert proc.queue(queue)["messages"] == 20 * 4 + 1
+    assert not committer.listener.errors and not sender.listener.errors
+
+
+def test_a_commit_refused_on_the_way_leaves_the_remembered_ids_as_they_were(start_broker, stomp_client):
+    queue = unique("dupfail")
+    proc = start_broker({"address-settings": {queue: {
+        "id-cache-size": 3, "max-size-bytes": "20KiB", "address-full-policy": "FAIL"}}})
+    producer = stomp_client(proc)
+    for n in range(3):
+        _send(producer, queue, f"p{n}", f"p{n}")
+    producer.begin("tx1")
+    _tx_send(producer, queue, "small", "t0", "tx1")
+    _tx_send(producer, queue, "x" * 30_000, "t1", "tx1")  # more than the address takes: FAIL
+    producer.commit("tx1", receipt=False)
+    producer.listener.wait_for_error()
+    producer = stomp_client(proc)
+    for n in range(3):  # still the last three ids: dropped
+        _send(producer, queue, f"again{n}", f"p{n}")
+    _send(producer, queue, "t0-again", "t0")  # its COMMIT stored nothing: stored now
+    assert proc.queue(queue)["messages"] == 4
+
+
+def test_an_id_repeated_in_a_transaction_is_left_out_however_many_ids_come_between(
+        start_broker, stomp_client):
+    queue = unique("duprepeat")
+    proc = start_broker({"address-settings": {queue: {"id-cache-size": 3}}})
+    producer = stomp_client(proc)
+    producer.begin("tx1")
+    for dup_id in "abcda":
+        _tx_send(producer, queue, dup_id, dup_id, "tx1")
+    producer.commit("tx1")
+    frames = _drain(proc, stomp_client, queue, 4)
+    assert bodies(frames) == ["a", "b", "c", "d"]
+
+
+def test_a_commit_of_a_duplicate_is_receipted_only_once_the_original_is_durable(
+        start_broker, stomp_client):
+    """A COMMIT whose sends are all duplicates of a send still being written answers once
+    that write is durable, as a plain duplicate SEND does: killed right after its RECEIPT,
+    the broker still has the original."""
+    queue = unique("dupwait")
+    proc = start_broker()
+    writer, retrier = stomp_client(proc), stomp_client(proc)
+    for _ in range(6):  # a long journal write ahead of the original
+        writer.send(f"/queue/{queue}", "x" * (12 << 20), headers=PERSISTENT)
+    writer.send(f"/queue/{queue}", "original", headers={**PERSISTENT, DUP: "X"})
+    deadline = time.monotonic() + 30
+    while proc.queue(queue)["messages"] < 7 and time.monotonic() < deadline:
+        time.sleep(0.005)  # the original is routed (its write may still be under way)
+    retrier.begin("tx1")
+    _tx_send(retrier, queue, "retry", "X", "tx1")
+    retrier.commit("tx1")
+    proc.restart(kill=True)
+    frames = _drain(proc, stomp_client, queue, 7, ack="auto")
+    assert bodies(frames)[-1] == "original"
+
+
+def test_a_paged_send_retried_after_sigkill_is_never_lost(start_broker, stomp_client):
+    """A paged send's id record is journaled after its page write: a crash between them
+    leaves the message without its id (a retry may store it again), never the id without
+    its message (a retry would be dropped, and the message lost)."""
+    queue = unique("dupkill")
+    proc = start_broker({"address-settings": {queue: {"max-size-bytes": 0}}})
+    producer = stomp_client(proc)
+    for n in range(400):
+        producer.send(f"/queue/{queue}", f"m{n}", headers={**PERSISTENT, DUP: f"id-{n}"})
+    proc.restart(kill=True)
+    producer = stomp_client(proc)
+    for n in range(400):
+        _send(producer, queue, f"m{n}", f"id-{n}")
+    frames = _drain_any(proc, stomp_client, queue)
+    assert set(bodies(frames)) == {f"m{n}" for n in range(400)}
+
+
+def _drain_any(proc, stomp_client, queue):
+    count = proc.queue(queue)["messages"]
+    return _drain(proc, stomp_client, queue, count, ack="auto")
