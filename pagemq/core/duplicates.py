@@ -162,15 +162,18 @@ class DuplicateIds:
             except LookupError:
                 pass  # never written
 
-    def recover(self, records: Iterable[DuplicateIdRecord]) -> None:
-        """Rebuild the caches from the journal's records, oldest first; ids beyond an address's
-        (possibly lowered) `id-cache-size` are deleted."""
+    def recover(self, records: Iterable[DuplicateIdRecord]) -> list[int]:
+        """Rebuild the caches from the journal's records, oldest first. Returns the records
+        of the ids beyond an address's (possibly lowered, or 0) `id-cache-size`, to delete
+        once the journal runs (`Recovery.forget_stale`): it does not yet, here."""
+        dropped: list[int] = []
         for record in records:
             size = self.cache_size(record.address)
             if size <= 0:
-                self.store.delete_record(record.record_id)
+                dropped.append(record.record_id)
                 continue
-            self._insert(record.address, record.dup_id, _Entry(record.record_id, None), size)
+            self._insert(record.address, record.dup_id, _Entry(record.record_id, None), size, dropped)
+        return dropped
 
     def drop_address(self, address: str) -> None:
         """An address was deleted: so are its remembered ids."""
@@ -186,17 +189,22 @@ class DuplicateIds:
         cache = self.caches.get(address)
         return len(cache) if cache is not None else 0
 
-    def _insert(self, address: str, dup_id: str, entry: _Entry, size: int) -> None:
+    def _insert(self, address: str, dup_id: str, entry: _Entry, size: int,
+                dropped: list[int] | None = None) -> None:
+        """Remember an id, evicting the oldest past `size`; their records are deleted, or
+        with `dropped` (at start-up, before the journal runs) listed there instead."""
         cache = self.caches.get(address)
         if cache is None:
             cache = self.caches[address] = OrderedDict()
-        old = cache.pop(dup_id, None)
-        if old is not None:
-            self._drop_record(old)
+        gone = [old] if (old := cache.pop(dup_id, None)) is not None else []
         cache[dup_id] = entry
         while len(cache) > size:
-            _dup_id, evicted = cache.popitem(last=False)
-            self._drop_record(evicted)
+            gone.append(cache.popitem(last=False)[1])
+        for evicted in gone:
+            if dropped is None:
+                self._drop_record(evicted)
+            elif evicted.record_id:
+                dropped.append(evicted.record_id)
 
     def _drop_record(self, entry: _Entry) -> None:
         """Delete an id's journal record; one whose write is still under way (a paged

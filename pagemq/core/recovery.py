@@ -7,8 +7,9 @@ page files, and cursor records found stale on the way.
    a restart is the order of its ids.
 3. Each page folder of a known address is read from its page summaries and the cursor
    records (no page body, but for the rare batch of a transaction that never committed).
-4. Cursor and page-transaction records whose page or queue is gone are collected as
-   stale, deleted once the journal runs (`forget_stale`).
+4. Cursor and page-transaction records whose page or queue is gone, and duplicate-id
+   records past their address's (lowered) `id-cache-size`, are collected as stale, deleted
+   once the journal runs (`forget_stale`).
 
 Loop-only: runs on the event loop thread, before any listener accepts.
 """
@@ -64,7 +65,8 @@ class Recovery:
                 queue_id=queue_record.queue_id, filter_text=queue_record.filter,
                 durable=True, temporary=False,
             )
-        self.duplicates.recover(recovered.duplicate_ids)
+        # Ids past a lowered id-cache-size: their records are deleted once the journal runs.
+        self.stale_records.extend(self.duplicates.recover(recovered.duplicate_ids))
         count = 0
         hold = self.ledger.hold
         # The queues (and their address) of each set of queue ids met: messages come by the
@@ -147,14 +149,14 @@ class Recovery:
         return paged
 
     def forget_record(self, record_id: int) -> None:
-        """Delete a cursor record; after shutdown began, the next start-up finds it stale."""
+        """Delete a stale record; after shutdown began, the next start-up finds it stale."""
         try:
             self.store.delete_record(record_id)
         except (OSError, LookupError) as exc:
-            log.debug("cursor record %d kept for the next start-up: %s", record_id, exc)
+            log.debug("record %d kept for the next start-up: %s", record_id, exc)
 
     def forget_stale(self) -> int:
-        """Delete the stale cursor records found by recovery (the journal must be running)."""
+        """Delete the stale records found by recovery (the journal must be running)."""
         stale, self.stale_records = self.stale_records, []
         for record_id in stale:
             self.forget_record(record_id)

@@ -155,7 +155,7 @@ class BrokerServer:
         self.store.start(asyncio.get_running_loop())
         if stale := self.broker.forget_stale():
             # (No log line before the ready line may contain the word "ready": scripts wait for it.)
-            log.info("deleted %d cursor records of deleted pages", stale)
+            log.info("deleted %d stale records (cursors of deleted pages, ids past id-cache-size)", stale)
         self._configure_addresses()
         acceptors = self.config.acceptors
         listening: list[str] = []

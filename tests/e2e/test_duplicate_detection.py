@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from brokerproc import bodies, unique
+from brokerproc import bodies, to_toml, unique
 
 DUP = "_AMQ_DUPL_ID"
 PERSISTENT = {"persistent": "true"}
@@ -309,3 +309,28 @@ def test_a_paged_send_retried_after_sigkill_is_never_lost(start_broker, stomp_cl
 def _drain_any(proc, stomp_client, queue):
     count = proc.queue(queue)["messages"]
     return _drain(proc, stomp_client, queue, count, ack="auto")
+
+
+def test_lowering_id_cache_size_between_restarts_forgets_the_oldest_ids(start_broker, stomp_client):
+    """(Before: the start-up deleted the records of the ids past the new size before the
+    journal ran, and the broker refused to start.)"""
+    queue = unique("duplower")
+    proc = start_broker({"address-settings": {queue: {"id-cache-size": 10}}})
+    producer = stomp_client(proc)
+    for n in range(6):
+        _send(producer, queue, f"m{n}", f"id-{n}")
+    for size, kill in ((3, False), (0, True), (10, False)):
+        proc.stop()
+        proc.config_path.write_text(to_toml({"address-settings": {queue: {"id-cache-size": size}}}))
+        proc.start()
+        assert not proc.tracebacks()
+        if size == 3:
+            producer = stomp_client(proc)
+            _send(producer, queue, "again5", "id-5")  # among the last three: dropped
+            _send(producer, queue, "again2", "id-2")  # forgotten at start-up: stored
+            assert proc.queue(queue)["messages"] == 7
+        if kill:
+            proc.restart(kill=True)
+    producer = stomp_client(proc)  # detection was off for a run: every id was forgotten
+    _send(producer, queue, "again5", "id-5")
+    assert proc.queue(queue)["messages"] == 8
