@@ -131,25 +131,11 @@ class DuplicateIds:
                 if entry.pending is result:
                     entry.pending = None
                 if failed:
-                    self._forget_unwritten(address, dup_id, entry)
+                    self._forget_failed(address, dup_id, entry)
 
         future.add_done_callback(done)
 
-    def forget(self, address: str, dup_id: str, entry: _Entry | None = None, *, stored: bool = True) -> None:
-        """Drop `dup_id` (its send was not stored after all); `entry`: only if still that one.
-        `stored=False`: its journal record was never written (a COMMIT that could not route
-        all its sends), so there is none to delete."""
-        cache = self.caches.get(address)
-        if cache is None:
-            return
-        current = cache.get(dup_id)
-        if current is None or (entry is not None and current is not entry):
-            return
-        del cache[dup_id]
-        if stored:
-            self._drop_record(current)
-
-    def _forget_unwritten(self, address: str, dup_id: str, entry: _Entry) -> None:
+    def _forget_failed(self, address: str, dup_id: str, entry: _Entry) -> None:
         """The write that was to store `dup_id`'s send failed: forget the id, and delete its
         journal record if that got written (a paged send's or COMMIT's id records are
         written only after its page files, so a failed page write leaves none)."""

@@ -230,10 +230,7 @@ class Router:
         `core.duplicates`), and its future covers both."""
         record = self.duplicates.remember(address_name, dup_id, persistent=persistent)
         if routed is None:
-            future = None
-            if record is not None:
-                self.store.add_duplicate_id(record)
-                future = self.store.flush()
+            future = self._record_after(None, record) if record is not None else None
         else:
             address, message, queues, decision = routed
             if decision is PAGE:
@@ -250,7 +247,8 @@ class Router:
         """A paged send's duplicate-id record, journaled once its page write is done: a
         crash between the two then leaves the message without its id (a retry stores it
         again), never the id without its message (a retry would be dropped, the message
-        lost). The future resolves when both are durable."""
+        lost). The future resolves when both are durable (without a page write: the record's).
+        """
         if written is None:
             self.store.add_duplicate_id(record)
             return self.store.flush()
