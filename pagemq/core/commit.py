@@ -37,6 +37,7 @@ from pagemq.storage.api import StoreAck, StoreMessage, StoreOp
 if TYPE_CHECKING:
     from pagemq.core.address import Address
     from pagemq.core.bindings import Bindings
+    from pagemq.core.duplicates import Remembered
     from pagemq.core.ids import Ids
     from pagemq.core.ledger import Ledger
     from pagemq.core.memory import MemoryAccountant
@@ -51,7 +52,7 @@ Held = list[tuple["Message", list["Queue"], int]]
 """A commit's sends held in memory: message, its queues, how many of them hold it durably."""
 Paged = dict["Address", list[tuple["Message", list["Queue"]]]]
 """A commit's sends to page, per address."""
-Routed = tuple[Held, Paged, list[StoreOp], list[tuple[str, str]], list["asyncio.Future[None]"]]
+Routed = tuple[Held, Paged, list[StoreOp], "Remembered", list["asyncio.Future[None]"]]
 """A commit's sends routed: held, paged, store ops, the duplicate ids remembered, and the
 writes of the originals of the duplicates left out (`Transactions._route_sends`)."""
 
@@ -286,8 +287,9 @@ class Transactions:
         finally:
             for address in paged:
                 address.staged_records = address.staged_bytes = 0
-        ops.extend(duplicates.remember_all(ids))
-        return held, paged, ops, [(address, dup_id) for address, dup_id, _persistent in ids], originals
+        records, remembered = duplicates.remember_all(ids)
+        ops.extend(records)
+        return held, paged, ops, remembered, originals
 
     def rollback(self, tx: Transaction) -> None:
         """Discard the sends; acknowledged deliveries go back to their queues, in order."""

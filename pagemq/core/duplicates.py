@@ -5,14 +5,15 @@ Artemis' duplicate detection (`DuplicateIDCache`): each address remembers the la
 carrying one of them is not stored but still succeeds (its RECEIPT comes), so a producer
 that retries after a lost RECEIPT, or a Spark task that is re-run, stores nothing twice.
 
-The ids of persistent messages are persisted: one journal record per id, written with the
-message (in the same journal transaction when the message is journaled; after the page
-write when it is paged, so a crash between the two leaves a message without its id, which
-a retry stores again, never an id without its message, whose retry would be dropped), so
-the message's RECEIPT also covers its id; deleted when the id falls out of the cache;
-start-up rebuilds every cache from those records in the order they were written. The
-id of a non-persistent message is remembered in memory only: the message itself does not
-survive a restart either.
+The ids of persistent messages are persisted: one journal record for the ids a send, or a
+COMMIT, gives one address (a transaction of hundreds of sends writes one record, not
+hundreds, and deletes one when they fall out), written with the message (in the same journal
+transaction when the message is journaled; after the page write when it is paged, so a crash
+between the two leaves a message without its id, which a retry stores again, never an id
+without its message, whose retry would be dropped), so the message's RECEIPT also covers its
+id; deleted once all of its ids have fallen out of the cache; start-up rebuilds every cache
+from those records in the order they were written. The id of a non-persistent message is
+remembered in memory only: the message itself does not survive a restart either.
 
 An id is remembered from the moment its send is accepted, before it is durable, so a quick
 retry is caught too; the retry's RECEIPT then waits for the original's write. If that write
@@ -43,14 +44,21 @@ by count (`id-cache-size` per address), so at most addresses x id-cache-size x t
 in `GET /api/broker` memory `counted`."""
 
 
-class _Entry:
-    """One remembered id: its journal record (0: not persisted) and the send's durability."""
+class _Group:
+    """The ids remembered together (a send's, or a COMMIT's to one address): their journal
+    record (0: not persisted), the write that makes them durable, and how many of them are
+    still in the cache (the record goes when none is)."""
 
-    __slots__ = ("pending", "record_id")
+    __slots__ = ("live", "pending", "record_id")
 
-    def __init__(self, record_id: int, pending: asyncio.Future[None] | None) -> None:
+    def __init__(self, record_id: int, live: int) -> None:
         self.record_id = record_id
-        self.pending = pending
+        self.live = live
+        self.pending: asyncio.Future[None] | None = None
+
+
+Remembered = list[tuple[str, list[str], _Group]]
+"""What `remember_all` remembered: per group, its address and ids (for `written`)."""
 
 
 class DuplicateIds:
@@ -65,107 +73,111 @@ class DuplicateIds:
         self.store = store
         self.ids = ids
         self.cache_size = cache_size
-        self.caches: dict[str, OrderedDict[str, _Entry]] = {}
+        self.caches: dict[str, OrderedDict[str, _Group]] = {}
 
     def seen(self, address: str, dup_id: str) -> tuple[bool, asyncio.Future[None] | None]:
         """(True, what a duplicate's RECEIPT must wait for) when `address` has `dup_id`."""
         cache = self.caches.get(address)
-        entry = cache.get(dup_id) if cache is not None else None
-        if entry is None:
+        group = cache.get(dup_id) if cache is not None else None
+        if group is None:
             return False, None
-        pending = entry.pending
+        pending = group.pending
         if pending is not None and pending.done():
-            entry.pending = pending = None
+            group.pending = pending = None
         return True, pending
 
-    def remember(self, address: str, dup_id: str, *, persistent: bool) -> DuplicateIdRecord | None:
-        """Remember `dup_id` for `address`; the journal record to write with the message when
-        it is persistent (None: not persisted, or detection is off for the address)."""
-        size = self.cache_size(address)
-        if size <= 0:
-            return None
-        record = DuplicateIdRecord(self.ids.new_id(), address, dup_id) if persistent else None
-        self._insert(address, dup_id, _Entry(record.record_id if record else 0, None), size)
-        return record
+    def remember(self, address: str, dup_id: str, *, persistent: bool
+                 ) -> tuple[list[DuplicateIdRecord], Remembered]:
+        """Remember one send's id: see `remember_all`."""
+        return self.remember_all(((address, dup_id, persistent),))
 
-    def remember_all(self, sends: Sequence[tuple[str, str, bool]]) -> list[DuplicateIdRecord]:
+    def remember_all(self, sends: Sequence[tuple[str, str, bool]]
+                     ) -> tuple[list[DuplicateIdRecord], Remembered]:
         """Remember the ids of a COMMIT's sends, (address, id, persistent) in order, once all
-        of them were routed (so a COMMIT that fails to route evicts nothing); the journal
-        records to write with them. An address keeps its last `id-cache-size` ids, so of more
-        than that in one COMMIT only the last are remembered: the same COMMIT would evict the
-        earlier ones before their records were written."""
-        per_address: dict[str, int] = {}
+        of them were routed (so a COMMIT that fails to route evicts nothing). Returns the
+        journal records to write with the sends (one per address, holding the ids of its
+        persistent sends) and what was remembered (for `written`). An address keeps its
+        last `id-cache-size` ids, so of more than that in one COMMIT only the last are
+        remembered: the same COMMIT would evict the earlier ones before their record was
+        written."""
+        counts: dict[str, int] = {}
         for address, _dup_id, _persistent in sends:
-            per_address[address] = per_address.get(address, 0) + 1
-        skip = {address: count - self.cache_size(address) for address, count in per_address.items()}
-        records = []
+            counts[address] = counts.get(address, 0) + 1
+        sizes = {address: self.cache_size(address) for address in counts}
+        skip = {address: count - sizes[address] for address, count in counts.items()}
+        groups: dict[tuple[str, bool], tuple[str, list[str], _Group]] = {}
         for address, dup_id, persistent in sends:
             if skip[address] > 0:
                 skip[address] -= 1
                 continue
-            record = self.remember(address, dup_id, persistent=persistent)
-            if record is not None:
-                records.append(record)
-        return records
+            found = groups.get((address, persistent))
+            if found is None:
+                group = _Group(self.ids.new_id() if persistent else 0, 0)
+                found = groups[address, persistent] = (address, [], group)
+            found[1].append(dup_id)
+            self._insert(address, dup_id, found[2], sizes[address])
+        remembered = list(groups.values())
+        records = [DuplicateIdRecord(group.record_id, address, tuple(dup_ids))
+                   for address, dup_ids, group in remembered if group.record_id]
+        return records, remembered
 
-    def written(self, sent: Sequence[tuple[str, str]], future: asyncio.Future[None] | None) -> None:
-        """The sends of these (address, id) pairs are being made durable by `future`: a
-        duplicate's RECEIPT waits for it, and a failed write forgets the ids again. (One
-        callback for all of them: a COMMIT's sends share one write.)"""
-        if future is None:
+    def written(self, remembered: Remembered, future: asyncio.Future[None] | None) -> None:
+        """The sends of these ids are being made durable by `future`: a duplicate's RECEIPT
+        waits for it, and a failed write forgets the ids again."""
+        if future is None or not remembered:
             return
-        caches = self.caches
-        entries: list[tuple[str, str, _Entry]] = []
-        for address, dup_id in sent:
-            cache = caches.get(address)
-            entry = cache.get(dup_id) if cache is not None else None
-            if entry is not None:
-                entry.pending = future
-                entries.append((address, dup_id, entry))
-        if not entries:
-            return
+        for _address, _ids, group in remembered:
+            group.pending = future
 
         def done(result: asyncio.Future[None]) -> None:
             failed = result.cancelled() or result.exception() is not None
-            for address, dup_id, entry in entries:
-                if entry.pending is result:
-                    entry.pending = None
+            for address, dup_ids, group in remembered:
+                if group.pending is result:
+                    group.pending = None
                 if failed:
-                    self._forget_failed(address, dup_id, entry)
+                    self._forget_failed(address, dup_ids, group)
 
         future.add_done_callback(done)
 
-    def _forget_failed(self, address: str, dup_id: str, entry: _Entry) -> None:
-        """The write that was to store `dup_id`'s send failed: forget the id, and delete its
-        journal record if that got written (a paged send's or COMMIT's id records are
+    def _forget_failed(self, address: str, dup_ids: list[str], group: _Group) -> None:
+        """The write that was to store these ids' sends failed: forget the ids, and delete
+        their journal record if it got written (a paged send's or COMMIT's id record is
         written only after its page files, so a failed page write leaves none)."""
         cache = self.caches.get(address)
-        if cache is not None and cache.get(dup_id) is entry:
-            del cache[dup_id]
-        if entry.record_id:
+        if cache is not None:
+            for dup_id in dup_ids:
+                if cache.get(dup_id) is group:
+                    del cache[dup_id]
+        group.live = 0
+        record_id, group.record_id = group.record_id, 0
+        if record_id:
             try:
-                self.store.delete_record(entry.record_id)
+                self.store.delete_record(record_id)
             except LookupError:
                 pass  # never written
 
     def recover(self, records: Iterable[DuplicateIdRecord]) -> list[int]:
         """Rebuild the caches from the journal's records, oldest first. Returns the records
-        of the ids beyond an address's (possibly lowered, or 0) `id-cache-size`, to delete
-        once the journal runs (`Recovery.forget_stale`): it does not yet, here."""
+        all of whose ids are beyond an address's (possibly lowered, or 0) `id-cache-size`, to
+        delete once the journal runs (`Recovery.forget_stale`): it does not yet, here."""
         dropped: list[int] = []
         for record in records:
             size = self.cache_size(record.address)
-            if size <= 0:
+            group = _Group(record.record_id, 0)
+            if size > 0:
+                for dup_id in record.dup_ids:
+                    self._insert(record.address, dup_id, group, size, dropped)
+            if not group.live:
                 dropped.append(record.record_id)
-                continue
-            self._insert(record.address, record.dup_id, _Entry(record.record_id, None), size, dropped)
         return dropped
 
     def drop_address(self, address: str) -> None:
         """An address was deleted: so are its remembered ids."""
         cache = self.caches.pop(address, None)
-        for entry in (cache or {}).values():
-            self._drop_record(entry)
+        if cache is None:
+            return
+        for group in {id(group): group for group in cache.values()}.values():
+            self._drop_record(group)
 
     def total(self) -> int:
         """Ids remembered by every address."""
@@ -175,33 +187,41 @@ class DuplicateIds:
         cache = self.caches.get(address)
         return len(cache) if cache is not None else 0
 
-    def _insert(self, address: str, dup_id: str, entry: _Entry, size: int,
+    def _insert(self, address: str, dup_id: str, group: _Group, size: int,
                 dropped: list[int] | None = None) -> None:
-        """Remember an id, evicting the oldest past `size`; their records are deleted, or
-        with `dropped` (at start-up, before the journal runs) listed there instead."""
+        """Remember an id, evicting the oldest past `size`; a group none of whose ids is left
+        has its record deleted, or with `dropped` (at start-up, before the journal runs)
+        listed there instead."""
         cache = self.caches.get(address)
         if cache is None:
             cache = self.caches[address] = OrderedDict()
-        gone = [old] if (old := cache.pop(dup_id, None)) is not None else []
-        cache[dup_id] = entry
+        group.live += 1
+        old = cache.pop(dup_id, None)
+        cache[dup_id] = group
+        if old is not None:
+            self._release(old, dropped)
         while len(cache) > size:
-            gone.append(cache.popitem(last=False)[1])
-        for evicted in gone:
-            if dropped is None:
-                self._drop_record(evicted)
-            elif evicted.record_id:
-                dropped.append(evicted.record_id)
+            self._release(cache.popitem(last=False)[1], dropped)
 
-    def _drop_record(self, entry: _Entry) -> None:
-        """Delete an id's journal record; one whose write is still under way (a paged
-        COMMIT writes its id records once its page files are written) is deleted once that
-        write is done, and not at all if it failed: deleting it now would name a record
-        the journal does not have yet."""
-        record_id = entry.record_id
+    def _release(self, group: _Group, dropped: list[int] | None) -> None:
+        group.live -= 1
+        if group.live > 0:
+            return
+        if dropped is None:
+            self._drop_record(group)
+        elif group.record_id:
+            dropped.append(group.record_id)
+
+    def _drop_record(self, group: _Group) -> None:
+        """Delete a group's journal record; one whose write is still under way (a paged
+        COMMIT writes its id record once its page files are written) is deleted once that
+        write is done, and not at all if it failed (`_forget_failed` sees to it): deleting
+        it now would name a record the journal does not have yet."""
+        record_id, group.record_id = group.record_id, 0
         if not record_id:
             return
-        pending = entry.pending
-        if pending is None or pending.done():
+        pending = group.pending
+        if pending is None:
             self.store.delete_record(record_id)
             return
 
@@ -209,4 +229,7 @@ class DuplicateIds:
             if not result.cancelled() and result.exception() is None:
                 self.store.delete_record(record_id)
 
-        pending.add_done_callback(written)
+        if pending.done():
+            written(pending)
+        else:
+            pending.add_done_callback(written)

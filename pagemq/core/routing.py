@@ -228,7 +228,8 @@ class Router:
         took the message (or DROP did), as Artemis does: it was sent. A persistent send's id
         record is journaled with its message, or after its page write (see
         `core.duplicates`), and its future covers both."""
-        record = self.duplicates.remember(address_name, dup_id, persistent=persistent)
+        records, remembered = self.duplicates.remember(address_name, dup_id, persistent=persistent)
+        record = records[0] if records else None
         if routed is None:
             future = self._record_after(None, record) if record is not None else None
         else:
@@ -239,7 +240,7 @@ class Router:
                     future = self._record_after(future, record)
             else:
                 future = self._keep(message, address, queues, record)
-        self.duplicates.written(((address_name, dup_id),), future)
+        self.duplicates.written(remembered, future)
         return future
 
     def _record_after(self, written: asyncio.Future[None] | None, record: DuplicateIdRecord

@@ -83,12 +83,14 @@ class PageTxCommit:
 
 @dataclass(frozen=True, slots=True)
 class DuplicateIdRecord:
-    """An address saw this `_AMQ_DUPL_ID` (duplicate detection, `core.duplicates`): kept until
-    the id leaves the address's cache, when the core deletes the record."""
+    """An address saw these `_AMQ_DUPL_ID`s, in this order (duplicate detection,
+    `core.duplicates`): one record for all the ids a COMMIT sends to an address, so a
+    transaction of a few hundred sends writes one record and not a few hundred. Kept until
+    every one of its ids has left the address's cache, when the core deletes the record."""
 
     record_id: int
     address: str
-    dup_id: str
+    dup_ids: tuple[str, ...]
 
 
 @dataclass(slots=True)

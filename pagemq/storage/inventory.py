@@ -29,7 +29,7 @@ from pagemq.storage.message_store import (
     RecordType,
     acked_queue,
     cursor_record,
-    decode_duplicate_id,
+    decode_duplicate_ids,
     message_refs,
     page_tx_commit,
 )
@@ -225,9 +225,10 @@ def _read_record(state: DataState, journal: Journal, record: LiveRecord, message
         elif kind == RecordType.PAGE_TX_COMMIT:
             commit = page_tx_commit(record.id, record.payload)
             cursors.tx_commits.add((commit.address, commit.txid))
-        elif kind == RecordType.DUPLICATE_ID:
-            name = decode_duplicate_id(record.id, record.payload).address
-            state.addresses.setdefault(name, AddressState(name, "unknown")).duplicate_ids += 1
+        elif kind == RecordType.DUPLICATE_IDS or kind == RecordType.DUPLICATE_ID:
+            ids = decode_duplicate_ids(record.id, kind, record.payload)
+            found = state.addresses.setdefault(ids.address, AddressState(ids.address, "unknown"))
+            found.duplicate_ids += len(ids.dup_ids)
         else:
             _record_problem(state, journal, record, f"unknown record type {kind}")
     except (ValueError, KeyError, TypeError, struct.error, CodecError) as exc:

@@ -3,7 +3,8 @@
 Record types (the journal's `type` field, `RecordType`; never reuse a number): the one
 table of them, with byte layouts, is in docs/formats/journal.md ("Record types of the
 broker"): 1 address, 2 queue, 3 message, 4 ack (update), 5 cursor ack (read only),
-6 cursor page complete, 7 cursor acks, 8 page transaction commit, 9 duplicate id.
+6 cursor page complete, 7 cursor acks, 8 page transaction commit, 9 duplicate id (read
+only), 10 duplicate ids.
 
 The last queue's acknowledgement deletes the message record, so a spent data file holds
 no live record and the journal's cleanup can delete, archive or compact it.
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from pagemq.core.message import Message
 
 _U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _CURSOR_ACK = struct.Struct("<QQI")  # queue id, page number, ordinal (5) / ordinal count (7)
 _CURSOR_COMPLETE = struct.Struct("<QQ")
@@ -55,7 +57,8 @@ class RecordType(enum.IntEnum):
     CURSOR_COMPLETE = 6
     CURSOR_ACKS = 7
     PAGE_TX_COMMIT = 8
-    DUPLICATE_ID = 9
+    DUPLICATE_ID = 9  # one id per record: written by earlier versions, still read
+    DUPLICATE_IDS = 10
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,15 +136,32 @@ def _page_tx_payload(record: PageTxCommit) -> bytes:
     return _PAGE_TX_COMMIT.pack(record.txid, record.page_no) + _address_field(record.address)
 
 
-def _duplicate_id_payload(record: DuplicateIdRecord) -> bytes:
-    address = record.address.encode()
-    return _U16.pack(len(address)) + address + record.dup_id.encode()
+def _duplicate_ids_payload(record: DuplicateIdRecord) -> bytes:
+    encoded = [dup_id.encode("utf-8", "surrogatepass") for dup_id in record.dup_ids]
+    count = len(encoded)
+    lengths = struct.pack(f"<I{count}I", count, *map(len, encoded))
+    return b"".join((_address_field(record.address), lengths, *encoded))
 
 
-def decode_duplicate_id(record_id: int, payload: bytes) -> DuplicateIdRecord:
+def decode_duplicate_ids(record_id: int, type: int, payload: bytes) -> DuplicateIdRecord:
+    """A type-9 (one id) or type-10 record; CodecError, struct.error or UnicodeDecodeError
+    when its payload is malformed."""
     (length,) = _U16.unpack_from(payload)
-    end = _U16.size + length
-    return DuplicateIdRecord(record_id, payload[_U16.size:end].decode(), payload[end:].decode())
+    start = _U16.size + length
+    address = payload[_U16.size:start].decode()
+    if type == RecordType.DUPLICATE_ID:
+        return DuplicateIdRecord(record_id, address, (payload[start:].decode("utf-8", "surrogatepass"),))
+    (count,) = _U32.unpack_from(payload, start)
+    lengths = struct.unpack_from(f"<{count}I", payload, start + _U32.size)
+    offset = start + _U32.size * (count + 1)
+    if offset + sum(lengths) != len(payload):
+        raise CodecError(f"duplicate-ids record {record_id}: {count} ids of {sum(lengths)} bytes "
+                         f"do not fill {len(payload) - offset} bytes")
+    dup_ids = []
+    for size in lengths:
+        dup_ids.append(payload[offset:offset + size].decode("utf-8", "surrogatepass"))
+        offset += size
+    return DuplicateIdRecord(record_id, address, tuple(dup_ids))
 
 
 def _cursor_acks_payload(record: CursorAck) -> bytes:
@@ -221,8 +241,8 @@ class JournalMessageStore:
                 recovered.cursor_completes.append(CursorComplete(record.id, queue_id, page_no))
             elif kind == RecordType.PAGE_TX_COMMIT:
                 recovered.page_tx_commits.append(page_tx_commit(record.id, record.payload))
-            elif kind == RecordType.DUPLICATE_ID:
-                recovered.duplicate_ids.append(decode_duplicate_id(record.id, record.payload))
+            elif kind == RecordType.DUPLICATE_IDS or kind == RecordType.DUPLICATE_ID:
+                recovered.duplicate_ids.append(decode_duplicate_ids(record.id, kind, record.payload))
         recovered.duplicate_ids.sort(key=lambda record: record.record_id)
         return recovered
 
@@ -280,7 +300,7 @@ class JournalMessageStore:
                 )
             elif isinstance(op, DuplicateIdRecord):
                 journal_ops.append(
-                    (OpKind.ADD, op.record_id, RecordType.DUPLICATE_ID, _duplicate_id_payload(op))
+                    (OpKind.ADD, op.record_id, RecordType.DUPLICATE_IDS, _duplicate_ids_payload(op))
                 )
             else:
                 journal_ops.append(
@@ -292,7 +312,7 @@ class JournalMessageStore:
         self.journal.add(record.record_id, RecordType.CURSOR_ACKS, _cursor_acks_payload(record))
 
     def add_duplicate_id(self, record: DuplicateIdRecord) -> None:
-        self.journal.add(record.record_id, RecordType.DUPLICATE_ID, _duplicate_id_payload(record))
+        self.journal.add(record.record_id, RecordType.DUPLICATE_IDS, _duplicate_ids_payload(record))
 
     def cursor_complete(self, record: CursorComplete) -> None:
         payload = _CURSOR_COMPLETE.pack(record.queue_id, record.page_no)

@@ -12,7 +12,7 @@ from pagemq.core.broker import Broker
 from pagemq.core.message import Message
 from pagemq.core.message_codec import CodecError, StoredMessage, encode_message, stored_message
 from pagemq.core.settings import AddressSettingsRepository
-from pagemq.storage.api import CursorAck, CursorComplete
+from pagemq.storage.api import CursorAck, CursorComplete, DuplicateIdRecord
 from pagemq.storage.message_store import JournalMessageStore, RecordType
 
 
@@ -104,3 +104,33 @@ def test_a_message_record_whose_message_would_not_decode_stops_the_recovery(tmp_
     write(tmp_path, (9, RecordType.MESSAGE, payload + bytes(encoded)))
     with pytest.raises(CodecError, match="UTF-8"):
         Broker(AddressSettingsRepository(), store=JournalMessageStore(tmp_path, file_size=1 << 20)).recover()
+
+
+def test_a_commits_duplicate_ids_are_one_record_read_back_in_order(tmp_path: Path) -> None:
+    ids = ("spark:q:1:0:0", "", "ünïcode\\c:", "x" * 70_000)
+
+    async def body() -> None:
+        store = JournalMessageStore(tmp_path, file_size=1 << 20)
+        store.load()
+        store.start(asyncio.get_running_loop())
+        await store.transaction([DuplicateIdRecord(40, "orders", ids)], sync=True)
+        store.add_duplicate_id(DuplicateIdRecord(41, "orders", ("last",)))
+        await store.close()
+
+    asyncio.run(body())
+    recovered = JournalMessageStore(tmp_path, file_size=1 << 20).load()
+    assert recovered.duplicate_ids == [DuplicateIdRecord(40, "orders", ids),
+                                       DuplicateIdRecord(41, "orders", ("last",))]
+
+
+def test_single_duplicate_id_records_of_earlier_versions_are_still_read(tmp_path: Path) -> None:
+    write(tmp_path, (50, RecordType.DUPLICATE_ID, struct.pack("<H", 6) + b"orders" + b"id:7"))
+    recovered = JournalMessageStore(tmp_path, file_size=1 << 20).load()
+    assert recovered.duplicate_ids == [DuplicateIdRecord(50, "orders", ("id:7",))]
+
+
+def test_a_duplicate_ids_record_whose_ids_do_not_fill_it_is_refused_by_name(tmp_path: Path) -> None:
+    payload = struct.pack("<H", 1) + b"a" + struct.pack("<III", 2, 3, 3) + b"abcdefg"
+    write(tmp_path, (60, RecordType.DUPLICATE_IDS, payload))
+    with pytest.raises(CodecError, match="duplicate-ids record 60: 2 ids of 6 bytes do not fill 7 bytes"):
+        JournalMessageStore(tmp_path, file_size=1 << 20).load()
