@@ -264,7 +264,8 @@ class Transactions:
                     taken.add((send.address, dup_id))
                     ids.append((send.address, dup_id, send.persistent))  # even when no queue takes it
                 routed = self.router.route(send.address, send.routing_type, send.headers, send.body,
-                                           send.persistent, send.priority, send.expiration)
+                                           send.persistent, send.priority, send.expiration,
+                                           memory_size=send.memory_size)
                 if routed is None:
                     continue
                 address, message, queues, decision = routed

@@ -56,6 +56,7 @@ class Message:
         priority: int = 4,
         expiration: int = 0,
         timestamp: int = 0,
+        memory_size: int = -1,
     ) -> None:
         self.message_id = message_id
         self.address = address
@@ -68,7 +69,7 @@ class Message:
         # Queues still holding this message in memory / in the journal; see core.queue.
         self.refs = 0
         self.durable_refs = 0
-        self.memory_size = estimate_memory(headers, body)
+        self.memory_size = estimate_memory(headers, body) if memory_size < 0 else memory_size
         self.journal_charge = 0  # its journal index entry, while held (core.ledger)
         # The journal write batch (a future) that stores it, while it may still fail.
         self.write: asyncio.Future[None] | None = None

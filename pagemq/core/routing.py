@@ -301,11 +301,12 @@ class Router:
     def route(
         self, address_name: str, routing_type: str, headers: dict[str, str], body: bytes,
         persistent: bool, priority: int, expiration: int, *, internal: bool = False,
-        only_queue: str | None = None,
+        only_queue: str | None = None, memory_size: int = -1,
     ) -> Routed | None:
         """A new message, its queues and where it goes (MEMORY or PAGE); None when it is not
         stored at all (no queue takes it, or the DROP policy). FAIL and BLOCK raise.
-        `internal` (a dead-letter or expiry move) pages where a policy would refuse."""
+        `internal` (a dead-letter or expiry move) pages where a policy would refuse.
+        `memory_size`: the message's `estimate_memory`, when the caller has it already."""
         bindings = self.bindings
         if self.disk.full and not internal and self.disk.policy == FAIL:
             self.disk.admit()  # refused before an address or queue record is written
@@ -315,7 +316,7 @@ class Router:
         message = Message(
             self.ids.new_id(), address.name, headers, body,
             persistent=persistent, priority=priority, expiration=expiration,
-            timestamp=int(time.time() * 1000),
+            timestamp=int(time.time() * 1000), memory_size=memory_size,
         )
         queues = address.route(message, routing_type)
         if only_queue is not None and only_queue in address.queues:

@@ -27,10 +27,11 @@ class PendingSend:
     persistent: bool
     priority: int
     expiration: int
+    # Counted once here, and handed on to the message the COMMIT makes of it.
+    memory_size: int = field(init=False)
 
-    @property
-    def memory_size(self) -> int:
-        return estimate_memory(self.headers, self.body)
+    def __post_init__(self) -> None:
+        self.memory_size = estimate_memory(self.headers, self.body)
 
 
 @dataclass(slots=True)

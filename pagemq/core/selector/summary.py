@@ -269,6 +269,9 @@ def _fold_value(stats: PropertyStats, value: object) -> None:
         stats.values = None
 
 
+_NUMBER_START = frozenset("+-.0123456789")
+
+
 def _fold_number(stats: PropertyStats, value: object) -> None:
     number: int | float | None
     if value.__class__ is str and value.isdigit() and value.isascii() and len(value) < 300:
@@ -284,6 +287,8 @@ def _fold_number(stats: PropertyStats, value: object) -> None:
             stats.max_number = float(number) if number <= _EXACT else _float_bounds(number)[1]
         return
     if isinstance(value, str):
+        if not value or value[0] not in _NUMBER_START:
+            return  # no number starts so (an id, a name): read_number would say None, slower
         number = read_number(value)
     elif isinstance(value, (int, float)) and value.__class__ is not bool:  # a bool is no number here
         number = value
