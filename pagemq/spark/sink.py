@@ -67,7 +67,7 @@ class SinkOptions:
     timeout: float
     job_id: str | None
     has_headers: bool
-    transaction_size: int = 200
+    transaction_size: int = 1000
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -87,10 +87,10 @@ class SinkOptions:
             destination = f"/queue/{address}"
         return cls(host, port, destination, text(options, "user"), text(options, "password"),
                    flag(options, "persistent", True),
-                   int(number(options, "receiptWindow", 1000, minimum=1, integer=True)),
+                   int(number(options, "receiptWindow", 4000, minimum=1, integer=True)),
                    number(options, "receiptTimeout", 30.0, minimum=0.001),
                    text(options, "jobId"), _check_columns(schema),
-                   int(number(options, "transactionSize", 200, minimum=0, integer=True)))
+                   int(number(options, "transactionSize", 1000, minimum=0, integer=True)))
 
 
 def _check_columns(schema: StructType) -> bool:
