@@ -99,15 +99,17 @@ def _lengths(count: int) -> struct.Struct:
 def encode_message(msg: EncodableMessage) -> bytes:
     """The message's bytes; raises CodecError if a field cannot be represented."""
     headers = msg.headers
-    text = "".join(chain.from_iterable(headers.items()))
+    flat = [*chain.from_iterable(headers.items())]  # name, value, name, value, ...
+    text = "".join(flat)
     if text.isascii():
-        lengths = [len(s) for s in chain.from_iterable(headers.items())]
+        lengths = map(len, flat)
         blob = text.encode("ascii")
     else:
-        parts = [s.encode("utf-8", "surrogatepass") for s in chain.from_iterable(headers.items())]
-        lengths = [len(part) for part in parts]
+        parts = [s.encode("utf-8", "surrogatepass") for s in flat]
+        lengths = map(len, parts)
         blob = b"".join(parts)
     body = msg.body
+    count = len(headers)
     try:
         head = _HEAD.pack(
             CODEC_VERSION,
@@ -116,11 +118,11 @@ def encode_message(msg: EncodableMessage) -> bytes:
             msg.message_id,
             msg.expiration,
             msg.timestamp,
-            len(headers),
+            count,
             len(blob),
             len(body),
         )
-        packed_lengths = _lengths(len(headers)).pack(*lengths)
+        packed_lengths = _lengths(count).pack(*lengths)
     except struct.error as exc:
         raise CodecError(f"message {msg.message_id} cannot be encoded: {exc}") from exc
     return b"".join((head, packed_lengths, blob, body))
