@@ -189,6 +189,10 @@ class Admin:
                            f"{', '.join(sorted(address.queues))}")
         if self.bindings.addresses.get(name) is address:
             self.bindings.delete_address(address)
+            # Its duplicate ids go too, as docs/http-api.md says a name deleted comes back
+            # empty (an address that auto-delete removes keeps them: a producer retrying
+            # to it is still caught).
+            self.router.duplicates.drop_address(name)
         await self.ledger.flush()
         log.info("address %r deleted with %d queue(s)", name, len(queues))
         return queues

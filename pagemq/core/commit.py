@@ -110,7 +110,11 @@ class Transactions:
                 self.memory.stage(staged, len(tx.sends))
                 raise
         self.memory.wake_waiters()
-        future = self._commit(tx, held, paged, ops)
+        try:
+            future = self._commit(tx, held, paged, ops)
+        except BaseException:
+            self.router.duplicates.failed(dup_ids)
+            raise
         self.router.duplicates.written(dup_ids, future)
         if originals:  # duplicates left out: durable once their originals are
             return all_of([f for f in (future, *originals) if f is not None])

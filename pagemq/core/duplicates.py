@@ -7,13 +7,16 @@ that retries after a lost RECEIPT, or a Spark task that is re-run, stores nothin
 
 The ids of persistent messages are persisted: one journal record for the ids a send, or a
 COMMIT, gives one address (a transaction of hundreds of sends writes one record, not
-hundreds, and deletes one when they fall out), written with the message (in the same journal
-transaction when the message is journaled; after the page write when it is paged, so a crash
-between the two leaves a message without its id, which a retry stores again, never an id
-without its message, whose retry would be dropped), so the message's RECEIPT also covers its
-id; deleted once all of its ids have fallen out of the cache; start-up rebuilds every cache
-from those records in the order they were written. The id of a non-persistent message is
-remembered in memory only: the message itself does not survive a restart either.
+hundreds), written with the message (in the same journal transaction when the message is
+journaled; after the page write when it is paged, so a crash between the two leaves a
+message without its id, which a retry stores again, never an id without its message, whose
+retry would be dropped), so the message's RECEIPT also covers its id. Ids leave the cache
+oldest first, so those a record has lost are always its first ones: an update of the record
+says how many (or the record is deleted once all are gone), written only once the write of
+the ids that pushed them out is done, so a crash before that forgets none of them. Start-up
+rebuilds every cache from the records, in the order they were written, less each record's
+ids gone. The id of a non-persistent message is remembered in memory only: the message
+itself does not survive a restart either.
 
 An id is remembered from the moment its send is accepted, before it is durable, so a quick
 retry is caught too; the retry's RECEIPT then waits for the original's write. If that write
@@ -25,9 +28,11 @@ Loop-only: every method runs on the event loop thread.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pagemq.core.futures import failure
 from pagemq.storage.api import DuplicateIdRecord
 
 if TYPE_CHECKING:
@@ -46,19 +51,28 @@ in `GET /api/broker` memory `counted`."""
 
 class _Group:
     """The ids remembered together (a send's, or a COMMIT's to one address): their journal
-    record (0: not persisted), the write that makes them durable, and how many of them are
-    still in the cache (the record goes when none is)."""
+    record (0: not persisted, or deleted), the write that makes them durable, how many of
+    them are still in the cache and how many have left it (the first ones), and how many
+    of those the record says are gone."""
 
-    __slots__ = ("live", "pending", "record_id")
+    __slots__ = ("gone", "gone_written", "live", "pending", "record_id")
 
-    def __init__(self, record_id: int, live: int) -> None:
+    def __init__(self, record_id: int, gone: int = 0) -> None:
         self.record_id = record_id
-        self.live = live
+        self.live = 0
+        self.gone = self.gone_written = gone
         self.pending: asyncio.Future[None] | None = None
 
 
-Remembered = list[tuple[str, list[str], _Group]]
-"""What `remember_all` remembered: per group, its address and ids (for `written`)."""
+@dataclass(slots=True)
+class Remembered:
+    """What `remember_all` remembered (per group: its address and ids), and the older groups
+    that lost ids to them, each with its count of ids gone and left just after: their
+    records change once these ids' write, and every write remembered before, is done."""
+
+    groups: list[tuple[str, list[str], _Group]] = field(default_factory=list)
+    evicted: list[tuple[_Group, int, int]] = field(default_factory=list)
+    done: bool = False
 
 
 class DuplicateIds:
@@ -74,6 +88,11 @@ class DuplicateIds:
         self.ids = ids
         self.cache_size = cache_size
         self.caches: dict[str, OrderedDict[str, _Group]] = {}
+        self._recovered: list[_Group] = []  # groups recovery took ids from (`write_recovered`)
+        # Remembered, in the order remembered, until its write and every one before it is
+        # done: a record gives up ids only then, so a crash forgets none that a send not
+        # yet durable pushed out (the ids of a later write count after those of an earlier).
+        self._unsettled: deque[Remembered] = deque()
 
     def seen(self, address: str, dup_id: str) -> tuple[bool, asyncio.Future[None] | None]:
         """(True, what a duplicate's RECEIPT must wait for) when `address` has `dup_id`."""
@@ -96,48 +115,60 @@ class DuplicateIds:
         """Remember the ids of a COMMIT's sends, (address, id, persistent) in order, once all
         of them were routed (so a COMMIT that fails to route evicts nothing). Returns the
         journal records to write with the sends (one per address, holding the ids of its
-        persistent sends) and what was remembered (for `written`). An address keeps its
-        last `id-cache-size` ids, so of more than that in one COMMIT only the last are
-        remembered: the same COMMIT would evict the earlier ones before their record was
-        written."""
+        persistent sends) and what was remembered, for `written` (or `failed`), which the
+        caller must call. An address keeps its last `id-cache-size` ids, so of more than
+        that in one COMMIT only the last are remembered: the same COMMIT would evict the
+        earlier ones before their record was written."""
         counts: dict[str, int] = {}
         for address, _dup_id, _persistent in sends:
             counts[address] = counts.get(address, 0) + 1
         sizes = {address: self.cache_size(address) for address in counts}
         skip = {address: count - sizes[address] for address, count in counts.items()}
         groups: dict[tuple[str, bool], tuple[str, list[str], _Group]] = {}
+        evicted: dict[int, _Group] = {}
         for address, dup_id, persistent in sends:
             if skip[address] > 0:
                 skip[address] -= 1
                 continue
             found = groups.get((address, persistent))
             if found is None:
-                group = _Group(self.ids.new_id() if persistent else 0, 0)
+                group = _Group(self.ids.new_id() if persistent else 0)
                 found = groups[address, persistent] = (address, [], group)
             found[1].append(dup_id)
-            self._insert(address, dup_id, found[2], sizes[address])
-        remembered = list(groups.values())
+            self._insert(address, dup_id, found[2], sizes[address], evicted)
+        remembered = Remembered(list(groups.values()),
+                                [(group, group.gone, group.live) for group in evicted.values()])
+        self._unsettled.append(remembered)
         records = [DuplicateIdRecord(group.record_id, address, tuple(dup_ids))
-                   for address, dup_ids, group in remembered if group.record_id]
+                   for address, dup_ids, group in remembered.groups if group.record_id]
         return records, remembered
 
     def written(self, remembered: Remembered, future: asyncio.Future[None] | None) -> None:
-        """The sends of these ids are being made durable by `future`: a duplicate's RECEIPT
-        waits for it, and a failed write forgets the ids again."""
-        if future is None or not remembered:
+        """The sends of these ids are being made durable by `future` (None: nothing to wait
+        for): a duplicate's RECEIPT waits for it, a failed write forgets the ids again, and
+        the records of the ids they pushed out change once it is done."""
+        if future is None:
+            self._settle(remembered)
             return
-        for _address, _ids, group in remembered:
+        for _address, _ids, group in remembered.groups:
             group.pending = future
 
         def done(result: asyncio.Future[None]) -> None:
-            failed = result.cancelled() or result.exception() is not None
-            for address, dup_ids, group in remembered:
+            failed = failure(result) is not None
+            for address, dup_ids, group in remembered.groups:
                 if group.pending is result:
                     group.pending = None
                 if failed:
                     self._forget_failed(address, dup_ids, group)
+            self._settle(remembered)
 
         future.add_done_callback(done)
+
+    def failed(self, remembered: Remembered) -> None:
+        """The sends of these ids were not stored at all (their write raised at once)."""
+        for address, dup_ids, group in remembered.groups:
+            self._forget_failed(address, dup_ids, group)
+        self._settle(remembered)
 
     def _forget_failed(self, address: str, dup_ids: list[str], group: _Group) -> None:
         """The write that was to store these ids' sends failed: forget the ids, and delete
@@ -156,20 +187,48 @@ class DuplicateIds:
             except LookupError:
                 pass  # never written
 
+    def _settle(self, remembered: Remembered) -> None:
+        """A write is done: for it and every one done before it in order, delete the records
+        of the groups they left with no id, and note in the others how many of their first
+        ids are gone."""
+        remembered.done = True
+        unsettled = self._unsettled
+        while unsettled and unsettled[0].done:
+            for group, gone, live in unsettled.popleft().evicted:
+                if live <= 0:
+                    self._drop_record(group)
+                else:
+                    self._write_gone(group, gone)
+
     def recover(self, records: Iterable[DuplicateIdRecord]) -> list[int]:
-        """Rebuild the caches from the journal's records, oldest first. Returns the records
-        all of whose ids are beyond an address's (possibly lowered, or 0) `id-cache-size`, to
-        delete once the journal runs (`Recovery.forget_stale`): it does not yet, here."""
+        """Rebuild the caches from the journal's records, oldest first, less each record's
+        ids gone. Returns the records none of whose ids is left (an `id-cache-size` lowered,
+        or 0), to delete once the journal runs (`Recovery.forget_stale`, which also calls
+        `write_recovered`): it does not yet, here."""
+        touched: dict[int, _Group] = {}
         dropped: list[int] = []
         for record in records:
             size = self.cache_size(record.address)
-            group = _Group(record.record_id, 0)
+            group = _Group(record.record_id, record.gone)
             if size > 0:
-                for dup_id in record.dup_ids:
-                    self._insert(record.address, dup_id, group, size, dropped)
+                for dup_id in record.dup_ids[record.gone:]:
+                    self._insert(record.address, dup_id, group, size, touched)
             if not group.live:
                 dropped.append(record.record_id)
+                group.record_id = 0
+        self._recovered = [group for group in touched.values() if group.record_id]
+        for group in self._recovered:
+            if group.live <= 0:
+                dropped.append(group.record_id)
+                group.record_id = 0
         return dropped
+
+    def write_recovered(self) -> None:
+        """Note in their records the ids recovery left out (a lowered `id-cache-size`), so a
+        later start-up with a larger one does not remember them again."""
+        recovered, self._recovered = self._recovered, []
+        for group in recovered:
+            self._write_gone(group, group.gone)
 
     def drop_address(self, address: str) -> None:
         """An address was deleted: so are its remembered ids."""
@@ -188,29 +247,38 @@ class DuplicateIds:
         return len(cache) if cache is not None else 0
 
     def _insert(self, address: str, dup_id: str, group: _Group, size: int,
-                dropped: list[int] | None = None) -> None:
-        """Remember an id, evicting the oldest past `size`; a group none of whose ids is left
-        has its record deleted, or with `dropped` (at start-up, before the journal runs)
-        listed there instead."""
+                evicted: dict[int, _Group]) -> None:
+        """Remember an id, evicting the oldest past `size` (listed in `evicted`: their records
+        change later, see `_settle`)."""
         cache = self.caches.get(address)
         if cache is None:
             cache = self.caches[address] = OrderedDict()
         group.live += 1
         old = cache.pop(dup_id, None)
         cache[dup_id] = group
-        if old is not None:
-            self._release(old, dropped)
+        if old is not None:  # (at start-up only: an id again in a later record) not first
+            old.live -= 1
+            evicted[id(old)] = old
         while len(cache) > size:
-            self._release(cache.popitem(last=False)[1], dropped)
+            oldest = cache.popitem(last=False)[1]
+            oldest.live -= 1
+            oldest.gone += 1
+            evicted[id(oldest)] = oldest
 
-    def _release(self, group: _Group, dropped: list[int] | None) -> None:
-        group.live -= 1
-        if group.live > 0:
+    def _write_gone(self, group: _Group, gone: int) -> None:
+        """Note in the group's record that its first `gone` ids have left the cache, once
+        the record is written (and not at all if that write failed)."""
+        if not group.record_id or gone <= group.gone_written:
             return
-        if dropped is None:
-            self._drop_record(group)
-        elif group.record_id:
-            dropped.append(group.record_id)
+        pending = group.pending
+        if pending is not None and not pending.done():
+            pending.add_done_callback(
+                lambda result: None if failure(result) else self._write_gone(group, gone))
+            return
+        if failure(pending) is not None:
+            return
+        group.gone_written = gone
+        self.store.duplicate_ids_gone(group.record_id, gone)
 
     def _drop_record(self, group: _Group) -> None:
         """Delete a group's journal record; one whose write is still under way (a paged
@@ -226,7 +294,7 @@ class DuplicateIds:
             return
 
         def written(result: asyncio.Future[None]) -> None:
-            if not result.cancelled() and result.exception() is None:
+            if failure(result) is None:
                 self.store.delete_record(record_id)
 
         if pending.done():

@@ -160,4 +160,5 @@ class Recovery:
         stale, self.stale_records = self.stale_records, []
         for record_id in stale:
             self.forget_record(record_id)
+        self.duplicates.write_recovered()
         return len(stale)

@@ -230,16 +230,20 @@ class Router:
         `core.duplicates`), and its future covers both."""
         records, remembered = self.duplicates.remember(address_name, dup_id, persistent=persistent)
         record = records[0] if records else None
-        if routed is None:
-            future = self._record_after(None, record) if record is not None else None
-        else:
-            address, message, queues, decision = routed
-            if decision is PAGE:
-                future = self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
-                if record is not None:
-                    future = self._record_after(future, record)
+        try:
+            if routed is None:
+                future = self._record_after(None, record) if record is not None else None
             else:
-                future = self._keep(message, address, queues, record)
+                address, message, queues, decision = routed
+                if decision is PAGE:
+                    future = self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
+                    if record is not None:
+                        future = self._record_after(future, record)
+                else:
+                    future = self._keep(message, address, queues, record)
+        except BaseException:
+            self.duplicates.failed(remembered)
+            raise
         self.duplicates.written(remembered, future)
         return future
 

@@ -91,6 +91,7 @@ class DuplicateIdRecord:
     record_id: int
     address: str
     dup_ids: tuple[str, ...]
+    gone: int = 0  # how many of the first ids have left the cache (updates of the record)
 
 
 @dataclass(slots=True)
@@ -150,6 +151,10 @@ class MessageStore(Protocol):
         """Written with the next flush: the message sent with the id waits for that anyway."""
         ...
 
+    def duplicate_ids_gone(self, record_id: int, gone: int) -> None:
+        """The first `gone` ids of a duplicate-ids record have left the cache (an update)."""
+        ...
+
     def cursor_complete(self, record: CursorComplete) -> None: ...
 
     def delete_record(self, record_id: int) -> None: ...
@@ -206,6 +211,9 @@ class MemoryStore:
         return None
 
     def add_duplicate_id(self, record: DuplicateIdRecord) -> None:
+        return None
+
+    def duplicate_ids_gone(self, record_id: int, gone: int) -> None:
         return None
 
     def cursor_complete(self, record: CursorComplete) -> None:

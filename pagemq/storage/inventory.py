@@ -226,9 +226,9 @@ def _read_record(state: DataState, journal: Journal, record: LiveRecord, message
             commit = page_tx_commit(record.id, record.payload)
             cursors.tx_commits.add((commit.address, commit.txid))
         elif kind == RecordType.DUPLICATE_IDS or kind == RecordType.DUPLICATE_ID:
-            ids = decode_duplicate_ids(record.id, kind, record.payload)
+            ids = decode_duplicate_ids(record.id, kind, record.payload, record.updates)
             found = state.addresses.setdefault(ids.address, AddressState(ids.address, "unknown"))
-            found.duplicate_ids += len(ids.dup_ids)
+            found.duplicate_ids += max(0, len(ids.dup_ids) - ids.gone)
         else:
             _record_problem(state, journal, record, f"unknown record type {kind}")
     except (ValueError, KeyError, TypeError, struct.error, CodecError) as exc:

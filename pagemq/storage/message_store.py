@@ -4,7 +4,7 @@ Record types (the journal's `type` field, `RecordType`; never reuse a number): t
 table of them, with byte layouts, is in docs/formats/journal.md ("Record types of the
 broker"): 1 address, 2 queue, 3 message, 4 ack (update), 5 cursor ack (read only),
 6 cursor page complete, 7 cursor acks, 8 page transaction commit, 9 duplicate id (read
-only), 10 duplicate ids.
+only), 10 duplicate ids, 11 duplicate ids gone (update).
 
 The last queue's acknowledgement deletes the message record, so a spent data file holds
 no live record and the journal's cleanup can delete, archive or compact it.
@@ -38,6 +38,8 @@ from pagemq.storage.journal import Journal, OpKind
 from pagemq.storage.message_codec import CodecError, encode_message
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pagemq.core.message import Message
 
 _U16 = struct.Struct("<H")
@@ -59,6 +61,7 @@ class RecordType(enum.IntEnum):
     PAGE_TX_COMMIT = 8
     DUPLICATE_ID = 9  # one id per record: written by earlier versions, still read
     DUPLICATE_IDS = 10
+    DUPLICATE_IDS_GONE = 11  # update of a type-10 record: u32, how many of its first ids are gone
 
 
 @functools.lru_cache(maxsize=64)
@@ -143,14 +146,18 @@ def _duplicate_ids_payload(record: DuplicateIdRecord) -> bytes:
     return b"".join((_address_field(record.address), lengths, *encoded))
 
 
-def decode_duplicate_ids(record_id: int, type: int, payload: bytes) -> DuplicateIdRecord:
-    """A type-9 (one id) or type-10 record; CodecError, struct.error or UnicodeDecodeError
-    when its payload is malformed."""
+def decode_duplicate_ids(record_id: int, type: int, payload: bytes,
+                         updates: Sequence[tuple[int, bytes]] = ()) -> DuplicateIdRecord:
+    """A type-9 (one id) or type-10 record, with its type-11 updates; CodecError,
+    struct.error or UnicodeDecodeError when its payload is malformed."""
+    gone = max((_U32.unpack(data)[0] for kind, data in updates if kind == RecordType.DUPLICATE_IDS_GONE),
+               default=0)
     (length,) = _U16.unpack_from(payload)
     start = _U16.size + length
     address = payload[_U16.size:start].decode()
     if type == RecordType.DUPLICATE_ID:
-        return DuplicateIdRecord(record_id, address, (payload[start:].decode("utf-8", "surrogatepass"),))
+        dup_id = payload[start:].decode("utf-8", "surrogatepass")
+        return DuplicateIdRecord(record_id, address, (dup_id,), gone)
     (count,) = _U32.unpack_from(payload, start)
     lengths = struct.unpack_from(f"<{count}I", payload, start + _U32.size)
     offset = start + _U32.size * (count + 1)
@@ -161,7 +168,7 @@ def decode_duplicate_ids(record_id: int, type: int, payload: bytes) -> Duplicate
     for size in lengths:
         dup_ids.append(payload[offset:offset + size].decode("utf-8", "surrogatepass"))
         offset += size
-    return DuplicateIdRecord(record_id, address, tuple(dup_ids))
+    return DuplicateIdRecord(record_id, address, tuple(dup_ids), gone)
 
 
 def _cursor_acks_payload(record: CursorAck) -> bytes:
@@ -242,7 +249,8 @@ class JournalMessageStore:
             elif kind == RecordType.PAGE_TX_COMMIT:
                 recovered.page_tx_commits.append(page_tx_commit(record.id, record.payload))
             elif kind == RecordType.DUPLICATE_IDS or kind == RecordType.DUPLICATE_ID:
-                recovered.duplicate_ids.append(decode_duplicate_ids(record.id, kind, record.payload))
+                recovered.duplicate_ids.append(
+                    decode_duplicate_ids(record.id, kind, record.payload, record.updates))
         recovered.duplicate_ids.sort(key=lambda record: record.record_id)
         return recovered
 
@@ -313,6 +321,9 @@ class JournalMessageStore:
 
     def add_duplicate_id(self, record: DuplicateIdRecord) -> None:
         self.journal.add(record.record_id, RecordType.DUPLICATE_IDS, _duplicate_ids_payload(record))
+
+    def duplicate_ids_gone(self, record_id: int, gone: int) -> None:
+        self.journal.update(record_id, RecordType.DUPLICATE_IDS_GONE, _U32.pack(gone))
 
     def cursor_complete(self, record: CursorComplete) -> None:
         payload = _CURSOR_COMPLETE.pack(record.queue_id, record.page_no)

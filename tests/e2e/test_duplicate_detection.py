@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from admin_http import call
 from brokerproc import bodies, to_toml, unique
 
 DUP = "_AMQ_DUPL_ID"
@@ -334,3 +335,73 @@ def test_lowering_id_cache_size_between_restarts_forgets_the_oldest_ids(start_br
     producer = stomp_client(proc)  # detection was off for a run: every id was forgotten
     _send(producer, queue, "again5", "id-5")
     assert proc.queue(queue)["messages"] == 8
+
+
+def test_a_restart_does_not_bring_back_ids_that_were_pushed_out(start_broker, stomp_client):
+    """The ids of a COMMIT share one journal record; the ones pushed out before a restart
+    (by non-persistent sends, or before a larger id-cache-size) stay forgotten after it.
+    (Before: the record brought all of its ids back, and a send of a forgotten id was
+    dropped, its message lost.)"""
+    queue = unique("dupgone")
+    proc = start_broker({"address-settings": {queue: {"id-cache-size": 5}}})
+    producer = stomp_client(proc)
+    producer.begin("tx1")
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"a{n}", headers={**PERSISTENT, DUP: f"a{n}", "transaction": "tx1"})
+    producer.commit("tx1", receipt=True)
+    for n in range(2):  # non-persistent: push a0 and a1 out, and are not remembered by a restart
+        producer.send(f"/queue/{queue}", f"b{n}", headers={DUP: f"b{n}"}, receipt=True)
+    proc.stop()
+    proc.config_path.write_text(to_toml({"address-settings": {queue: {"id-cache-size": 10}}}))
+    proc.start()
+    producer = stomp_client(proc)
+    _send(producer, queue, "a0 again", "a0")  # forgotten before the restart: stored
+    _send(producer, queue, "a2 again", "a2")  # still remembered: dropped
+    frames = _drain(proc, stomp_client, queue, 6)  # (the non-persistent ones did not survive)
+    assert bodies(frames) == [*(f"a{n}" for n in range(5)), "a0 again"]
+
+
+def test_a_crash_before_newer_ids_are_durable_forgets_none_of_the_older_ones(start_broker, stomp_client):
+    """A COMMIT that pushes out a receipted COMMIT's ids, killed before its page write is
+    durable (page-sync-timeout keeps it waiting): the retry of the receipted COMMIT is still
+    dropped after the restart. (Before: the older ids' records were deleted at once, and the
+    retry was stored a second time.)"""
+    queue = unique("dupcrash")
+    proc = start_broker({"broker": {"page-sync-timeout": "3s"},
+                         "address-settings": {queue: {"id-cache-size": 5, "max-size-bytes": 0}}})
+    producer = stomp_client(proc)
+    producer.begin("tx1")
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"a{n}", headers={**PERSISTENT, DUP: f"a{n}", "transaction": "tx1"})
+    producer.commit("tx1", receipt=True)
+    producer.begin("tx2")
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"b{n}", headers={**PERSISTENT, DUP: f"b{n}", "transaction": "tx2"})
+    producer.commit("tx2", receipt=False)  # no receipt awaited: its page fsync waits for page-sync-timeout
+    time.sleep(0.5)
+    proc.restart(kill=True)
+    producer = stomp_client(proc)
+    producer.begin("tx3")  # the producer retries the receipted COMMIT
+    for n in range(5):
+        producer.send(f"/queue/{queue}", f"a{n}", headers={**PERSISTENT, DUP: f"a{n}", "transaction": "tx3"})
+    producer.commit("tx3", receipt=True)
+    frames = _drain_any(proc, stomp_client, queue)
+    assert sorted(bodies(frames))[:5] == [f"a{n}" for n in range(5)]
+    assert sum(body.startswith("a") for body in bodies(frames)) == 5
+
+
+def test_deleting_an_address_forgets_its_duplicate_ids(start_broker, stomp_client):
+    queue = unique("dupdel")
+    proc = start_broker()
+    producer = stomp_client(proc)
+    for n in range(3):
+        _send(producer, queue, f"m{n}", f"id-{n}")
+    assert call(proc, "DELETE", f"/api/addresses/{queue}")[0] == 200
+    producer = stomp_client(proc)
+    for n in range(3):
+        _send(producer, queue, f"new{n}", f"id-{n}")  # the name came back empty
+    proc.restart(kill=True)
+    producer = stomp_client(proc)
+    _send(producer, queue, "dup", "id-0")  # remembered since the address came back
+    frames = _drain(proc, stomp_client, queue, 3)
+    assert bodies(frames) == [f"new{n}" for n in range(3)]

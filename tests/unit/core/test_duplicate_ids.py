@@ -16,9 +16,13 @@ class DeletingStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.deleted: list[int] = []
+        self.gone: list[tuple[int, int]] = []
 
     def delete_record(self, record_id: int) -> None:
         self.deleted.append(record_id)
+
+    def duplicate_ids_gone(self, record_id: int, gone: int) -> None:
+        self.gone.append((record_id, gone))
 
 
 def caches(size: int = 4) -> tuple[DuplicateIds, DeletingStore]:
@@ -46,10 +50,12 @@ def test_non_persistent_ids_are_remembered_without_a_record() -> None:
 
 def test_a_record_is_deleted_once_all_its_ids_are_evicted() -> None:
     duplicates, store = caches(size=4)
-    (first,), _ = duplicates.remember_all(sends("a", "1", "2", "3"))
-    duplicates.remember_all(sends("a", "4", "5"))
+    (first,), remembered = duplicates.remember_all(sends("a", "1", "2", "3"))
+    duplicates.written(remembered, None)
+    duplicates.written(duplicates.remember_all(sends("a", "4", "5"))[1], None)
     assert store.deleted == []  # "1" is gone, "2" and "3" still hold the record
-    duplicates.remember_all(sends("a", "6", "7"))
+    assert store.gone == [(first.record_id, 1)]
+    duplicates.written(duplicates.remember_all(sends("a", "6", "7"))[1], None)
     assert store.deleted == [first.record_id]
     assert not duplicates.seen("a", "3")[0] and duplicates.seen("a", "4")[0]
 
@@ -57,7 +63,7 @@ def test_a_record_is_deleted_once_all_its_ids_are_evicted() -> None:
 def test_of_more_ids_than_the_cache_holds_only_the_last_are_recorded() -> None:
     duplicates, _store = caches(size=2)
     records, _ = duplicates.remember_all(sends("a", "1", "2", "3"))
-    assert [r.dup_ids for r in records] == [("2", "3")]
+    assert [r.dup_ids for r in records] == [("2", "3")]  # (the COMMIT would evict "1" itself)
     assert duplicates.count("a") == 2
 
 
@@ -82,7 +88,7 @@ def test_a_record_evicted_while_its_write_is_pending_is_deleted_after_it() -> No
         (first,), remembered = duplicates.remember_all(sends("a", "1"))
         write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         duplicates.written(remembered, write)
-        duplicates.remember_all(sends("a", "2"))
+        duplicates.written(duplicates.remember_all(sends("a", "2"))[1], None)
         assert store.deleted == []
         write.set_result(None)
         await asyncio.sleep(0)
@@ -91,15 +97,34 @@ def test_a_record_evicted_while_its_write_is_pending_is_deleted_after_it() -> No
     asyncio.run(body())
 
 
+def test_evicted_ids_stay_in_the_journal_until_the_ids_that_pushed_them_out_are_written() -> None:
+    """A crash before the newer ids are durable must not forget the older, receipted ones."""
+    async def body() -> None:
+        duplicates, store = caches(size=2)
+        (first,), remembered = duplicates.remember_all(sends("a", "1", "2"))
+        duplicates.written(remembered, None)
+        _records, newer = duplicates.remember_all(sends("a", "3"))
+        write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        duplicates.written(newer, write)
+        assert not duplicates.seen("a", "1")[0] and store.gone == []
+        write.set_result(None)
+        await asyncio.sleep(0)
+        assert store.gone == [(first.record_id, 1)]
+
+    asyncio.run(body())
+
+
 def test_recovery_drops_only_records_none_of_whose_ids_fit_a_lowered_cache() -> None:
-    duplicates, _store = caches(size=3)
+    duplicates, store = caches(size=2)
     stale = duplicates.recover([
         DuplicateIdRecord(1, "a", ("1", "2")),
-        DuplicateIdRecord(2, "a", ("3", "4")),
-        DuplicateIdRecord(3, "a", ("5",)),
+        DuplicateIdRecord(2, "a", ("3", "4", "5"), gone=1),
+        DuplicateIdRecord(3, "a", ("6",)),
     ])
     assert stale == [1]
-    assert [dup_id for dup_id in "12345" if duplicates.seen("a", dup_id)[0]] == ["3", "4", "5"]
+    assert [dup_id for dup_id in "123456" if duplicates.seen("a", dup_id)[0]] == ["5", "6"]
+    duplicates.write_recovered()
+    assert store.gone == [(2, 2)]  # "4" is gone too now: a larger size later does not bring it back
 
 
 def test_recovery_with_detection_off_drops_every_record() -> None:

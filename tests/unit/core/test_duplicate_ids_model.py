@@ -7,15 +7,18 @@ What must hold at every step:
   remembered, less those whose write failed (the reference is a plain list);
 - the journal never deletes a record it does not hold, and once every write is done it
   holds no record none of whose ids is remembered (no leak);
-- a restart loses none of the last `id-cache-size` (the new one) remembered persistent ids
-  whose write succeeded, and remembers no id of a non-persistent or failed send. (It may
-  remember again an id that newer non-persistent ones had pushed out: its record is kept
-  while any id written with it is remembered.)
+- a clean restart remembers exactly the last `id-cache-size` (the new one) of the ids it
+  remembered of persistent sends whose write succeeded (none pushed out comes back, not
+  even after a lowered size was raised again);
+- a crash loses none of those either (a record gives up ids only once the write of the
+  ids that pushed them out is done), and brings back no id of a non-persistent or failed
+  send.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import pytest
@@ -44,25 +47,55 @@ class Journal(MemoryStore):
             raise LookupError(f"record {record_id} is not live")
         del self.records[record_id]
 
+    def duplicate_ids_gone(self, record_id: int, gone: int) -> None:
+        record = self.records[record_id]  # (KeyError: a record not written, or deleted)
+        assert record.gone < gone <= len(record.dup_ids)
+        self.records[record_id] = dataclasses.replace(record, gone=gone)
+
 
 class Reference:
-    """Per address, the ids remembered, oldest first, and which are durable."""
+    """Per address, the ids remembered, oldest first, and which are durable; and what
+    happened to the cache since the last restart (ids remembered, ids forgotten after a
+    failed write), to tell what a crash must keep."""
 
     def __init__(self) -> None:
         self.ids: dict[str, list[str]] = {address: [] for address in ADDRESSES}
         self.durable: set[str] = set()  # persistent ids whose write succeeded
+        self.events: dict[str, list[tuple[str, str]]] = {address: [] for address in ADDRESSES}
 
     def remember(self, address: str, dup_id: str, size: int) -> None:
         self.ids[address].append(dup_id)
         del self.ids[address][:-size or len(self.ids[address])]
+        self.events[address].append(("remember", dup_id))
 
     def forget(self, address: str, dup_id: str) -> None:
         if dup_id in self.ids[address]:
             self.ids[address].remove(dup_id)
+        self.events[address].append(("forget", dup_id))
+
+    def without(self, address: str, lost: set[str], size: int) -> list[str]:
+        """The durable ids the cache would hold had the sends of `lost` never come (they
+        were in flight at a crash): a crash must forget none of them."""
+        cache = list(self.start[address])
+        for event, dup_id in self.events[address]:
+            if dup_id in lost:
+                continue
+            if event == "remember":
+                cache.append(dup_id)
+                del cache[:-size or len(cache)]
+            elif dup_id in cache:
+                cache.remove(dup_id)
+        return [dup_id for dup_id in cache if dup_id in self.durable]
+
+    def restarted(self) -> None:
+        self.start = {address: list(self.ids[address]) for address in ADDRESSES}
+        self.events = {address: [] for address in ADDRESSES}
 
 
-Write = tuple["asyncio.Future[None]", list[DuplicateIdRecord], list[tuple[str, str]], bool]
-"""A write in flight: its future, the records it writes, the ids it concerns, whether it succeeds."""
+Sent = list[tuple[str, str]]
+Write = tuple["asyncio.Future[None]", list[DuplicateIdRecord], Sent, bool, Sent]
+"""A write in flight: its future, the records it writes, the ids it makes durable (or, failing,
+forgets), whether it succeeds, and every id it remembered."""
 
 
 class Simulation:
@@ -75,6 +108,7 @@ class Simulation:
         self.size = self.rnd.choice([1, 2, 3, 5, 8])
         self.duplicates = self._caches(self.size)
         self.reference = Reference()
+        self.reference.restarted()
         self.pending: list[Write] = []
         self.counter = 0
 
@@ -89,23 +123,24 @@ class Simulation:
             self.counter += 1
             sends.append((rnd.choice(ADDRESSES), f"id{self.counter}", rnd.random() < 0.8))
         records, remembered = self.duplicates.remember_all(sends)
-        kept = {(address, dup_id) for address, dup_ids, _group in remembered for dup_id in dup_ids}
+        kept = {(address, dup_id) for address, dup_ids, _group in remembered.groups for dup_id in dup_ids}
         for address, dup_id, _persistent in sends:
             if (address, dup_id) in kept:
                 self.reference.remember(address, dup_id, self.size)
         future: asyncio.Future[None] = self.loop.create_future()
         self.duplicates.written(remembered, future)
         if rnd.random() < 0.9:
-            write = (future, records, [(a, d) for a, d, p in sends if p and (a, d) in kept], True)
+            durable = [(a, d) for a, d, p in sends if p and (a, d) in kept]
+            write = (future, records, durable, True, sorted(kept))
         else:  # a failed write forgets every id of the COMMIT
-            write = (future, records, sorted(kept), False)
+            write = (future, records, sorted(kept), False, sorted(kept))
         if rnd.random() < 0.5:
             self.settle(write)
         else:
             self.pending.append(write)
 
     def settle(self, write: Write) -> None:
-        future, records, sent, succeeds = write
+        future, records, sent, succeeds, _remembered = write
         if succeeds:
             self.journal.write(records)  # the records are in the journal once written
             future.set_result(None)
@@ -117,25 +152,34 @@ class Simulation:
                 self.reference.forget(address, dup_id)
         self.loop.run_until_complete(asyncio.sleep(0))  # the caches' callbacks run
 
-    def restart(self) -> None:
-        """A restart, every write done first (as a clean stop does), maybe with a new size."""
+    def restart(self, *, crash: bool) -> None:
+        """A restart, maybe with a new size: after a clean stop every write is done first;
+        after a crash those in flight never finish (their records are not in the journal,
+        and the records of the ids they pushed out are as they were)."""
+        reference = self.reference
+        lost = {dup_id for write in self.pending for _address, dup_id in write[4]} if crash else set()
+        if crash:
+            self.pending.clear()
         while self.pending:
             self.settle(self.pending.pop(0))
-        reference = self.reference
-        before = {address: [d for d in reference.ids[address] if d in reference.durable]
-                  for address in ADDRESSES}
+        before = {address: reference.without(address, lost, self.size) for address in ADDRESSES}
         size = self.size if self.rnd.random() < 0.7 else self.rnd.choice([0, 1, 2, 3, 5, 8])
         self.duplicates = self._caches(size)
         stale = self.duplicates.recover(sorted(self.journal.records.values(), key=lambda r: r.record_id))
         for record_id in stale:
             self.journal.delete_record(record_id)
+        self.duplicates.write_recovered()  # as Recovery.forget_stale does
         for address in ADDRESSES:
             after = list(self.duplicates.caches.get(address, {}))
             kept = before[address][-size:] if size else []
-            assert set(kept) <= set(after), (self.seed, address, "a remembered id lost by the restart")
-            assert set(after) <= reference.durable, (self.seed, address, "an id never made durable")
-            assert len(after) <= size and after == sorted(after, key=lambda d: int(d[2:])), self.seed
+            if crash:  # nothing remembered and durable is lost; nothing else comes back
+                assert set(kept) <= set(after), (self.seed, address, "a remembered id lost by the crash")
+                assert set(after) <= reference.durable, (self.seed, address, "an id never made durable")
+                assert len(after) <= size and after == sorted(after, key=lambda d: int(d[2:])), self.seed
+            else:
+                assert after == kept, (self.seed, address, size)
             reference.ids[address] = after
+        reference.restarted()
         self.size = size
 
     def check(self) -> None:
@@ -155,7 +199,7 @@ class Simulation:
             elif action < 0.8 and self.pending:  # a write in flight is done
                 self.settle(self.pending.pop(self.rnd.randrange(len(self.pending))))
             elif action < 0.9:
-                self.restart()
+                self.restart(crash=self.rnd.random() < 0.4)
             self.check()
         while self.pending:
             self.settle(self.pending.pop(0))
