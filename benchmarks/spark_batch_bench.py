@@ -1,7 +1,7 @@
 """The Spark issue's batch and sink figures on this machine (PySpark `local[2]`).
 
     .venv/bin/python benchmarks/spark_batch_bench.py [--messages 100000] [--size 1024]
-        [--page-size 10MiB] [--rounds 3] [--json]
+        [--page-size 10MiB] [--rounds 3] [--sink-option KEY=VALUE ...] [--json]
 
 What it does:
 1. starts `pagemq serve` on free loopback ports with every message paged (`max-size-bytes 0`,
@@ -21,7 +21,8 @@ What it does:
    stamped), rows/s over the whole save(), with the default transactions into a queue that
    pages every message, the same into a queue of the default address settings (held in
    memory and journaled: `held.*`), and with `transactionSize=0` (one receipted SEND per
-   row, paged); each queue's count is checked.
+   row, paged); each queue's count is checked. `--sink-option` sets a sink option for the
+   first two (e.g. `transactionSize=200` to compare with the default).
 
 Beside each rate: CPU µs per row of Spark's JVM and of its Python workers (this process's
 descendants, from /proc), and for the sink the broker's CPU µs per message, so what costs
@@ -243,8 +244,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--page-size", default="10MiB")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a sink option for the transactional sink runs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    sink_options = dict(option.split("=", 1) for option in args.sink_option)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -292,8 +296,8 @@ def main() -> None:
         bodies = parquet.select("body").repartition(2).cache()
         bodies.count()
         sink(broker, bodies.limit(2000), TARGET + "-warm-up", 2000)  # the write path's JIT, workers
-        results["sink"] = sink(broker, bodies, TARGET, n)
-        results["sink_held"] = sink(broker, bodies, HELD, n)
+        results["sink"] = sink(broker, bodies, TARGET, n, **sink_options)
+        results["sink_held"] = sink(broker, bodies, HELD, n, **sink_options)
         results["sink_one_by_one"] = sink(broker, bodies, TARGET + "-1by1", n, transactionSize="0")
         spark.stop()
     finally:
