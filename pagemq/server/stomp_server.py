@@ -7,8 +7,8 @@ loop iteration is written with a single `transport.write`.
 Dead peers are dropped, not waited for:
 - a peer silent past its heart-beat timeout is aborted (its write buffer discarded), so the
   session's unacknowledged deliveries go back to their queues at once;
-- a close (after an ERROR or a DISCONNECT) lets the write buffer drain for `CLOSE_GRACE`
-  seconds, then aborts;
+- a close (after an ERROR or a DISCONNECT) lets the write buffer drain and the peer close
+  for `CLOSE_GRACE` seconds, reading and dropping what it still sends, then aborts;
 - while the session has stopped reading the socket (its read-ahead is full), bytes arriving
   in the kernel's receive buffer or leaving our write buffer count as signs of life; while
   it waits for memory (BLOCK) the peer waits on us, so the timeout does not run.
@@ -85,6 +85,7 @@ class StompServerProtocol(asyncio.Protocol):
         self._socket_seen = (0, 0)  # (unread bytes in the kernel, our write buffer) when last looked
         self._heartbeat: Cancellable | None = None
         self._close_timer: Cancellable | None = None
+        self._draining = False  # closing: our side is shut, the peer's input is dropped (close)
         self._last_read = 0.0
         self._last_write = 0.0
         self.session: StompSession | None = None
@@ -137,8 +138,8 @@ class StompServerProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
         session = self.session
-        if session is None:
-            return  # a refused connection
+        if session is None or self._draining:
+            return  # a refused connection, or one closing: what the peer still sends is dropped
         session.receive(data)
         buffers = self._buffers
         if buffers is not None:
@@ -195,7 +196,7 @@ class StompServerProtocol(asyncio.Protocol):
     # -- Transport for the session --------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        if self._transport is not None and not self._transport.is_closing():
+        if self._transport is not None and not self._transport.is_closing() and not self._draining:
             self._transport.write(data)
             self._last_write = self._loop.time()
 
@@ -249,18 +250,30 @@ class StompServerProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         """Write what is buffered (an ERROR frame, a last RECEIPT), then close; a peer that
-        does not take it within CLOSE_GRACE seconds is aborted."""
+        does not take it and close within CLOSE_GRACE seconds is aborted.
+
+        Over TCP the write side closes first (a FIN after those frames) while what the peer
+        still sends (a producer's pipelined SENDs) is read and dropped, until it closes its
+        side: closing with its frames unread would answer them with a reset, which can
+        destroy the ERROR frame in the peer's socket before the peer reads it."""
         self._flush()
         if self.session is not None:
             self.session.stop_deliveries()
         transport = self._transport
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing() or self._draining:
+            return
+        if transport.can_write_eof():
+            self._draining = True
+            transport.write_eof()
+            self._session_paused = self._input_held = False
+            self._apply_reading()
+        else:
             transport.close()
-            self._close_timer = self._loop.call_later(CLOSE_GRACE, self._abort_close)
+        self._close_timer = self._loop.call_later(CLOSE_GRACE, self._abort_close)
 
     def _abort_close(self) -> None:
         """The close has not completed (connection_lost cancels this timer)."""
-        log.info("%s: peer did not take its last frames within %.0fs, aborting",
+        log.info("%s: peer did not take its last frames and close within %.0fs, aborting",
                  self.session.session_id if self.session else "?", CLOSE_GRACE)
         self._abort()
 
@@ -327,7 +340,7 @@ class StompServerProtocol(asyncio.Protocol):
     def _beat(self) -> None:
         session = self.session
         transport = self._transport
-        if session is None or transport is None or transport.is_closing():
+        if session is None or transport is None or transport.is_closing() or self._draining:
             return
         protocol = session.protocol
         now = self._loop.time()

@@ -213,8 +213,24 @@ class StompSender:
             raise StompSendError(f"the broker took none of our SENDs for {self.timeout:g}s; "
                                  f"{self.sent - self.confirmed} message(s) unconfirmed") from None
         except OSError as exc:
+            self._error_already_sent()
             raise StompSendError(f"connection to the broker lost: {exc}; {self.sent - self.confirmed} "
                                  "message(s) unconfirmed") from exc
+
+    def _error_already_sent(self) -> None:
+        """The write failed: an ERROR the broker sent before it closed may still be in our
+        socket, and says why (a broker that resets the connection may have destroyed it)."""
+        sock = self._sock
+        try:
+            while sock is not None and select.select([sock], [], [], 0)[0]:
+                data = sock.recv(_READ_BYTES)
+                if not data:
+                    break
+                self._append(data)
+                while (frame := self._take()) is not None:
+                    self._handle(frame)  # an ERROR raises, naming the broker's reason
+        except OSError:
+            return
 
     def _recv(self) -> bytes:
         try:

@@ -225,3 +225,34 @@ def test_first_delivery_says_redelivered_false_in_every_version(broker, stomp_cl
         (frame,) = client.wait_for(1)
         assert frame.headers.get("redelivered") == "false", (version, frame.headers)
         client.disconnect()
+
+
+def test_a_producer_still_sending_after_its_error_reads_the_error_frame(broker, queue_name):
+    """The broker shuts its side after an ERROR and drops what the peer still sends; closing
+    with those frames unread would answer them with a reset, and the peer's kernel may then
+    throw the unread ERROR frame away (the client sees only ECONNRESET)."""
+    import socket
+    import time
+
+    sock = socket.create_connection(("127.0.0.1", broker.stomp_port), timeout=10)
+    try:
+        sock.sendall(encode_frame("CONNECT", {"accept-version": "1.2", "host": "x"}))
+        assert sock.recv(4096).startswith(b"CONNECTED")
+        send = encode_frame("SEND", {"destination": f"/queue/{queue_name}"}, "x" * 4000)
+        sock.sendall(b"BOGUS\n\n\x00")
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # a pipelining producer has not read the ERROR yet
+            sock.sendall(send * 16)  # (was: EPIPE or ECONNRESET once the broker had closed)
+        received = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+        assert received.startswith(b"ERROR"), received[:200]
+        assert b"unknown command" in received
+    finally:
+        sock.close()

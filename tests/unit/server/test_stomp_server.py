@@ -29,6 +29,7 @@ class FakeTransport:
         self.buffered = 0  # what get_write_buffer_size reports
         self.aborted = False
         self.closed = False
+        self.eof = False  # write_eof: our side shut, the peer's still read
         self.reading = True
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -48,6 +49,12 @@ class FakeTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def abort(self) -> None:
         self.aborted = True
@@ -140,11 +147,27 @@ def test_a_session_waiting_for_memory_is_not_timed_out(connect: Callable[[str], 
 def test_a_close_that_does_not_complete_is_aborted_after_the_grace(connect: Callable[[str], Shell]) -> None:
     shell, transport, _peer, loop = connect("0,0")
     shell.close()
-    assert transport.closed and not transport.aborted
+    assert transport.eof and not transport.aborted
     loop.advance(CLOSE_GRACE - 0.01)
     assert not transport.aborted
     loop.advance(0.02)
     assert transport.aborted
+
+
+def test_a_closing_connection_shuts_its_side_and_drops_what_the_peer_still_sends(
+    connect: Callable[[str], Shell],
+) -> None:
+    """Closing with the peer's pipelined frames unread would answer them with a reset, which
+    can destroy the ERROR frame in the peer's socket before it is read."""
+    shell, transport, _peer, _loop = connect("0,0")
+    shell.pause_reading()  # (the session had stopped reading: the peer's frames are read again)
+    assert not transport.reading
+    shell.close()
+    assert transport.eof and not transport.closed and transport.reading
+    written = bytes(transport.written)
+    shell.data_received(b"SEND\ndestination:/queue/a\n\nx\x00")
+    shell.write(b"\n")  # nothing more goes out after the FIN
+    assert bytes(transport.written) == written
 
 
 def test_the_server_sends_heart_beats_when_it_has_nothing_else_to_write(
