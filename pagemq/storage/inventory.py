@@ -285,7 +285,11 @@ def _read_paging(state: DataState, cursors: _Cursors, fileio: FileIO) -> None:
             state.problem(folder, None, f"page folder without a readable {ADDRESS_FILE} ({exc}); not read")
             continue
         found = state.addresses.get(name)
-        if found is None:
+        if found is None and not any(p.name.endswith(PAGE_SUFFIX) for p in folder.iterdir()):
+            # What deleting an address that paged leaves (docs/http-api.md): nothing lost.
+            state.note(folder, None, f"empty page folder of address {name!r}, which the journal "
+                       "does not know (deleted): the broker keeps it for the name's return")
+        elif found is None:
             state.problem(folder, None, f"page folder of address {name!r}, which the journal does not "
                           "know: the broker keeps it but never reads it")
         address = found if found is not None else AddressState(name, "?")

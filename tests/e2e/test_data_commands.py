@@ -137,3 +137,22 @@ def test_python_dash_m_pagemq_is_the_same_program(tmp_path):
     usage = subprocess.run([sys.executable, "-m", "pagemq", "--help"], capture_output=True, text=True,
                            timeout=30, check=False)
     assert usage.returncode == 0 and "serve" in usage.stdout and "data" in usage.stdout
+
+
+def test_data_check_calls_the_page_folder_a_deleted_address_leaves_sound(start_broker, stomp_client):
+    """Deleting an address that paged keeps its (emptied) page folder, as docs/http-api.md
+    says: a note, not a problem."""
+    from admin_http import call
+
+    paged = unique("gone")
+    proc = start_broker(_config(paged))
+    producer = stomp_client(proc)
+    for n in range(20):
+        producer.send(f"/queue/{paged}", f"m{n}" + "x" * 2000, headers={"persistent": "true"}, receipt=True)
+    assert proc.address(paged)["paging"]
+    assert call(proc, "DELETE", f"/api/addresses/{paged}")[0] == 200
+    proc.stop()
+    result = run_cli("data", "check", "--data-dir", str(proc.data_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("note") and paged in line for line in lines), result.stdout
