@@ -139,7 +139,7 @@ class DuplicateIds:
         remembered = Remembered(list(groups.values()),
                                 [(group, group.gone, group.live) for group in evicted.values()])
         self._unsettled.append(remembered)
-        records = [DuplicateIdRecord(group.record_id, address, tuple(dup_ids))
+        records = [DuplicateIdRecord(group.record_id, address, tuple(dup_ids), cache_size=sizes[address])
                    for address, dup_ids, group in remembered.groups if group.record_id]
         return records, remembered
 
@@ -202,13 +202,18 @@ class DuplicateIds:
 
     def recover(self, records: Iterable[DuplicateIdRecord]) -> list[int]:
         """Rebuild the caches from the journal's records, oldest first, less each record's
-        ids gone. Returns the records none of whose ids is left (an `id-cache-size` lowered,
+        ids gone, each record's ids pushing out the oldest past the smaller of the
+        `id-cache-size` it was written with and today's (so what a durable record pushed out
+        stays out even when the update saying so was lost in a crash, and a larger size
+        today brings nothing back). Returns the records none of whose ids is left (an `id-cache-size` lowered,
         or 0), to delete once the journal runs (`Recovery.forget_stale`, which also calls
         `write_recovered`): it does not yet, here."""
         touched: dict[int, _Group] = {}
         dropped: list[int] = []
         for record in records:
             size = self.cache_size(record.address)
+            if record.cache_size:  # the ids it pushed out then stay out, noted gone or not
+                size = min(size, record.cache_size)
             group = _Group(record.record_id, record.gone)
             if size > 0:
                 for dup_id in record.dup_ids[record.gone:]:

@@ -92,6 +92,9 @@ class DuplicateIdRecord:
     address: str
     dup_ids: tuple[str, ...]
     gone: int = 0  # how many of the first ids have left the cache (updates of the record)
+    # The address's id-cache-size when it was written (0: unknown, a type-9 record): start-up
+    # replays the records with it, so ids pushed out then by later durable ones stay out.
+    cache_size: int = 0
 
 
 @dataclass(slots=True)

@@ -142,7 +142,7 @@ def _page_tx_payload(record: PageTxCommit) -> bytes:
 def _duplicate_ids_payload(record: DuplicateIdRecord) -> bytes:
     encoded = [dup_id.encode("utf-8", "surrogatepass") for dup_id in record.dup_ids]
     count = len(encoded)
-    lengths = struct.pack(f"<I{count}I", count, *map(len, encoded))
+    lengths = struct.pack(f"<II{count}I", record.cache_size, count, *map(len, encoded))
     return b"".join((_address_field(record.address), lengths, *encoded))
 
 
@@ -158,9 +158,9 @@ def decode_duplicate_ids(record_id: int, type: int, payload: bytes,
     if type == RecordType.DUPLICATE_ID:
         dup_id = payload[start:].decode("utf-8", "surrogatepass")
         return DuplicateIdRecord(record_id, address, (dup_id,), gone)
-    (count,) = _U32.unpack_from(payload, start)
-    lengths = struct.unpack_from(f"<{count}I", payload, start + _U32.size)
-    offset = start + _U32.size * (count + 1)
+    cache_size, count = _U32.unpack_from(payload, start)[0], _U32.unpack_from(payload, start + 4)[0]
+    lengths = struct.unpack_from(f"<{count}I", payload, start + 2 * _U32.size)
+    offset = start + _U32.size * (count + 2)
     if offset + sum(lengths) != len(payload):
         raise CodecError(f"duplicate-ids record {record_id}: {count} ids of {sum(lengths)} bytes "
                          f"do not fill {len(payload) - offset} bytes")
@@ -168,7 +168,7 @@ def decode_duplicate_ids(record_id: int, type: int, payload: bytes,
     for size in lengths:
         dup_ids.append(payload[offset:offset + size].decode("utf-8", "surrogatepass"))
         offset += size
-    return DuplicateIdRecord(record_id, address, tuple(dup_ids), gone)
+    return DuplicateIdRecord(record_id, address, tuple(dup_ids), gone, cache_size)
 
 
 def _cursor_acks_payload(record: CursorAck) -> bytes:

@@ -140,3 +140,14 @@ def test_dropping_an_address_deletes_each_of_its_records_once() -> None:
     (second,), _ = duplicates.remember_all(sends("a", "3"))
     duplicates.drop_address("a")
     assert sorted(store.deleted) == [first.record_id, second.record_id]
+
+
+def test_ids_a_durable_record_pushed_out_stay_out_when_the_update_saying_so_was_lost() -> None:
+    """A kill -9 just after a2's write: the update dropping a1 never reached the disk. A
+    larger id-cache-size at the restart must not bring a1 back: the records are replayed
+    with the size they were written with."""
+    duplicates, _store = caches(size=5)
+    stale = duplicates.recover([DuplicateIdRecord(1, "a", ("a1",), cache_size=1),
+                                DuplicateIdRecord(2, "a", ("a2",), cache_size=1)])
+    assert stale == [1]
+    assert not duplicates.seen("a", "a1")[0] and duplicates.seen("a", "a2")[0]

@@ -113,13 +113,13 @@ def test_a_commits_duplicate_ids_are_one_record_read_back_in_order(tmp_path: Pat
         store = JournalMessageStore(tmp_path, file_size=1 << 20)
         store.load()
         store.start(asyncio.get_running_loop())
-        await store.transaction([DuplicateIdRecord(40, "orders", ids)], sync=True)
+        await store.transaction([DuplicateIdRecord(40, "orders", ids, cache_size=7)], sync=True)
         store.add_duplicate_id(DuplicateIdRecord(41, "orders", ("last",)))
         await store.close()
 
     asyncio.run(body())
     recovered = JournalMessageStore(tmp_path, file_size=1 << 20).load()
-    assert recovered.duplicate_ids == [DuplicateIdRecord(40, "orders", ids),
+    assert recovered.duplicate_ids == [DuplicateIdRecord(40, "orders", ids, cache_size=7),
                                        DuplicateIdRecord(41, "orders", ("last",))]
 
 
@@ -130,7 +130,7 @@ def test_single_duplicate_id_records_of_earlier_versions_are_still_read(tmp_path
 
 
 def test_a_duplicate_ids_record_whose_ids_do_not_fill_it_is_refused_by_name(tmp_path: Path) -> None:
-    payload = struct.pack("<H", 1) + b"a" + struct.pack("<III", 2, 3, 3) + b"abcdefg"
+    payload = struct.pack("<H", 1) + b"a" + struct.pack("<IIII", 20000, 2, 3, 3) + b"abcdefg"
     write(tmp_path, (60, RecordType.DUPLICATE_IDS, payload))
     with pytest.raises(CodecError, match="duplicate-ids record 60: 2 ids of 6 bytes do not fill 7 bytes"):
         JournalMessageStore(tmp_path, file_size=1 << 20).load()
