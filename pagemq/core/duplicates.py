@@ -205,9 +205,9 @@ class DuplicateIds:
         ids gone, each record's ids pushing out the oldest past the smaller of the
         `id-cache-size` it was written with and today's (so what a durable record pushed out
         stays out even when the update saying so was lost in a crash, and a larger size
-        today brings nothing back). Returns the records none of whose ids is left (an `id-cache-size` lowered,
-        or 0), to delete once the journal runs (`Recovery.forget_stale`, which also calls
-        `write_recovered`): it does not yet, here."""
+        today brings nothing back). Returns the records none of whose ids is left (an
+        `id-cache-size` lowered, or 0), to delete once the journal runs
+        (`Recovery.forget_stale`, which also calls `write_recovered`): not yet, here."""
         touched: dict[int, _Group] = {}
         dropped: list[int] = []
         for record in records:
@@ -271,38 +271,28 @@ class DuplicateIds:
             evicted[id(oldest)] = oldest
 
     def _write_gone(self, group: _Group, gone: int) -> None:
-        """Note in the group's record that its first `gone` ids have left the cache, once
-        the record is written (and not at all if that write failed)."""
-        if not group.record_id or gone <= group.gone_written:
-            return
-        pending = group.pending
-        if pending is not None and not pending.done():
-            pending.add_done_callback(
-                lambda result: None if failure(result) else self._write_gone(group, gone))
-            return
-        if failure(pending) is not None:
-            return
-        group.gone_written = gone
-        self.store.duplicate_ids_gone(group.record_id, gone)
+        """Note in the group's record that its first `gone` ids have left the cache."""
+
+        def write() -> None:
+            if group.record_id and gone > group.gone_written:
+                group.gone_written = gone
+                self.store.duplicate_ids_gone(group.record_id, gone)
+
+        if group.record_id and gone > group.gone_written:
+            _once_written(group.pending, write)
 
     def _drop_record(self, group: _Group) -> None:
-        """Delete a group's journal record; one whose write is still under way (a paged
-        COMMIT writes its id record once its page files are written) is deleted once that
-        write is done, and not at all if it failed (`_forget_failed` sees to it): deleting
-        it now would name a record the journal does not have yet."""
+        """Delete a group's journal record (`_forget_failed` sees to one whose write failed)."""
         record_id, group.record_id = group.record_id, 0
-        if not record_id:
-            return
-        pending = group.pending
-        if pending is None:
-            self.store.delete_record(record_id)
-            return
+        if record_id:
+            _once_written(group.pending, lambda: self.store.delete_record(record_id))
 
-        def written(result: asyncio.Future[None]) -> None:
-            if failure(result) is None:
-                self.store.delete_record(record_id)
 
-        if pending.done():
-            written(pending)
-        else:
-            pending.add_done_callback(written)
+def _once_written(pending: asyncio.Future[None] | None, action: Callable[[], None]) -> None:
+    """Run `action` on a group's record once its write is done, and not at all if it failed:
+    a paged COMMIT writes its id record only once its page files are written, and changing
+    the record before would name one the journal does not have yet."""
+    if pending is None or (pending.done() and failure(pending) is None):
+        action()
+    elif not pending.done():
+        pending.add_done_callback(lambda result: None if failure(result) else action())
