@@ -276,14 +276,17 @@ class FrameParser:
     def _escaped_headers(self, lines: list[str]) -> dict[str, str]:
         version = self.version
         headers: dict[str, str] = {}
-        for index in range(1, len(lines)):
-            line = lines[index]
+        for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon:
                 raise _no_colon(line)
-            if "\\" in line:
+            if "\\" in value:
+                # Mostly `\c` alone (a colon in a URL, a time, an id): one replace. A backslash
+                # left after it belongs to another sequence, which unescape sorts out.
+                unescaped = value.replace("\\c", ":")
+                value = unescape(value, version) if "\\" in unescaped else unescaped
+            if "\\" in name:
                 name = unescape(name, version)
-                value = unescape(value, version)
             if name not in headers:
                 headers[name] = value
         return headers

@@ -219,3 +219,19 @@ def test_unescape_reads_every_backslash_sequence_as_the_spec_does(version, text)
             unescape(text, version)
     else:
         assert unescape(text, version) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(version=st.sampled_from(["1.1", "1.2"]),
+       name=st.text(alphabet=st.sampled_from(["\\", "c", "n", "a"]), min_size=1, max_size=6),
+       value=st.text(alphabet=st.sampled_from(["\\", "c", "n", "r", "t", ":", "a"]), max_size=12))
+def test_parser_reads_escaped_header_lines_as_the_spec_does(version, name, value):
+    parser = FrameParser()
+    parser.version = version
+    parser.append(f"SEND\n{name}:{value}\n\n\x00".encode())
+    expected_name, expected_value = _unescape_by_spec(name, version), _unescape_by_spec(value, version)
+    if expected_name is None or expected_value is None:
+        with pytest.raises(FrameError, match="invalid escape sequence"):
+            parser.next_frame()
+    else:
+        assert parser.next_frame().headers == {expected_name: expected_value}
