@@ -63,8 +63,13 @@ class NullTransport:
             if not session.writable and not session.replies_backlogged:
                 session.set_writable(True)
 
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
+    paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
     def close(self) -> None: ...
 
 
@@ -115,8 +120,18 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
         ]
     cpu, wall, loop_cpu = time.process_time(), time.perf_counter(), time.thread_time()
     for chunk in chunks:
-        session.receive(chunk)
-        await asyncio.sleep(0)
+        if not transaction:
+            session.receive(chunk)
+            await asyncio.sleep(0)
+            continue
+        # The sink's socket: reads of up to READ bytes, none while the session paused
+        # reading (a whole run fed at once would grow the parser's buffer to the run's size).
+        for at in range(0, len(chunk), READ):
+            while transport.paused:
+                transport.flush()
+                await asyncio.sleep(0.0002)
+            session.receive(chunk[at:at + READ])
+            await asyncio.sleep(0)
     while session.buffered_bytes():  # frames held for receipts or deferred: carried out yet
         transport.flush()
         # Not sleep(0): frames held behind a COMMIT wait for its page fsync (another
@@ -138,6 +153,7 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
     await store.close()
 
 
+READ = 64 << 10  # bytes a socket read hands the session (--transaction)
 DUPL_IDS = True  # --no-dupl-ids: the sink's transactions without the ids
 
 

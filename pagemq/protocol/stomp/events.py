@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pagemq.protocol.errors import RemoteProtocolError
 
@@ -49,9 +50,11 @@ class Connect:
     headers: dict[str, str]
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
-    """`headers` is every frame header but receipt, transaction and content-length."""
+class Send(NamedTuple):
+    """`headers` is every frame header but receipt, transaction and content-length.
+
+    Immutable as the other events, but a named tuple rather than a frozen dataclass: that
+    sets each field through `object.__setattr__`, 0.6 µs more for every SEND parsed."""
 
     destination: str
     headers: dict[str, str]
