@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import math
 import time
 import urllib.error
 import urllib.parse
@@ -126,6 +125,9 @@ def _broker_url(part: str) -> str:
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise PagemqOptionError("url", f"{part.strip()!r} is not a broker's HTTP endpoint (http://HOST:PORT)")
+    if parsed.path or parsed.query or parsed.fragment:
+        raise PagemqOptionError("url", f"{part.strip()!r}: give the broker's HTTP endpoint alone, "
+                                       "http://HOST:PORT, without a path (the reader adds /api/...)")
     return url
 
 
@@ -258,6 +260,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._slices: dict[tuple[str, int, int], list[list[int]]] = {}
         # Trigger.AvailableNow: the latest offsets when the query started; never read past
         self._target: Offset | None = None
+        self._turns = 0  # batches planned under a limit: whose turn the limit's remainder is
+        self._missing: set[str] = set()  # brokers whose queue is gone, warned of once
 
     def prepareForTriggerAvailableNow(self) -> None:
         target: Offset = {}
@@ -281,28 +285,56 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         is committed: Spark plans the next batch only after that)."""
         start_offset = self._checked(start)
         self._acknowledge(start_offset)
-        per_broker = None
-        if isinstance(limit, ReadMaxRows):
-            per_broker = max(1, math.ceil(limit.max_rows / len(self.options.urls)))
-        elif not isinstance(limit, ReadAllAvailable):
-            log.warning("pagemq stream: read limit %r not supported: reading all available", limit)
+        urls = sorted(self.options.urls)
         end: Offset = {}
         latest: Offset = {}
+        taken: dict[str, int] = {}
         self._slices.clear()
-        for url in sorted(self.options.urls):
-            after = start_offset[url]
-            figures = self._offsets(url, after=after, limit=per_broker)
-            if figures is None:
-                end[url] = latest[url] = after
-                continue
-            end[url] = max(after, int(figures["end"]))
-            latest[url] = max(after, int(figures["latest"]))
-            if self._target is not None:
-                end[url] = max(after, min(end[url], self._target.get(url, after)))
-            if "splits" in figures:
-                self._slices[(url, after, end[url])] = figures["splits"]
+        if not isinstance(limit, ReadMaxRows):
+            if not isinstance(limit, ReadAllAvailable):
+                log.warning("pagemq stream: read limit %r not supported: reading all available", limit)
+            for url in urls:
+                self._plan(url, start_offset[url], None, end, latest, taken)
+            self._latest = latest
+            return end
+        # The batch's limit split between the brokers (who gets the remainder rotates), then
+        # what a broker with fewer messages left unused offered to those that filled theirs:
+        # the batch never holds more than the limit, and no broker waits while another has more.
+        self._turns += 1
+        order = urls[self._turns % len(urls):] + urls[:self._turns % len(urls)]
+        share, remainder = divmod(limit.max_rows, len(urls))
+        shares = {url: share + (1 if index < remainder else 0) for index, url in enumerate(order)}
+        for url in urls:
+            self._plan(url, start_offset[url], shares[url], end, latest, taken)
+        for url in order:
+            left = limit.max_rows - sum(taken.values())
+            if left <= 0:
+                break
+            if taken[url] >= shares[url] and end[url] < latest[url]:
+                self._plan(url, start_offset[url], taken[url] + left, end, latest, taken)
         self._latest = latest
         return end
+
+    def _plan(self, url: str, after: int, most: int | None, end: Offset, latest: Offset,
+              taken: dict[str, int]) -> None:
+        """One broker's part of the next batch: at most `most` messages after `after` (None:
+        all there are, 0: none), into `end`, `latest` and `taken` (how many it holds)."""
+        figures = self._offsets(url, after=after if most != 0 else None, limit=most or None)
+        if figures is None:
+            end[url] = latest[url] = after
+            taken[url] = 0
+            return
+        latest[url] = max(after, int(figures["latest"]))
+        if most == 0:
+            end[url] = after
+            taken[url] = 0
+            return
+        end[url] = max(after, int(figures["end"]))
+        if self._target is not None:
+            end[url] = max(after, min(end[url], self._target.get(url, after)))
+        taken[url] = max(0, int(figures.get("messages", 0)))
+        if "splits" in figures:
+            self._slices[(url, after, end[url])] = figures["splits"]
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_messages
@@ -314,19 +346,31 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _offsets(self, url: str, *, after: int | None = None, limit: int | None = None) -> Any:
         options = self.options
         try:
-            return _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
-                         params={"reader": options.reader, "after": after, "max": limit,
-                                 "size": options.partition_size if limit is not None else None},
-                         auth=options.auth)
+            figures = _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
+                            params={"reader": options.reader, "after": after, "max": limit,
+                                    "size": options.partition_size if limit is not None else None},
+                            auth=options.auth)
         except BrokerStreamError as exc:
-            return self._lost(exc)
+            return self._lost(url, exc)
+        self._found(url)
+        return figures
 
-    def _lost(self, exc: BrokerStreamError) -> None:
-        """The queue is gone from a broker (deleted, unsubscribed): messages may be lost."""
+    def _lost(self, url: str, exc: BrokerStreamError) -> None:
+        """The queue is gone from a broker (deleted, unsubscribed): messages may be lost.
+        Said once (not at every trigger) until the queue is back."""
         if self.options.fail_on_data_loss or "HTTP 404" not in str(exc):
             raise exc
-        log.warning("pagemq stream: %s; reading nothing from there (failOnDataLoss=false)", exc)
+        if url not in self._missing:
+            self._missing.add(url)
+            log.warning("pagemq stream: %s; reading nothing from there until it is back "
+                        "(failOnDataLoss=false)", exc)
         return None
+
+    def _found(self, url: str) -> None:
+        if url in self._missing:
+            self._missing.discard(url)
+            log.warning("pagemq stream: queue %r is back on broker %s; reading it again",
+                        self.options.queue_name, url)
 
     def _checked(self, offset: dict[str, Any]) -> Offset:
         """An offset from Spark's checkpoint, per broker of the `url` option (a broker added
@@ -359,7 +403,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                              params={"after": after, "upto": upto, "size": options.partition_size},
                              auth=options.auth)
             except BrokerStreamError as exc:
-                self._lost(exc)
+                self._lost(url, exc)
                 continue
             parts += [RangePartition(url, low, high, page) for low, high, page in plan["splits"]]
         return parts
@@ -375,7 +419,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             response = _patient(partition.url, f"/api/streams/{_quoted(options.queue_name)}/read",
                                 options.timeout, params=params, auth=options.auth)
         except BrokerStreamError as exc:
-            self._lost(exc)
+            self._lost(partition.url, exc)
             return
         with response:
             stream = pa.ipc.open_stream(response)
@@ -399,7 +443,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                       {"reader": options.reader, "offset": value, "selector": options.selector},
                       auth=options.auth)
             except BrokerStreamError as exc:
-                self._lost(exc)
+                self._lost(url, exc)
 
     def stop(self) -> None:
         log.info("pagemq stream of %r stopped", self.options.queue_name)

@@ -241,6 +241,68 @@ def test_driver_side_offsets_keep_key_order_and_types_and_available_now_stops_at
         proc.wait_queue(queue_name, messages=50)
 
 
+def _batches(reader: Any, limit: Any, start: dict[str, int], count: int) -> list[list[bytes]]:
+    """Plan and read `count` batches as Spark would (each `latestOffset` acknowledges the
+    batch before it): the bodies of each."""
+    batches = []
+    for _ in range(count):
+        end = reader.latestOffset(start, limit)
+        batches.append([body for part in reader.partitions(start, end) for batch in reader.read(part)
+                        for body in batch.column("body").to_pylist()])
+        start = end
+    return batches
+
+
+@pytest.mark.parametrize(("limit", "first", "second"), [(7, 20, 20), (1, 3, 3), (7, 2, 20)])
+def test_a_batch_over_several_brokers_holds_at_most_the_limit_and_takes_from_each(
+        broker, start_broker, queue_name, limit, first, second):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pagemq.spark.stream import StreamOptions, StreamReader
+
+    other = start_broker()
+    send(broker, f"/queue/{queue_name}", first)
+    send(other, f"/queue/{queue_name}", second, start=first)
+    reader = StreamReader(StreamOptions.parse({"url": f"{http_url(broker)},{http_url(other)}",
+                                               "queue": queue_name, "maxMessagesPerTrigger": str(limit)}))
+    total = first + second
+    batches = _batches(reader, ReadMaxRows(limit), reader.initialOffset(), -(-total // limit) + 1)
+    sizes = [len(batch) for batch in batches]
+    assert max(sizes) <= limit
+    assert sizes[:total // limit] == [limit] * (total // limit)  # full while messages are left
+    assert sorted(body for batch in batches for body in batch) == sorted(
+        f"m{n}".encode() for n in range(total))
+    if limit < 2:  # a limit below the number of brokers: they take turns
+        from_first_broker = [int(batch[0][1:]) < first for batch in batches[:2]]
+        assert sorted(from_first_broker) == [False, True]
+
+
+def test_a_deleted_queue_without_fail_on_data_loss_is_warned_of_once_until_it_is_back(
+        broker, queue_name, caplog):
+    import urllib.request
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pagemq.spark.stream import StreamOptions, StreamReader
+
+    send(broker, f"/queue/{queue_name}", 3)
+    reader = StreamReader(StreamOptions.parse({"url": http_url(broker), "queue": queue_name,
+                                               "failOnDataLoss": "false"}))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    request = urllib.request.Request(f"{http_url(broker)}/api/queues/{queue_name}", method="DELETE")
+    urllib.request.urlopen(request, timeout=10).close()
+    with caplog.at_level("WARNING", logger="pagemq.spark"):
+        for _ in range(5):  # five triggers while the queue is gone
+            assert reader.latestOffset(end, ReadAllAvailable()) == end
+        gone = [r for r in caplog.records if "reading nothing from there" in r.getMessage()]
+        assert len(gone) == 1
+        send(broker, f"/queue/{queue_name}", 2, start=3)  # the queue is made again
+        later = reader.latestOffset(end, ReadAllAvailable())
+        assert later[http_url(broker)] > end[http_url(broker)]
+        assert any("is back" in r.getMessage() for r in caplog.records)
+
+
 def test_durable_subscription_of_an_address_on_two_brokers(spark, broker, start_broker, tmp_path, stopping):
     other = start_broker()
     address = unique("orders")
@@ -266,6 +328,7 @@ def test_durable_subscription_of_an_address_on_two_brokers(spark, broker, start_
     ({"queue": "{queue}", "selector": "color = "}, "selector"),
     ({"queue": "{queue}", "url": "http://127.0.0.1:1"}, "url"),
     ({"queue": "{queue}", "url": "stomp://127.0.0.1:61613"}, "url"),
+    ({"queue": "{queue}", "url": "{url}/api"}, "url"),
     ({"queue": "{queue}", "startingOffsets": "yesterday"}, "startingOffsets"),
     ({"queue": "{queue}", "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
     ({"address": "x"}, "subscription"),
@@ -275,6 +338,6 @@ def test_bad_options_raise_at_load_naming_the_option(spark, broker, queue_name, 
     send(broker, f"/queue/{queue_name}", 1)
     reader = spark.readStream.format("pagemq").option("url", http_url(broker))
     for key, value in options.items():
-        reader = reader.option(key, value.format(queue=queue_name))
+        reader = reader.option(key, value.format(queue=queue_name, url=http_url(broker)))
     with pytest.raises(Exception, match=f"pagemq option '{named}'"):
         reader.load()
