@@ -7,6 +7,7 @@ in (an AnalysisException at `load()`, a failed write) still says which option to
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from pagemq.selector import SelectorError
@@ -61,6 +62,8 @@ def number(options: Mapping[str, str], name: str, default: float, *, minimum: fl
         raise PagemqOptionError(name, f"must be {kind}, not {value!r}") from None
     if not parsed >= minimum:
         raise PagemqOptionError(name, f"must be at least {minimum:g}, not {value!r}")
+    if not math.isfinite(parsed):  # (an int always is) a timeout of inf overflows time_t
+        raise PagemqOptionError(name, f"must be a finite number, not {value!r}")
     return parsed
 
 

@@ -55,6 +55,7 @@ from pagemq.spark.options import selector as option_selector
 from pagemq.spark.page_decode import MESSAGE_ID, ORDINAL, Located, build_batch, locate
 from pagemq.storage.paging.page_files import PageFileInfo, address_folder, list_page_files, read_page_bytes
 from pagemq.storage.paging.page_format import FILE_HEADER, FrameDamage, folder_name
+from pagemq.storage.records import FILE_SUFFIX as JOURNAL_FILE_SUFFIX
 
 __all__ = ["FileTask", "PageDamageError", "ScanOptions", "ScanPlan", "plan_scan", "read_file"]
 
@@ -90,6 +91,7 @@ class ScanOptions:
             raise PagemqOptionError("path", f"{path} is not a directory")
         paging = Path(text(options, "pagingDirectory") or data / "paging")
         journal = Path(text(options, "journalDirectory") or data / "journal")
+        _check_journal(journal, given=text(options, "journalDirectory") is not None)
         archive = data / "archive"
         include_archived = flag(options, "includeArchived", True)
         selector = option_selector(options)
@@ -107,6 +109,19 @@ class ScanOptions:
 
     def archive_folder(self) -> Path | None:
         return address_folder(self.archive_directory, self.address) if self.include_archived else None
+
+
+def _check_journal(journal: Path, *, given: bool) -> None:
+    """The journal must be there: it says which paged transactions committed and names the
+    queues, and without it a committed transaction's rows would be left out unseen."""
+    where = "journalDirectory" if given else "path"
+    if not journal.is_dir():
+        raise PagemqOptionError(where, f"no journal directory {journal} (the broker's journal says which "
+                                       "paged transactions committed; give journalDirectory if the "
+                                       "broker's journal-directory is elsewhere)")
+    if not any(name.endswith(JOURNAL_FILE_SUFFIX) for name in os.listdir(journal)):
+        raise PagemqOptionError(where, f"no journal files (*{JOURNAL_FILE_SUFFIX}) in {journal}: not a "
+                                       "broker's journal directory")
 
 
 @dataclass(frozen=True, slots=True)

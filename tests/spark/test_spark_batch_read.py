@@ -237,6 +237,8 @@ def test_transactional_batches_count_only_once_their_commit_record_is_in_the_jou
     first, second = unique("tx-a"), unique("tx-b")
     client = stomp_client(broker)
     before = send_all(client, f"/queue/{first}", numbered("plain", 3), size=SIZE)
+    journal_before_commit = tmp_path / "journal-before"
+    shutil.copytree(broker.data_dir / "journal", journal_before_commit)
     client.begin("t1")
     in_tx = {"transaction": "t1", "persistent": "true"}
     for name in numbered("tx", 4):  # one COMMIT paging to two addresses: TX_BATCH frames
@@ -248,10 +250,27 @@ def test_transactional_batches_count_only_once_their_commit_record_is_in_the_jou
     committed = [label_of(row) for row in read(spark, broker, first).collect()]
     assert committed == before + numbered("tx", 4) + after
 
-    # The same page files with no journal: no commit record, so the batch is left out.
+    # The same page files with the journal as it was before the COMMIT (as after a crash
+    # between the page write and the commit record): no commit record, the batch is left out.
     copy = _copy_data(broker, tmp_path, journal=False)
-    rows = (spark.read.format("pagemq").option("path", str(copy)).option("address", first).load().collect())
+    rows = (spark.read.format("pagemq").option("path", str(copy)).option("address", first)
+            .option("journalDirectory", str(journal_before_commit)).load().collect())
     assert [label_of(row) for row in rows] == before + after
+
+
+@pytest.mark.parametrize("journal", ["missing", "empty"])
+def test_a_read_without_the_journal_fails_naming_the_option_rather_than_leaving_rows_out(
+        spark, broker, stomp_client, tmp_path, journal):
+    address = unique("no-journal")
+    send_all(stomp_client(broker), f"/queue/{address}", numbered("m", 3), size=SIZE)
+    copy = _copy_data(broker, tmp_path, journal=False)
+    reader = spark.read.format("pagemq").option("path", str(copy)).option("address", address)
+    named = "path"
+    if journal == "empty":  # a directory that holds no journal files
+        (tmp_path / "elsewhere").mkdir()
+        reader, named = reader.option("journalDirectory", str(tmp_path / "elsewhere")), "journalDirectory"
+    with pytest.raises(Exception, match=f"pagemq option '{named}': no journal"):
+        reader.load()
 
 
 def test_a_damaged_frame_fails_the_read_naming_the_file_unless_failondataloss_is_false(

@@ -142,6 +142,8 @@ def test_an_unreachable_broker_fails_the_write(spark):
     ({"url": "URL"}, "body string", "pagemq option 'address'"),
     ({"url": "URL", "address": "q", "destination": "/queue/q"}, "body string", "pagemq option 'destination'"),
     ({"url": "URL", "address": "q", "receiptWindow": "0"}, "body string", "pagemq option 'receiptWindow'"),
+    ({"url": "URL", "address": "q", "receiptTimeout": "inf"}, "body string",
+     "pagemq option 'receiptTimeout'"),
     ({"url": "URL", "address": "q"}, "value string", "'body' column"),
     ({"url": "URL", "address": "q"}, "body string, headers map<string,int>", "'headers' column"),
 ])
@@ -150,6 +152,12 @@ def test_bad_sink_options_fail_the_save_naming_them(spark, broker, options, colu
     df = spark.createDataFrame([], columns)
     with pytest.raises(Exception, match=re.escape(problem)):
         df.write.format("pagemq").options(**values).mode("append").save()
+
+
+def test_save_mode_overwrite_is_refused_as_messages_can_only_be_appended(spark, broker):
+    df = spark.createDataFrame([("x",)], "body string")
+    with pytest.raises(Exception, match="save mode overwrite is not supported"):
+        df.write.format("pagemq").option("url", url(broker)).option("address", "q").mode("overwrite").save()
 
 
 def test_write_stream_stamps_the_query_and_batch_ids(spark, broker, stomp_client, tmp_path: Path):
