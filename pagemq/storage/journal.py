@@ -589,14 +589,14 @@ class Journal:
         self.write_gathered()
         self._check_transaction(ops)
         seq = self._next_seq
-        record = rec.TransactionRecord(seq, tuple(
-            rec.TxOp(OpKind(kind), id, type if kind != OpKind.DELETE else 0,
-                     payload if kind != OpKind.DELETE else b"")
-            for kind, id, type, payload in ops))
-        data = record.encode()
+        data, payload_offsets = rec.encode_transaction(seq, ops)
         file, offset = self._place(len(data))
-        for i, (op, rel) in enumerate(zip(record.ops, record.payload_offsets(), strict=True)):
-            self._apply(file, seq + i, op.kind, op.id, op.type, offset + rel, len(op.payload))
+        apply = self._apply
+        for i, ((kind, id, type, payload), rel) in enumerate(zip(ops, payload_offsets, strict=True)):
+            if kind == OpKind.DELETE:
+                apply(file, seq + i, kind, id, 0, offset + rel, 0)
+            else:
+                apply(file, seq + i, kind, id, type, offset + rel, len(payload))
         return self._append(file, data, seq + len(ops) - 1, sync)
 
     def _check_transaction(self, ops: Sequence[Op]) -> None:

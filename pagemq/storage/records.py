@@ -219,22 +219,11 @@ class TransactionRecord:
     ops: tuple[TxOp, ...]
 
     def encode(self) -> bytes:
-        parts = [COUNT.pack(len(self.ops))]
-        for op in self.ops:
-            check_fields(op.id, op.type)
-            parts.append(OP_HEADER.pack(op.kind, op.id, op.type, len(op.payload)))
-            parts.append(op.payload)
-        return _frame(RecordKind.TRANSACTION, self.seq, 0, 0, b"".join(parts))
+        return encode_transaction(self.seq, [(op.kind, op.id, op.type, op.payload) for op in self.ops])[0]
 
     def payload_offsets(self) -> list[int]:
         """Where each op's payload starts, relative to the record's first byte."""
-        offsets = []
-        position = RECORD_HEADER.size + COUNT.size
-        for op in self.ops:
-            position += OP_HEADER.size
-            offsets.append(position)
-            position += len(op.payload)
-        return offsets
+        return encode_transaction(self.seq, [(op.kind, op.id, op.type, op.payload) for op in self.ops])[1]
 
     @staticmethod
     def decode_ops(payload: bytes, offset: int) -> tuple[TxOp, ...]:
@@ -255,6 +244,31 @@ class TransactionRecord:
         if position != len(payload):
             raise CorruptRecord("transaction payload has trailing bytes", offset)
         return tuple(ops)
+
+
+def encode_transaction(seq: int, ops: Sequence[tuple[int, int, int, bytes]]) -> tuple[bytes, list[int]]:
+    """A TRANSACTION record of (kind, id, type, payload) ops (a DELETE's type and payload are
+    written as 0 and empty), and where each op's payload starts in it: what
+    `TransactionRecord(...).encode()` makes, without a `TxOp` per op (a COMMIT of 1,000
+    held messages writes 1,000 ops and more). ValueError for a bad kind, id or type."""
+    parts = [COUNT.pack(len(ops))]
+    offsets = []
+    position = RECORD_HEADER.size + COUNT.size
+    pack = OP_HEADER.pack
+    header = OP_HEADER.size
+    for kind, id, type, payload in ops:
+        if kind == _DELETE:
+            type, payload = 0, b""
+        elif kind not in _OP_KINDS:
+            raise ValueError(f"op kind {kind!r} is not ADD, UPDATE or DELETE")
+        if not (0 <= id <= MAX_ID and 0 <= type <= MAX_TYPE):
+            check_fields(id, type)
+        parts.append(pack(kind, id, type, len(payload)))
+        parts.append(payload)
+        position += header
+        offsets.append(position)
+        position += len(payload)
+    return _frame(RecordKind.TRANSACTION, seq, 0, 0, b"".join(parts)), offsets
 
 
 def encode_deletes(seq: int, ids: Sequence[int]) -> bytes:
@@ -289,6 +303,7 @@ class CompactedRecord:
 
 Record = AddRecord | UpdateRecord | DeleteRecord | TransactionRecord | CompactedRecord
 _OP_KINDS = frozenset(int(k) for k in OpKind)
+_DELETE = int(OpKind.DELETE)
 _KINDS = frozenset(int(k) for k in RecordKind)
 _DATA_KINDS = _OP_KINDS | {int(RecordKind.TRANSACTION)}
 _SEQ_PROBE_WINDOW = 1 << 40
