@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pagemq.selector import SelectorError
 from pagemq.selector import compile as compile_selector
 
-__all__ = ["PagemqOptionError", "flag", "number", "required", "selector", "text"]
+__all__ = ["MAX_TIMEOUT", "PagemqOptionError", "flag", "number", "required", "selector", "text"]
 
 
 class PagemqOptionError(ValueError):
@@ -49,9 +49,14 @@ def flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     return lowered == "true"
 
 
+# Seconds a timeout option may give: a socket timeout overflows the platform's time_t
+# above ~1e9 s, and no wait of a broker's answer is meant to outlast days.
+MAX_TIMEOUT = 1_000_000.0
+
+
 def number(options: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0,
-           integer: bool = False) -> float:
-    """A number at least `minimum` (an int when `integer`)."""
+           maximum: float | None = None, integer: bool = False) -> float:
+    """A number at least `minimum` and at most `maximum` (an int when `integer`)."""
     value = text(options, name)
     if value is None:
         return default
@@ -64,6 +69,8 @@ def number(options: Mapping[str, str], name: str, default: float, *, minimum: fl
         raise PagemqOptionError(name, f"must be at least {minimum:g}, not {value!r}")
     if not math.isfinite(parsed):  # (an int always is) a timeout of inf overflows time_t
         raise PagemqOptionError(name, f"must be a finite number, not {value!r}")
+    if maximum is not None and parsed > maximum:
+        raise PagemqOptionError(name, f"must be at most {maximum:,g}, not {value!r}")
     return parsed
 
 

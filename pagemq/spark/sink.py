@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
-from pagemq.spark.options import PagemqOptionError, flag, number, required, text
+from pagemq.spark.options import MAX_TIMEOUT, PagemqOptionError, flag, number, required, text
 from pagemq.spark.send_frames import OWN_HEADERS, SendTemplate, body_column, encode_sends, split_rows
 from pagemq.spark.stomp_sender import StompSender, parse_stomp_url
 
@@ -88,7 +88,7 @@ class SinkOptions:
         return cls(host, port, destination, text(options, "user"), text(options, "password"),
                    flag(options, "persistent", True),
                    int(number(options, "receiptWindow", 4000, minimum=1, integer=True)),
-                   number(options, "receiptTimeout", 30.0, minimum=0.001),
+                   number(options, "receiptTimeout", 30.0, minimum=0.001, maximum=MAX_TIMEOUT),
                    text(options, "jobId"), _check_columns(schema),
                    int(number(options, "transactionSize", 1000, minimum=0, integer=True)))
 

@@ -103,7 +103,7 @@ class PagemqDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:  # as Spark's Kafka sink: a queue's messages cannot be replaced
             raise ValueError("the pagemq sink appends messages to a queue: save mode overwrite is not "
-                             "supported (use mode('append'), the default)")
+                             "supported: use mode('append')")
         return BatchWriter(SinkOptions.parse(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pagemq.spark.options import PagemqOptionError, flag, number, required, text
+from pagemq.spark.options import MAX_TIMEOUT, PagemqOptionError, flag, number, required, text
 from pagemq.spark.options import selector as option_selector
 from pagemq.spark.schema import ARROW_SCHEMA
 
@@ -104,7 +104,7 @@ class StreamOptions:
                    _starting(options, urls), limit, selector, flag(options, "failOnDataLoss", True),
                    flag(options, "includeHeaders", True), text(options, "readerName") or "spark",
                    int(number(options, "partitionSize", 50_000, minimum=1, integer=True)),
-                   number(options, "timeout", 60.0, minimum=0.001),
+                   number(options, "timeout", 60.0, minimum=0.001, maximum=MAX_TIMEOUT),
                    text(options, "user"), options.get("password"))
 
     @property

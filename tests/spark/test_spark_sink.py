@@ -144,6 +144,8 @@ def test_an_unreachable_broker_fails_the_write(spark):
     ({"url": "URL", "address": "q", "receiptWindow": "0"}, "body string", "pagemq option 'receiptWindow'"),
     ({"url": "URL", "address": "q", "receiptTimeout": "inf"}, "body string",
      "pagemq option 'receiptTimeout'"),
+    ({"url": "URL", "address": "q", "receiptTimeout": "1e10"}, "body string",
+     "pagemq option 'receiptTimeout'"),
     ({"url": "URL", "address": "q"}, "value string", "'body' column"),
     ({"url": "URL", "address": "q"}, "body string, headers map<string,int>", "'headers' column"),
 ])

@@ -331,6 +331,7 @@ def test_durable_subscription_of_an_address_on_two_brokers(spark, broker, start_
     ({"queue": "{queue}", "url": "{url}/api"}, "url"),
     ({"queue": "{queue}", "startingOffsets": "yesterday"}, "startingOffsets"),
     ({"queue": "{queue}", "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
+    ({"queue": "{queue}", "timeout": "1e10"}, "timeout"),
     ({"address": "x"}, "subscription"),
     ({}, "queue"),
 ])
