@@ -55,6 +55,7 @@ from pagemq.spark.options import selector as option_selector
 from pagemq.spark.page_decode import MESSAGE_ID, ORDINAL, Located, build_batch, locate
 from pagemq.storage.paging.page_files import PageFileInfo, address_folder, list_page_files, read_page_bytes
 from pagemq.storage.paging.page_format import FILE_HEADER, FrameDamage, folder_name
+from pagemq.storage.records import FILE_HEADER as JOURNAL_FILE_HEADER
 from pagemq.storage.records import FILE_SUFFIX as JOURNAL_FILE_SUFFIX
 
 __all__ = ["FileTask", "PageDamageError", "ScanOptions", "ScanPlan", "plan_scan", "read_file"]
@@ -119,9 +120,19 @@ def _check_journal(journal: Path, *, given: bool) -> None:
         raise PagemqOptionError(where, f"no journal directory {journal} (the broker's journal says which "
                                        "paged transactions committed; give journalDirectory if the "
                                        "broker's journal-directory is elsewhere)")
-    if not any(name.endswith(JOURNAL_FILE_SUFFIX) for name in os.listdir(journal)):
-        raise PagemqOptionError(where, f"no journal files (*{JOURNAL_FILE_SUFFIX}) in {journal}: not a "
-                                       "broker's journal directory")
+    if not any(_holds_records(journal / name) for name in os.listdir(journal)
+               if name.endswith(JOURNAL_FILE_SUFFIX)):
+        raise PagemqOptionError(where, f"no journal records (files *{JOURNAL_FILE_SUFFIX} past their "
+                                       f"header) in {journal}: not a broker's journal directory")
+
+
+def _holds_records(path: Path) -> bool:
+    """A journal file with something past its header (a broker's journal always has some: its
+    address and queue records)."""
+    try:
+        return path.stat().st_size > JOURNAL_FILE_HEADER.size
+    except FileNotFoundError:  # compacted away meanwhile: its records are in a later file
+        return False
 
 
 @dataclass(frozen=True, slots=True)

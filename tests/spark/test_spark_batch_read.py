@@ -258,7 +258,7 @@ def test_transactional_batches_count_only_once_their_commit_record_is_in_the_jou
     assert [label_of(row) for row in rows] == before + after
 
 
-@pytest.mark.parametrize("journal", ["missing", "empty"])
+@pytest.mark.parametrize("journal", ["missing", "empty", "an empty file"])
 def test_a_read_without_the_journal_fails_naming_the_option_rather_than_leaving_rows_out(
         spark, broker, stomp_client, tmp_path, journal):
     address = unique("no-journal")
@@ -266,8 +266,10 @@ def test_a_read_without_the_journal_fails_naming_the_option_rather_than_leaving_
     copy = _copy_data(broker, tmp_path, journal=False)
     reader = spark.read.format("pagemq").option("path", str(copy)).option("address", address)
     named = "path"
-    if journal == "empty":  # a directory that holds no journal files
+    if journal != "missing":  # a directory that holds no journal files, or an empty one
         (tmp_path / "elsewhere").mkdir()
+        if journal == "an empty file":
+            (tmp_path / "elsewhere" / "pagemq-0000000001.jnl").touch()
         reader, named = reader.option("journalDirectory", str(tmp_path / "elsewhere")), "journalDirectory"
     with pytest.raises(Exception, match=f"pagemq option '{named}': no journal"):
         reader.load()
