@@ -222,8 +222,15 @@ class TransactionRecord:
         return encode_transaction(self.seq, [(op.kind, op.id, op.type, op.payload) for op in self.ops])[0]
 
     def payload_offsets(self) -> list[int]:
-        """Where each op's payload starts, relative to the record's first byte."""
-        return encode_transaction(self.seq, [(op.kind, op.id, op.type, op.payload) for op in self.ops])[1]
+        """Where each op's payload starts, relative to the record's first byte (the recovery
+        scan asks this of every transaction record: counted, not encoded)."""
+        offsets = []
+        position = RECORD_HEADER.size + COUNT.size
+        for op in self.ops:
+            position += OP_HEADER.size
+            offsets.append(position)
+            position += len(op.payload)
+        return offsets
 
     @staticmethod
     def decode_ops(payload: bytes, offset: int) -> tuple[TxOp, ...]:
