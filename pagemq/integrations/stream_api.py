@@ -1,6 +1,6 @@
 """HTTP endpoints of streaming readers (core/stream.py): offsets, range reads as Arrow IPC,
 commits, durable subscriptions for a stream. What the Spark streaming source calls
-(pagemq/spark/stream.py); docs/spark.md has the user's side, docs/http-streams.md the wire.
+(pagemq/spark/stream.py); docs/spark.md has the user's side and the wire ("What the source calls").
 
 - `GET  /api/streams/{queue}/offsets?reader=R&after=S&max=N[&size=K]`: earliest, latest,
   and with `after` the end of the next range of at most N messages (and how many it holds;
@@ -150,8 +150,9 @@ async def offsets(request: web.Request) -> web.Response:
         None, _offsets, memory, paged, after, limit, max(1, size) if size is not None else None)
     paged_count = queue.cursor.unread if queue.cursor is not None else 0
     return web.json_response({
-        "queue": queue.name, "address": queue.address_name, "reader": reader.name,
-        "committed": reader.committed, "queue_messages": queue.pending + queue.delivering + paged_count,
+        "queue": queue.name, "address": queue.address_name, "filter": queue.filter_text or None,
+        "reader": reader.name, "committed": reader.committed,
+        "queue_messages": queue.pending + queue.delivering + paged_count,
         **figures,
     })
 

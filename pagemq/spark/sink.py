@@ -93,9 +93,16 @@ class SinkOptions:
                    int(number(options, "transactionSize", 1000, minimum=0, integer=True)))
 
 
+_COLUMNS = ("body", "headers")
+
+
 def _check_columns(schema: StructType) -> bool:
     """Whether the rows have a `headers` column; ValueError naming a bad `body`/`headers`."""
     fields = {field.name: field for field in schema.fields}
+    for name in fields:  # else a 'Headers' column would be left out without a word
+        if name.lower() in _COLUMNS and name not in _COLUMNS:
+            raise ValueError(f"the pagemq sink's columns are named exactly 'body' and 'headers', as "
+                             f"Spark's Kafka sink names 'value': rename {name!r} to {name.lower()!r}")
     body = fields.get("body")
     if body is None or not isinstance(body.dataType, BinaryType | StringType):
         found = "none" if body is None else body.dataType.simpleString()

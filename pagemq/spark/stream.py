@@ -225,8 +225,11 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
                     "client_id": options.client_id, "selector": options.selector}, retry=False,
                     auth=options.auth)
             else:  # the reader's own offsets: all a reader with `consume` may ask (security)
-                _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
-                      params={"reader": options.reader}, retry=False, auth=options.auth)
+                figures = _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets",
+                                options.timeout, params={"reader": options.reader}, retry=False,
+                                auth=options.auth)
+                if options.queue is None:
+                    _check_subscription_filter(options, url, figures.get("filter"))
         except BrokerStreamError as exc:
             message = str(exc)
             if "cannot be reached" in message:
@@ -236,6 +239,20 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
             if options.queue is None:
                 raise PagemqOptionError("subscription", message) from None
             raise PagemqOptionError("queue", f"no queue {options.queue!r}: {message}") from None
+
+
+def _check_subscription_filter(options: StreamOptions, url: str, existing: str | None) -> None:
+    """At load(): a subscription queue made earlier with another selector is refused here,
+    naming the option (start() would refuse it too, but PySpark buries that error)."""
+    if existing != options.selector:
+        def said(selector: str | None) -> str:
+            return "no selector" if selector is None else f"selector {selector!r}"
+
+        raise PagemqOptionError(
+            "selector", f"subscription queue {options.queue_name!r} on {url} exists with "
+                        f"{said(existing)}, but the query gives {said(options.selector)}: a "
+                        "subscription keeps its selector; use another subscription name, or "
+                        "remove the queue first")
 
 
 # ----- the reader ------------------------------------------------------------------------------

@@ -237,9 +237,14 @@ def test_durable_subscription_queue_is_made_on_demand_and_receives_the_address(b
     assert status == 200 and made["queue"] == "spark.q1" and made["address"] == address
     send(broker, f"/topic/{address}", 5)
     broker.wait_queue("spark.q1", messages=5)
+    status, figures = api(broker, "/api/streams/spark.q1/offsets")
+    assert status == 200 and figures["filter"] is None  # what a reader's load() checks its selector by
     status, again = api(broker, "/api/streams/subscriptions",
                         {"address": address, "subscription": "q1", "client_id": "spark", "selector": "a=1"})
     assert status == 409 and "selector" in again["error"]
+    status, made = api(broker, "/api/streams/subscriptions",
+                       {"address": address, "subscription": "q2", "client_id": "spark", "selector": "a=1"})
+    assert status == 200 and api(broker, "/api/streams/spark.q2/offsets")[1]["filter"] == "a=1"
 
 
 @pytest.mark.parametrize(("path", "body", "status", "needle"), [

@@ -147,6 +147,9 @@ def test_an_unreachable_broker_fails_the_write(spark):
     ({"url": "URL", "address": "q", "receiptTimeout": "1e10"}, "body string",
      "pagemq option 'receiptTimeout'"),
     ({"url": "URL", "address": "q"}, "value string", "'body' column"),
+    ({"url": "URL", "address": "q"}, "BODY string", "rename 'BODY' to 'body'"),
+    ({"url": "URL", "address": "q"}, "body string, Headers map<string,string>",
+     "rename 'Headers' to 'headers'"),
     ({"url": "URL", "address": "q"}, "body string, headers map<string,int>", "'headers' column"),
 ])
 def test_bad_sink_options_fail_the_save_naming_them(spark, broker, options, columns, problem):

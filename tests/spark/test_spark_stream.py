@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stomp
 from brokerproc import BrokerProcess, unique, wait_until
 
 from pagemq.spark.stomp_sender import StompSender
@@ -342,3 +343,24 @@ def test_bad_options_raise_at_load_naming_the_option(spark, broker, queue_name, 
         reader = reader.option(key, value.format(queue=queue_name, url=http_url(broker)))
     with pytest.raises(Exception, match=f"pagemq option '{named}'"):
         reader.load()
+
+
+def test_a_subscription_made_with_another_selector_is_refused_at_load_naming_the_selector(
+        spark, broker):
+    address = unique("orders")
+    # a durable STOMP subscriber made the subscription queue with its selector
+    conn = stomp.Connection12([("127.0.0.1", broker.stomp_port)])
+    conn.connect(wait=True, headers={"client-id": "etl"})
+    conn.subscribe(f"/topic/{address}", id="1", headers={
+        "durable-subscription-name": "sub", "selector": "region = 'eu'", "receipt": "r"})
+    wait_until(lambda: broker.http_get("/api/queues/etl.sub")[0] == 200, what="the subscription queue")
+    conn.disconnect()
+    def reader() -> Any:
+        return (spark.readStream.format("pagemq").option("url", http_url(broker))
+                .option("address", address).option("subscription", "sub").option("clientId", "etl"))
+
+    with pytest.raises(Exception, match=r"pagemq option 'selector'.*exists with selector \"region = 'eu'\""):
+        reader().option("selector", "region = 'us'").load()
+    with pytest.raises(Exception, match=r"pagemq option 'selector'.*but the query gives no selector"):
+        reader().load()
+    reader().option("selector", "region = 'eu'").load()  # the same selector: the query may go on
