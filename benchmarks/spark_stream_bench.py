@@ -18,6 +18,10 @@ What it does:
    offsets-behind-latest (the broker's `stream_readers` lag) is sampled every 0.5 s, and
    Spark's per-batch durations (latestOffset: includes acknowledging the previous batch;
    addBatch: the reads) are summed.
+`--warm-up N`: before step 3, the same kind of query streams N messages of another queue
+(`Trigger.AvailableNow`) in the same SparkSession, so the timed query starts in a warm JVM
+(classes loaded, code generated and JIT-compiled, Python workers up), as a query of a
+long-running Spark application does; 0 (the default) times a query of a fresh session.
 `--profile FILE`: runs the broker under `py-spy record` (when installed) during the stream and
 writes its flame graph to FILE (`.svg`; any other suffix: collapsed stacks, one per line,
 for `sort`/`grep`): where the broker's time goes.
@@ -107,6 +111,26 @@ def batch_figures(progress: list[dict[str, Any]]) -> tuple[dict[str, int], list[
     return durations, batches, steady
 
 
+def warm_up(spark: Any, broker: Broker, messages: int, size: int, workdir: Path) -> None:
+    """Stream `messages` of another queue through the same kind of query, to its end."""
+    from pagemq.spark.stomp_sender import StompSender
+
+    with StompSender(HOST, broker.stomp_port, window=1000) as sender:
+        for n in range(messages):
+            sender.send(f"/queue/{WARM_UP}", [("persistent", "true"), ("n", str(n))], b"x" * size)
+        sender.flush()
+    started = time.monotonic()
+    query = (spark.readStream.format("pagemq").option("url", f"http://{HOST}:{broker.http_port}")
+             .option("queue", WARM_UP).load()
+             .writeStream.foreachBatch(lambda frame, _batch: frame.count())
+             .option("checkpointLocation", str(workdir)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    print(f"warm-up: {messages} messages of another queue streamed in {time.monotonic() - started:.1f}s")
+
+
+WARM_UP = "warm-up"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,6 +138,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--per-trigger", type=int, default=50_000)
     parser.add_argument("--partition-size", type=int, default=25_000)
+    parser.add_argument("--warm-up", type=int, default=0,
+                        help="messages of another queue streamed first, in the same session")
     parser.add_argument("--profile", type=Path)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -140,6 +166,8 @@ def main() -> None:
                  .config("spark.sql.shuffle.partitions", "2").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
+        if args.warm_up:
+            warm_up(spark, broker, args.warm_up, args.size, workdir / "warm-up")
         counted: list[int] = []
         stream = (spark.readStream.format("pagemq").option("url", f"http://{HOST}:{broker.http_port}")
                   .option("queue", SOURCE).option("maxMessagesPerTrigger", str(args.per_trigger))
@@ -168,6 +196,7 @@ def main() -> None:
     durations, batches, steady = batch_figures(progress)
     figures: dict[str, Any] = {
         "messages": args.messages, "size": args.size, "per_trigger": args.per_trigger,
+        "warm_up": args.warm_up,
         "fill_msg_per_s": round(fill_rate), "stream_msg_per_s": round(args.messages / elapsed),
         "stream_s": round(elapsed, 2), "batches": len([c for c in counted if c]), "counted": sum(counted),
         "endpoint": {k: round(v, 3) if isinstance(v, float) else v for k, v in endpoint.items()},
@@ -177,7 +206,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(figures))
         return
-    print(f"{args.messages} paged messages of {args.size} B (fill {fill_rate:,.0f} msg/s)")
+    print(f"{args.messages} paged messages of {args.size} B (fill {fill_rate:,.0f} msg/s)"
+          f"{'' if args.warm_up else '; a fresh SparkSession (no --warm-up)'}")
     print(f"broker alone, first {args.per_trigger} messages: offsets {endpoint['offsets_s']:.2f}s, "
           f"splits {endpoint['splits_s']:.2f}s, read {endpoint['read_s']:.2f}s "
           f"({endpoint['read_msg_per_s']:,} msg/s over HTTP + Arrow)")

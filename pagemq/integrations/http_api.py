@@ -2,7 +2,7 @@
 
 It reads the broker only through its management views (`Broker.address_info`,
 `Broker.queue_info`), never its internals, so the JSON fields stay the contract of
-interface.md whatever the core does inside.
+docs/http-api.md whatever the core does inside.
 """
 
 from __future__ import annotations

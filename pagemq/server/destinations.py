@@ -1,7 +1,7 @@
 """STOMP destination names and what they mean to the broker.
 
 `/queue/NAME` is the anycast address NAME (its queue is NAME too), `/topic/NAME` the
-multicast address NAME, and a bare `NAME` means `/queue/NAME` (interface.md, STOMP).
+multicast address NAME, and a bare `NAME` means `/queue/NAME` (docs/stomp.md).
 """
 
 from __future__ import annotations

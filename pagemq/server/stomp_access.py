@@ -2,7 +2,7 @@
 
 Kept out of the session so the session only asks `SessionAccess.require` for each: a SEND
 needs `send`, a SUBSCRIBE `consume` (`browse` for a browser), and a frame that would create
-or remove something needs the permission for that too (interface.md, Security):
+or remove something needs the permission for that too (docs/security.md):
 - an address that does not exist yet: `create-address`;
 - an anycast queue that does not exist yet (a SEND or SUBSCRIBE to `/queue/X`), or a new
   durable subscription: `create-durable-queue`;

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "READ_SCHEMA"]
 
-# interface.md, "Spark": the read schema, in Spark's DDL.
+# The read schema (docs/spark.md), in Spark's DDL.
 READ_SCHEMA = (
     "message_id string, address string, queue string, seq long, timestamp timestamp, priority int, "
     "persistent boolean, headers map<string,string>, body binary"
