@@ -7,10 +7,9 @@ that retries after a lost RECEIPT, or a Spark task that is re-run, stores nothin
 
 The ids of persistent messages are persisted: one journal record for the ids a send, or a
 COMMIT, gives one address (a transaction of hundreds of sends writes one record, not
-hundreds), written with the message (in the same journal transaction when the message is
-journaled; after the page write when it is paged, so a crash between the two leaves a
-message without its id, which a retry stores again, never an id without its message, whose
-retry would be dropped), so the message's RECEIPT also covers its id. Ids leave the cache
+hundreds), in the journal transaction that stores the message (journaled) or commits its
+page write (paged: core/routing.py `_page_once`, core/commit.py), so a crash keeps both or
+neither and the message's RECEIPT also covers its id. Ids leave the cache
 oldest first, so those a record has lost are always its first ones: an update of the record
 says how many (or the record is deleted once all are gone), written only once the write of
 the ids that pushed them out is done, so a crash before that forgets none of them. Start-up

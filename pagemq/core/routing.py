@@ -226,19 +226,19 @@ class Router:
     ) -> asyncio.Future[None] | None:
         """Store a send that carries a duplicate id. The id is remembered even when no queue
         took the message (or DROP did), as Artemis does: it was sent. A persistent send's id
-        record is journaled with its message, or after its page write (see
-        `core.duplicates`), and its future covers both."""
+        record is journaled with its message, or commits its page write (`_page_once`),
+        and its future covers both."""
         records, remembered = self.duplicates.remember(address_name, dup_id, persistent=persistent)
         record = records[0] if records else None
         try:
             if routed is None:
-                future = self._record_after(None, record) if record is not None else None
+                future = self._record_alone(record) if record is not None else None
             else:
                 address, message, queues, decision = routed
-                if decision is PAGE:
+                if decision is PAGE and record is not None:
+                    future = self._page_once(self.bindings.pager(address), message, queues, record)
+                elif decision is PAGE:
                     future = self.after_bindings(self.bindings.pager(address).page([(message, queues)]))
-                    if record is not None:
-                        future = self._record_after(future, record)
                 else:
                     future = self._keep(message, address, queues, record)
         except BaseException:
@@ -247,25 +247,45 @@ class Router:
         self.duplicates.written(remembered, future)
         return future
 
-    def _record_after(self, written: asyncio.Future[None] | None, record: DuplicateIdRecord
-                      ) -> asyncio.Future[None]:
-        """A paged send's duplicate-id record, journaled once its page write is done: a
-        crash between the two then leaves the message without its id (a retry stores it
-        again), never the id without its message (a retry would be dropped, the message
-        lost). The future resolves when both are durable (without a page write: the record's).
-        """
-        if written is None:
-            self.store.add_duplicate_id(record)
-            return self.store.flush()
+    def _record_alone(self, record: DuplicateIdRecord) -> asyncio.Future[None]:
+        """The duplicate-id record of a send nothing stored (no queue took it, or DROP)."""
+        self.store.add_duplicate_id(record)
+        return self.store.flush()
+
+    def _page_once(self, pager: AddressPager, message: Message, queues: list[Queue],
+                   record: DuplicateIdRecord) -> asyncio.Future[None] | None:
+        """A persistent paged send with a duplicate id, stored as a paged COMMIT is
+        (core/commit.py): its page batch is marked with a transaction id, and the journal
+        transaction that holds the id record also commits the batch. A crash keeps both or
+        neither, so the producer's retry after a lost RECEIPT is stored exactly once, as
+        Artemis' page transactions make it. Cursors wait at the batch until the journal
+        transaction is written. The future resolves when both are durable."""
+        txid = self.ids.new_id()
+        written = pager.page([(message, queues)], txid=txid)
+
+        def commit() -> asyncio.Future[None] | None:
+            try:
+                committed = self.store.transaction([record, pager.commit_tx(txid)], sync=True)
+            except BaseException:  # no commit record: the batch is void, say so now
+                pager.abandon_tx(txid, written=True)
+                raise
+            pager.release_tx(txid)
+            return committed
+
+        if written is None:  # no page write to wait for (as commit.py: commit at once)
+            return commit()
         durable: asyncio.Future[None] = written.get_loop().create_future()
 
         def paged(result: asyncio.Future[None]) -> None:
             problem = failure(result)
-            if problem is not None:
-                durable.set_exception(problem)  # the id is forgotten (DuplicateIds.written)
+            if problem is not None:  # the id is forgotten (DuplicateIds.written)
+                pager.abandon_tx(txid, written=False)
+                durable.set_exception(problem)
                 return
-            self.store.add_duplicate_id(record)
-            chain(self.store.flush(), durable)
+            try:
+                chain(commit(), durable)
+            except BaseException as exc:
+                durable.set_exception(exc)
 
         written.add_done_callback(paged)
         return durable
