@@ -87,11 +87,13 @@ def address_figures(bindings: Bindings, name: str) -> dict[str, int | bool]:
         raise NotFound(f"no address named {name!r}")
     pager = bindings.pagers.get(name)
     paged = pager.messages_paged if pager is not None else 0
-    messages = sum(q.pending + q.delivering for q in address.queues.values()) + paged
+    in_memory = sum(q.pending + q.delivering for q in address.queues.values())
     return {
         "paging": address.paging,
-        "messages": messages,
-        "messages_in_memory": address.messages_in_memory,
+        "messages": in_memory + paged,
+        # one per copy, as `messages` and `messages_paged` (not the memory budget's count of
+        # distinct messages, `address.messages_in_memory`, which a multicast copy shares)
+        "messages_in_memory": in_memory,
         "messages_paged": paged,
         "bytes_in_memory": address.bytes_in_memory,
         "page_files": pager.page_files() if pager is not None else 0,

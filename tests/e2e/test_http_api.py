@@ -86,6 +86,24 @@ def test_topic_address_counts_one_message_per_subscription_copy(broker, stomp_cl
         assert (queue["address"], queue["routing_type"], queue["messages"]) == (queue_name, "multicast", 1)
 
 
+def test_a_paging_multicast_address_counts_memory_and_pages_one_per_copy(start_broker, stomp_client):
+    """(Before: `messages_in_memory` was the memory budget's count of distinct messages, 2
+    here, while `messages` and `messages_paged` count copies: 15 was not 2 + 9.)"""
+    proc = start_broker({
+        "address-settings": {"events": {"max-size-messages": 2}},
+        "addresses": [{"name": "events", "routing-type": "multicast",
+                       "queues": [{"name": f"q{n}"} for n in range(3)]}],
+    })
+    producer = stomp_client(proc)
+    for n in range(5):
+        producer.send("/topic/events", f"m{n}", headers={"persistent": "true"}, receipt=True)
+    address = proc.address("events")
+    assert (address["messages"], address["messages_in_memory"], address["messages_paged"]) == (15, 6, 9)
+    for n in range(3):
+        queue = proc.queue(f"q{n}")
+        assert (queue["messages"], queue["messages_in_memory"], queue["messages_paged"]) == (5, 2, 3)
+
+
 def test_address_list_contains_created_addresses(broker, stomp_client, queue_name):
     client = stomp_client(broker)
     client.send(f"/queue/{queue_name}", "x", receipt=True)
