@@ -4,8 +4,9 @@ Kept out of the session so the session only asks `SessionAccess.require` for eac
 needs `send`, a SUBSCRIBE `consume` (`browse` for a browser), and a frame that would create
 or remove something needs the permission for that too (docs/security.md):
 - an address that does not exist yet: `create-address`;
-- an anycast queue that does not exist yet (a SEND or SUBSCRIBE to `/queue/X`), or a new
-  durable subscription: `create-durable-queue`;
+- an anycast queue that does not exist yet (a SEND or SUBSCRIBE to `/queue/X`), a queue
+  named by a SUBSCRIBE to `ADDRESS::QUEUE` that does not exist yet, or a new durable
+  subscription: `create-durable-queue`;
 - a plain topic subscription (its own queue, gone with it): `create-non-durable-queue`;
 - a durable subscription whose selector changed (the old one is deleted and a new one made,
   as JMS): `delete-durable-queue` and `create-durable-queue`.
@@ -43,7 +44,10 @@ def _creates(broker: Broker, destination: Destination) -> list[str]:
     address = broker.addresses.get(destination.address)
     if address is None:
         needed.append("create-address")
-    if destination.routing_type == ANYCAST and (address is None or not address.anycast_queues):
+    if destination.queue is not None:
+        if destination.queue not in broker.queues:
+            needed.append("create-durable-queue")
+    elif destination.routing_type == ANYCAST and (address is None or not address.anycast_queues):
         needed.append("create-durable-queue")
     return needed
 
@@ -58,7 +62,7 @@ def subscribe_permissions(broker: Broker, destination: Destination, *, browse: b
     if browse:
         return ["browse"]
     needed = ["consume", *_creates(broker, destination)]
-    if destination.routing_type == ANYCAST:
+    if destination.routing_type == ANYCAST or destination.queue is not None:
         return needed
     if durable_queue is None:
         return [*needed, "create-non-durable-queue"]

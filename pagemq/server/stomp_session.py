@@ -43,7 +43,7 @@ from pagemq.core.address import ANYCAST, MULTICAST
 from pagemq.core.broker import Blocked, Broker
 from pagemq.core.browse import QueueBrowse
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
-from pagemq.core.errors import BrokerError, SubscriptionError
+from pagemq.core.errors import BrokerError, InvalidDestination, SubscriptionError
 from pagemq.core.management import MANAGEMENT_ADDRESS
 from pagemq.core.message import Message
 from pagemq.core.queue import Queue
@@ -571,6 +571,10 @@ class StompSession:
     def _on_send(self, event: ev.Send) -> None:
         destination = parse_destination(event.destination)
         headers = event.headers
+        if destination.queue is not None:
+            raise InvalidDestination(
+                f"a SEND goes to an address, not to one of its queues ({event.destination!r}): "
+                f"send to /queue/{destination.address} or /topic/{destination.address}")
         if destination.address == MANAGEMENT_ADDRESS:  # answered, never stored
             if self.access is not None:
                 for permission, address in management_permissions(self.broker, headers):
@@ -606,7 +610,7 @@ class StompSession:
         state = SUBSCRIPTIONS.step(SubState.NONE if existing is None else existing.state,
                                    ev.Subscribe, event.id)
         mode = AckMode(event.ack)  # the event refused any other ack mode
-        destination = parse_destination(event.destination)
+        destination = self._subscribed(parse_destination(event.destination))
         compile_filter(event.selector)  # a bad selector is refused before anything changes
         sub = Subscription(event.id, next(self._next_index), event.destination, mode, state)
         headers = event.headers
@@ -639,6 +643,27 @@ class StompSession:
         if sub.browse is not None:
             self._pump_browse(sub)
 
+    def _subscribed(self, destination: Destination) -> Destination:
+        """What a SUBSCRIBE reads. `/queue/NAME` (or a bare NAME) reads the queue NAME
+        wherever it is, as Artemis finds a queue by its name: a queue of a multicast address
+        (configured under `[[addresses.queues]]`) too. `ADDRESS::QUEUE` reads the queue QUEUE,
+        which must be ADDRESS's. Permissions are then checked on the queue's own address."""
+        queues = self.broker.queues
+        if destination.queue is not None:
+            queue = queues.get(destination.queue)
+            if queue is None:
+                return destination
+            if queue.address_name != destination.address:
+                raise InvalidDestination(f"queue {queue.name!r} is on address {queue.address_name!r}, "
+                                         f"not {destination.address!r}")
+        elif destination.routing_type == ANYCAST:
+            queue = queues.get(destination.address)
+            if queue is None or queue.address_name == destination.address:
+                return destination
+        else:
+            return destination
+        return Destination(queue.address_name, queue.routing_type, queue.name)
+
     def _queue_for(
         self, destination: Destination, headers: dict[str, str], selector: str | None, index: int
     ) -> tuple[Queue, str | None, bool]:
@@ -648,6 +673,13 @@ class StompSession:
         this connection, so a later subscription cannot land on an earlier one's queue)."""
         broker = self.broker
         changed = destination.address not in broker.addresses
+        if destination.queue is not None:  # a queue named (`_subscribed`), made if missing
+            queue = broker.queues.get(destination.queue)
+            if queue is None:
+                address = broker.ensure_address(destination.address, destination.routing_type)
+                queue = broker.ensure_queue(address, destination.queue, address.routing_type)
+                changed = True
+            return queue, selector, changed
         address = broker.ensure_address(destination.address, destination.routing_type)
         if destination.routing_type == ANYCAST:
             changed = changed or destination.address not in broker.queues
@@ -885,6 +917,8 @@ class StompSession:
             self._pump_browse(sub)
 
     def _browse_queue(self, destination: Destination) -> Queue | None:
+        if destination.queue is not None:
+            return self.broker.queues.get(destination.queue)
         if destination.routing_type == ANYCAST:
             return self.broker.queues.get(destination.address)
         return None

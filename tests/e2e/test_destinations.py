@@ -229,3 +229,56 @@ def test_configured_multicast_queues_receive_topic_messages_through_their_filter
         producer.send("/topic/cfg-events", region, headers={"region": region}, receipt=True)
     assert broker.queue("cfg-eu-events")["messages_added"] == 2
     assert broker.queue("cfg-all-events")["messages_added"] == 3
+
+
+def test_a_configured_queue_of_a_multicast_address_is_consumed_by_its_name(start_broker, stomp_client):
+    """(Before: SUBSCRIBE /queue/NAME was refused, 'queue already exists on address', and
+    left an address NAME behind: a configured multicast queue could not be read over STOMP.)"""
+    broker = start_broker(BROKER_CONFIG)
+    producer = stomp_client(broker)
+    for n, region in enumerate(("eu", "us", "eu")):
+        producer.send("/topic/cfg-events", f"{region}{n}", headers={"region": region}, receipt=True)
+    consumer = stomp_client(broker)
+    consumer.subscribe("/queue/cfg-eu-events", ack="client-individual")
+    assert bodies(consumer.wait_for(2)) == ["eu0", "eu2"]
+    assert broker.http_get("/api/addresses/cfg-eu-events")[0] == 404  # nothing made on the way
+    browser = stomp_client(broker)
+    browser.subscribe("cfg-all-events", headers={"browser": "true"})
+    assert bodies(browser.wait_for(4))[:3] == ["eu0", "us1", "eu2"]  # then browser:end
+    assert broker.queue("cfg-all-events")["messages"] == 3  # browsed, not consumed
+
+
+def test_a_fully_qualified_queue_name_reads_that_queue_of_the_address(start_broker, stomp_client):
+    broker = start_broker(BROKER_CONFIG)
+    producer = stomp_client(broker)
+    producer.send("/topic/cfg-events", "us", headers={"region": "us"}, receipt=True)
+    consumer = stomp_client(broker)
+    consumer.subscribe("/topic/cfg-events::cfg-all-events")
+    assert bodies(consumer.wait_for(1)) == ["us"]
+    assert broker.queue("cfg-all-events")["messages"] == 0
+
+
+def test_a_fully_qualified_queue_name_makes_a_missing_queue_on_the_address(broker, stomp_client):
+    address, queue = unique("fq"), unique("fqq")
+    stomp_client(broker).subscribe(f"/topic/{address}")  # the multicast address exists
+    consumer = stomp_client(broker)
+    consumer.subscribe(f"{address}::{queue}")
+    assert (broker.queue(queue)["address"], broker.queue(queue)["routing_type"]) == (address, "multicast")
+    stomp_client(broker).send(f"/topic/{address}", "both get it", receipt=True)
+    assert bodies(consumer.wait_for(1)) == ["both get it"]
+
+
+def test_a_fully_qualified_queue_name_of_another_address_is_refused(broker, stomp_client):
+    client = stomp_client(broker)
+    client.subscribe("cfg-orders::cfg-eu-events", receipt=False)
+    error = client.listener.wait_for_error()
+    assert "queue 'cfg-eu-events' is on address 'cfg-events', not 'cfg-orders'" in error.headers["message"]
+
+
+def test_a_send_to_a_fully_qualified_queue_name_is_refused_naming_the_address(broker, stomp_client):
+    added = broker.queue("cfg-eu-events")["messages_added"]
+    client = stomp_client(broker)
+    client.send("/topic/cfg-events::cfg-eu-events", "x", headers={"region": "eu"}, receipt=False)
+    error = client.listener.wait_for_error()
+    assert "send to /queue/cfg-events or /topic/cfg-events" in error.headers["message"]
+    assert broker.queue("cfg-eu-events")["messages_added"] == added

@@ -28,6 +28,7 @@ ADDRESSES = [
     {"name": "orders.eu"},
     {"name": "orders.secret"},
     {"name": "events", "routing-type": "multicast"},
+    {"name": "orders.feed", "routing-type": "multicast", "queues": [{"name": "jobs.feed"}]},
 ]
 
 
@@ -99,6 +100,20 @@ def test_consumer_can_consume_and_browse_only_where_allowed(secured: BrokerProce
     reader = _client(secured, "orders-reader")
     reader.subscribe("/queue/jobs", headers={"browser": "true"}, receipt=False)
     assert _denied(reader) == "User orders-reader lacks permission browse on address jobs"
+
+
+def test_a_queue_read_by_its_name_needs_the_permission_on_its_own_address(secured: BrokerProcess) -> None:
+    """`/queue/jobs.feed` reads the queue jobs.feed of the address orders.feed: its
+    permissions are orders.feed's, not those a name like jobs.feed would match."""
+    stranger = _client(secured, "consumer")
+    stranger.subscribe("/queue/jobs.feed", receipt=False)
+    assert _denied(stranger) == "User consumer lacks permission consume on address orders.feed"
+    peeker = _client(secured, "consumer")
+    peeker.subscribe("orders.feed::jobs.feed", headers={"browser": "true"}, receipt=False)
+    assert _denied(peeker) == "User consumer lacks permission browse on address orders.feed"
+    reader = _client(secured, "orders-reader")
+    reader.subscribe("/queue/jobs.feed")
+    reader.disconnect()
 
 
 def test_auto_create_is_denied_without_create_address(secured: BrokerProcess) -> None:
