@@ -5,6 +5,8 @@ page files, and cursor records found stale on the way.
    the messages held in memory, each with the queues that still hold it.
 2. Ids continue above every recovered one (paged messages' too): a queue's order across
    a restart is the order of its ids.
+   Damage read past in the journal may have taken a queue's record: its messages make it
+   again (`_remake_lost_queues`) rather than being dropped as a deleted queue's.
 3. Each page folder of a known address is read from its page summaries and the cursor
    records (no page body, but for the rare batch of a transaction that never committed).
 4. Cursor and page-transaction records whose page or queue is gone, and duplicate-id
@@ -20,8 +22,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pagemq.core.address import ANYCAST
 from pagemq.core.consumer import MessageRef
 from pagemq.core.message_codec import stored_message
+from pagemq.storage.api import QueueRecord
 
 if TYPE_CHECKING:
     from pagemq.core.address import Address
@@ -47,6 +51,8 @@ class Recovery:
         self.paging_directory = Path("data/paging")
         # Cursor records found at start-up whose page no longer exists; see forget_stale().
         self.stale_records: list[int] = []
+        # Queues made again for messages whose queue's record damage took (written then).
+        self.remade_queues: list[QueueRecord] = []
 
     def recover(self) -> int:
         """Rebuild durable addresses, queues and their messages from the store; how many
@@ -65,6 +71,8 @@ class Recovery:
                 queue_id=queue_record.queue_id, filter_text=queue_record.filter,
                 durable=True, temporary=False,
             )
+        if recovered.damaged:
+            self._remake_lost_queues(recovered)
         # Ids past a lowered id-cache-size: their records are deleted once the journal runs.
         self.stale_records.extend(self.duplicates.recover(recovered.duplicate_ids))
         count = 0
@@ -90,6 +98,33 @@ class Recovery:
         if bindings.page_stores is not None:
             count += self._recover_paging(recovered, self.paging_directory)
         return count
+
+    def _remake_lost_queues(self, recovered: Recovered) -> None:
+        """Damage read past in the journal may have taken a queue's record and left its
+        messages, which name it by id: the queue is made again rather than its messages
+        dropped as a deleted queue's are. Its name, unknown, is its address's (an anycast
+        address without that queue) or `<address>.recovered-<id>`; routing is the
+        address's, without a filter. Its record is written once the journal runs."""
+        bindings = self.bindings
+        lost: dict[int, tuple[str, int]] = {}  # queue id -> (address, messages)
+        for item in recovered.messages:
+            for queue_id in item.queue_ids:
+                if queue_id not in bindings.queues_by_id:
+                    _address, count = lost.get(queue_id, (item.address, 0))
+                    lost[queue_id] = (item.address, count + 1)
+        for queue_id, (address_name, count) in sorted(lost.items()):
+            address = bindings.addresses.get(address_name)
+            if address is None:
+                address = bindings.create_address(address_name, ANYCAST, 0)
+            name = address_name
+            if address.routing_type != ANYCAST or name in bindings.queues:
+                name = f"{address_name}.recovered-{queue_id}"
+            bindings.create_queue(address, name, address.routing_type, queue_id=queue_id,
+                                  filter_text=None, durable=True, temporary=False)
+            self.remade_queues.append(QueueRecord(queue_id, name, address_name, address.routing_type, None))
+            log.error("journal damage took the record of queue id %d of address %r: its %d message(s) "
+                      "are kept in queue %r, made again (%s, no filter); check its name, filter and "
+                      "consumers", queue_id, address_name, count, name, address.routing_type)
 
     def _target(self, queue_ids: tuple[int, ...]) -> tuple[list[Queue], Address | None]:
         """The queues of these ids that still exist, and their address (a message goes to
@@ -160,5 +195,8 @@ class Recovery:
         stale, self.stale_records = self.stale_records, []
         for record_id in stale:
             self.forget_record(record_id)
+        remade, self.remade_queues = self.remade_queues, []
+        for record in remade:
+            self.store.add_queue(record)
         self.duplicates.write_recovered()
         return len(stale)

@@ -107,6 +107,9 @@ class Recovered:
     cursor_completes: list[CursorComplete] = field(default_factory=list)
     page_tx_commits: list[PageTxCommit] = field(default_factory=list)
     duplicate_ids: list[DuplicateIdRecord] = field(default_factory=list)  # oldest first
+    # Damaged bytes were read past (not a crash's torn tail): records may be missing, so a
+    # message naming a queue no record names may have lost its queue's record, not its queue.
+    damaged: bool = False
 
 
 @dataclass(frozen=True, slots=True)

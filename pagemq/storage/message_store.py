@@ -207,7 +207,8 @@ class JournalMessageStore:
 
     def load(self) -> Recovered:
         result = self.journal.load()
-        recovered = Recovered(max_id=result.max_id)
+        recovered = Recovered(max_id=result.max_id, damaged=any(
+            report.kind in ("damage", "unreadable file") for report in result.damage))
         messages = recovered.messages
         addresses: dict[bytes, str] = {}
         for record in result.records:

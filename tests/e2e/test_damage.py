@@ -99,6 +99,33 @@ def test_a_damaged_journal_record_costs_that_record_and_acked_messages_stay_gone
     assert victim.name in names or victim.name + ".damaged" in names  # kept, or set aside: never deleted
 
 
+def test_a_damaged_queue_record_leaves_its_messages_in_the_queue_made_again(start_broker, stomp_client):
+    """(Before: the messages naming the lost record's queue were dropped as a deleted
+    queue's, 'recovered 0 messages', and a SUBSCRIBE made a new, empty queue.)"""
+    proc = start_broker()
+    queue = unique("qdamage")
+    producer = stomp_client(proc)
+    send_all(producer, f"/queue/{queue}", numbered("m", 5), size=200)
+    producer.disconnect()
+    proc.stop()
+
+    record = f'"address": "{queue}"'.encode()  # the queue's record (JSON), not the address's
+    victim = _file_holding(_journal_files(proc), record)
+    data = bytearray(victim.read_bytes())
+    data[data.find(record) + 3] ^= 0x20
+    victim.write_bytes(bytes(data))
+    assert _check(proc)[0] == 1
+
+    proc.start()
+    assert any(f"of address {queue!r}: its 5 message(s) are kept in queue {queue!r}" in line
+               for line in proc.current_log), proc.log_tail()
+    assert proc.queue(queue)["messages"] == 5
+    proc.restart()  # the queue's record was written again: no longer made again
+    assert not any("are kept in queue" in line for line in proc.current_log), proc.log_tail()
+    again = stomp_client(proc)
+    assert consume(again, f"/queue/{queue}", 5) == numbered("m", 5)
+
+
 def _page_scenario(start_broker, stomp_client, *, kill: bool):
     proc = start_broker(PAGE_ALL)
     queue = unique("pdamage")
