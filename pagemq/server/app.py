@@ -36,7 +36,7 @@ from pagemq.server.loop_lag import LoopLag
 from pagemq.server.memory_trim import MemoryTrimmer
 from pagemq.server.stomp_server import StompServerProtocol, start_stomp_server
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
-from pagemq.storage.lock import DataDirectoryLock
+from pagemq.storage.lock import BrokerLocks
 from pagemq.storage.message_store import JournalMessageStore
 from pagemq.storage.paging.page_io import PageIOWorker
 from pagemq.storage.paging.page_recovery import remove_unfinished_folders
@@ -116,7 +116,8 @@ class BrokerServer:
         # the console's 15-minute graphs (GET /api/broker/history)
         self.history = BrokerHistory(self.broker, self.store.stats, self.connection_log.figures,
                                      self.loop_lag.figures)
-        self._lock = DataDirectoryLock(broker_config.data_directory)
+        self._lock = BrokerLocks(broker_config.data_directory, journal=broker_config.journal_directory,
+                                 paging=broker_config.paging_directory)
         self.stopped = asyncio.Event()
         # Security (docs/security.md): None when disabled; TLS contexts for *-tls listeners.
         security = config.security
@@ -131,7 +132,8 @@ class BrokerServer:
     async def start(self) -> None:
         started = time.monotonic()
         broker_config = self.config.broker
-        # Before any other file is read or written: one broker per data directory.
+        # Before any other file is read or written: one broker per data directory (and
+        # per journal and paging directory outside it).
         self._lock.acquire()
         for directory in (
             broker_config.data_directory, broker_config.journal_directory,

@@ -7,6 +7,10 @@ second broker on the same directory refuses to start instead of cleaning away th
 one's files. The file holds the holder's pid (decimal, newline) so the refusal can name it;
 it is never removed (removing it would let two processes lock two different files).
 
+A journal or paging directory configured outside the data directory gets a lock of its
+own (`BrokerLocks`), as Artemis keeps `server.lock` with its journal: two brokers with
+different data directories cannot share one either.
+
 `pagemq data check` / `print` take it shared, without creating the file (they change
 nothing): a broker cannot start while they read, and they can tell when one is running.
 """
@@ -19,7 +23,7 @@ import fcntl
 import os
 from pathlib import Path
 
-__all__ = ["LOCK_FILE", "DataDirectoryLock", "DataDirectoryLocked"]
+__all__ = ["LOCK_FILE", "BrokerLocks", "DataDirectoryLock", "DataDirectoryLocked"]
 
 LOCK_FILE = "server.lock"
 
@@ -27,12 +31,13 @@ LOCK_FILE = "server.lock"
 class DataDirectoryLocked(OSError):
     """Another process holds the data directory's lock."""
 
-    def __init__(self, directory: Path, pid: int | None, *, shared: bool = False) -> None:
+    def __init__(self, directory: Path, pid: int | None, *, shared: bool = False,
+                 kind: str = "data directory") -> None:
         holder = f"pid {pid}" if pid is not None else "pid unknown"
         what = "a `pagemq data` command" if shared else "another broker"
         super().__init__(
             errno.EWOULDBLOCK,
-            f"data directory {directory} is in use by {what} ({holder}; lock {directory / LOCK_FILE})",
+            f"{kind} {directory} is in use by {what} ({holder}; lock {directory / LOCK_FILE})",
         )
         self.directory = directory
         self.pid = pid
@@ -44,9 +49,10 @@ class DataDirectoryLocked(OSError):
 class DataDirectoryLock:
     """The lock on one data directory; `acquire()` once, `release()` at exit."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, kind: str = "data directory") -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOCK_FILE
+        self.kind = kind  # what the refusal calls the directory
         self._fd = -1
 
     @property
@@ -66,7 +72,7 @@ class DataDirectoryLock:
             readers = _shared_holders(fd)  # only `pagemq data` commands (their pid is not written)
             pid = None if readers else _read_pid(fd)
             os.close(fd)
-            raise DataDirectoryLocked(self.directory, pid, shared=readers) from None
+            raise DataDirectoryLocked(self.directory, pid, shared=readers, kind=self.kind) from None
         except BaseException:
             os.close(fd)
             raise
@@ -96,6 +102,36 @@ class DataDirectoryLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
+
+
+class BrokerLocks:
+    """A broker's locks: its data directory's, then those of the journal and paging
+    directories that lie outside it (inside, the data directory's covers them)."""
+
+    def __init__(self, data_directory: Path, **others: Path) -> None:
+        root = Path(data_directory).resolve()
+        self.locks = [DataDirectoryLock(data_directory)]
+        seen = {root}
+        for name, directory in others.items():
+            resolved = Path(directory).resolve()
+            if resolved in seen or root in resolved.parents:
+                continue
+            seen.add(resolved)
+            self.locks.append(DataDirectoryLock(directory, kind=f"{name} directory"))
+
+    def acquire(self) -> None:
+        """All of them, or none (DataDirectoryLocked names the directory in use)."""
+        for taken, lock in enumerate(self.locks):
+            try:
+                lock.acquire()
+            except BaseException:
+                for held in self.locks[:taken]:
+                    held.release()
+                raise
+
+    def release(self) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
 
 
 def _read_pid(fd: int) -> int | None:

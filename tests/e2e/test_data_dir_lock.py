@@ -49,3 +49,29 @@ def test_the_lock_goes_with_a_killed_broker(start_broker, stomp_client, tmp_path
     first.start()  # same data directory: the kernel dropped the dead process's lock
     assert first.queue(queue)["messages"] == 1
     assert (first.data_dir / "server.lock").read_text().strip() == str(first.proc.pid)
+
+
+def test_a_second_broker_sharing_only_the_journal_or_paging_directory_refuses_to_start(
+    start_broker, stomp_client, tmp_path
+):
+    """(Before: the lock covered the data directory only, so two brokers with their own
+    data directories both wrote one shared journal, and lost RECEIPTed messages.)"""
+    journal, paging = tmp_path / "shared-journal", tmp_path / "shared-paging"
+    first = start_broker({"broker": {"journal-directory": str(journal), "paging-directory": str(paging)}})
+    queue = unique("sharedjournal")
+    stomp_client(first).send(f"/queue/{queue}", "kept", headers={"persistent": "true"}, receipt=True)
+    before = _files(journal)
+    for key, shared in (("journal-directory", journal), ("paging-directory", paging)):
+        config = tmp_path / f"{key}.toml"
+        config.write_text(f'[broker]\n{key} = "{shared}"\n')
+        second = run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path / f"other-{key}"),
+                         "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}",
+                         cwd=tmp_path, timeout=20)
+        assert second.returncode == 1, second.stderr
+        lines = [line for line in second.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
+        kind = key.replace("-", " ")
+        assert f"{kind} {shared} is in use by another broker (pid {first.proc.pid}" in lines[0], lines[0]
+    assert _files(journal) == before
+    assert first.queue(queue)["messages"] == 1
+    broker_still_serves(first.stomp_port)
