@@ -339,9 +339,14 @@ def _read_page(state: DataState, address: AddressState, path: Path, cursors: _Cu
     page = PageState(path, page_no, len(data), version, 0, 0, 0, damage, "none")
     queue_ids = {q.queue_id for q in address.queues}
     _count_records(state, page, path, data, queue_ids, cursors, address.name)
+    recorded = _recorded_size(page, fileio)
+    shrunk = recorded is not None and recorded > len(data)
+    if recorded is not None and shrunk:
+        state.problem(path, len(data), f"the page is {recorded - len(data)} bytes shorter than its summary "
+                      f"recorded when it was closed ({recorded}): its end was lost to damage, not to a crash")
     for found in damage:
         lost = "" if found.lost is None else f", {found.lost} record(s) lost"
-        if found.torn:
+        if found.torn and not shrunk:
             state.note(path, found.offset, f"torn tail of {found.length} bytes ({found.reason}): what a "
                        "crash leaves; the next start cuts it")
         else:
@@ -381,6 +386,16 @@ def _count_records(state: DataState, page: PageState, path: Path, data: bytes, q
                     continue
                 if ordinal not in cursors.acks.get((queue_id, page_no), ()):
                     state.queues[queue_id].paged += 1
+
+
+def _recorded_size(page: PageState, fileio: FileIO) -> int | None:
+    """The file size a readable summary of this very page records, if there is one."""
+    try:
+        summary = PageSummaryRecord.decode(
+            fileio.read_bytes(page.path.with_name(summary_file_name(page.page_no))))
+    except (FileNotFoundError, FrameError):
+        return None
+    return summary.file_size if summary.page_no == page.page_no else None
 
 
 def _check_summary(state: DataState, page: PageState, fileio: FileIO) -> str:

@@ -169,6 +169,35 @@ def test_a_damaged_frame_in_the_page_live_at_a_crash_is_not_cut_away(start_broke
     assert folder is not None and (folder / (page.name + ".damaged")).exists()
 
 
+def test_a_closed_page_that_lost_its_end_is_damage_not_a_torn_tail_and_is_not_cut(start_broker, stomp_client):
+    """A closed page is fsynced before its summary is written, so a file shorter than its
+    summary says lost bytes to damage: a crash cannot leave that. (Before: `data check` said
+    sound and the start cut the file as a torn tail.)"""
+    proc = start_broker(PAGE_ALL)
+    queue = unique("pshort")
+    producer = stomp_client(proc)
+    send_all(producer, f"/queue/{queue}", numbered("m", 10))
+    producer.disconnect()
+    proc.stop()  # the page is closed with its summary
+    (page,) = page_files(proc, queue)
+    cut = page.stat().st_size - 100
+    with page.open("r+b") as file:
+        file.truncate(cut)
+    code, report = _check(proc)
+    assert code == 1 and "100 bytes shorter than its summary" in report, report
+    proc.start()
+    assert page.stat().st_size == cut, "the page was cut further"
+    assert any(page.name in line and "its end was lost to damage" in line for line in proc.current_log), (
+        proc.log_tail())
+    consumer = stomp_client(proc)
+    assert consume(consumer, f"/queue/{queue}", 9) == numbered("m", 9)
+    consumer.disconnect()
+    proc.restart()
+    assert proc.queue(queue)["messages"] == 0
+    folder = page_folder(proc, queue)
+    assert folder is not None and (folder / (page.name + ".damaged")).exists()  # set aside, kept
+
+
 def test_a_page_damaged_between_restart_and_read_stops_counting_its_lost_message_at_once(
     start_broker, stomp_client
 ):

@@ -204,7 +204,7 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
     last = max(pages, default=0)
     for page_no in sorted(pages):
         result.highest_page = max(result.highest_page, page_no)
-        summary = _valid_summary(page_no, address, fileio, pages[page_no], summaries)
+        summary, recorded_size = _valid_summary(page_no, address, fileio, pages[page_no], summaries)
         if summary is not None:                                        # 5
             result.summaries_read += 1
             result.pages.append(RecoveredPage(
@@ -212,7 +212,8 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
             ))
             continue
         result.pages_scanned += 1                                      # 6
-        recovered, repaired = _rescan(folder, page_no, address, fileio, was_live=page_no == last)
+        recovered, repaired = _rescan(folder, page_no, address, fileio, was_live=page_no == last,
+                                      recorded_size=recorded_size)
         changed = changed or repaired
         if recovered is not None:
             result.pages.append(recovered)
@@ -251,32 +252,38 @@ def _high_water(folder: Path, fileio: FileIO) -> int:
 
 def _valid_summary(
     page_no: int, address: str, fileio: FileIO, page: str, summaries: dict[int, str]
-) -> PageSummaryRecord | None:
+) -> tuple[PageSummaryRecord | None, int | None]:
+    """The page's summary if it describes the file as it is; else None, and the file size
+    a readable summary of this page records (None without one): a closed page is fsynced
+    before its summary is written, so a file shorter than that lost bytes to damage."""
     path = summaries.get(page_no)
     if path is None:
-        return None
+        return None, None
     try:
         summary = PageSummaryRecord.decode(fileio.read_bytes(path))
     except FrameError as exc:
         log.warning("paging %r: summary %s is unusable (%s); rescanning its page", address, path, exc)
-        return None
+        return None, None
     size = fileio.size(page)
     if summary.page_no != page_no or summary.file_size != size:
         log.warning(
             "paging %r: summary %s describes page %d of %d bytes, the file is page %d of %d bytes; "
             "rescanning", address, path, summary.page_no, summary.file_size, page_no, size,
         )
-        return None
-    return summary
+        return None, summary.file_size if summary.page_no == page_no else None
+    return summary, summary.file_size
 
 
 def _rescan(
-    folder: Path, page_no: int, address: str, fileio: FileIO, *, was_live: bool
+    folder: Path, page_no: int, address: str, fileio: FileIO, *, was_live: bool,
+    recorded_size: int | None = None,
 ) -> tuple[RecoveredPage | None, bool]:
     """The page as read from its frames, and whether the folder changed (a page removed or
-    set aside: to fsync)."""
+    set aside: to fsync). `recorded_size`: what its summary says the file held once closed;
+    a file shorter than that lost its end to damage, which is never cut as a torn tail."""
     path = folder / page_file_name(page_no)
     data = fileio.read_bytes(path)
+    shrunk = recorded_size is not None and len(data) < recorded_size
     if was_live:
         log.info("paging %r: scanning %s (%d bytes), live when the broker stopped", address, path, len(data))
     else:
@@ -293,8 +300,14 @@ def _rescan(
             return None, True
         log.warning("paging %r: %s has a damaged file header (%s); its frames are read anyway",
                     address, path, scan.problem)
+    if shrunk:
+        assert recorded_size is not None
+        log.warning("paging %r: %s is %d bytes, %d fewer than its summary recorded when it was closed: "
+                    "its end was lost to damage (not a torn append); the page is kept (set aside, never "
+                    "deleted)", address, path, len(data), recorded_size - len(data))
+        scan.damaged = True
     for damage in scan.damage:
-        if damage.torn and not bad_header:
+        if damage.torn and not bad_header and not shrunk:
             log.warning(
                 "paging %r: %s: torn tail at offset %d (%s); truncating, dropping %d bytes",
                 address, path, damage.offset, damage.reason, damage.length,
@@ -303,6 +316,7 @@ def _rescan(
         else:
             lost = "" if damage.lost is None else f", {damage.lost} record(s) lost"
             after = (f"read on from offset {damage.end}" if damage.resumed
+                     else "to the end of the file" if damage.torn
                      else "valid frames follow but format-1 frames carry no position, so they are not read")
             log.warning("paging %r: %s: damaged bytes at offset %d (%s): %d bytes unreadable%s, %s; "
                         "the page is kept (set aside, never deleted)",
