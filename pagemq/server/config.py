@@ -229,12 +229,14 @@ def load_config(
     raw_broker = document.get("broker", {})
     security = parse_security(raw_broker if isinstance(raw_broker, Mapping) else {},
                               document.get(SECURITY_SECTION, {}), base)
-    check_listeners(security, [
-        ("--stomp" if stomp is not None else "acceptors.stomp", _host(acceptors.stomp)),
-        ("--http" if http is not None else "acceptors.http", _host(acceptors.http)),
-        ("acceptors.stomp-tls", _host(acceptors.stomp_tls)),
-        ("acceptors.http-tls", _host(acceptors.http_tls)),
-    ])
+    listeners = [
+        ("--stomp" if stomp is not None else "acceptors.stomp", acceptors.stomp),
+        ("--http" if http is not None else "acceptors.http", acceptors.http),
+        ("acceptors.stomp-tls", acceptors.stomp_tls),
+        ("acceptors.http-tls", acceptors.http_tls),
+    ]
+    check_listeners(security, [(key, _host(endpoint)) for key, endpoint in listeners])
+    _check_distinct_ports(listeners)
     tls = parse_tls(document.get(TLS_SECTION), base)
     for key, endpoint in (("stomp-tls", acceptors.stomp_tls), ("http-tls", acceptors.http_tls)):
         if endpoint is not None and tls is None:
@@ -280,6 +282,11 @@ def _broker(raw: object, data_dir_flag: str | None) -> BrokerConfig:
         data_directory = table.get("data-directory", _path_value, d["data-directory"])
     paging = table.get("paging-directory", _optional_path, None)
     journal = table.get("journal-directory", _optional_path, None)
+    for key, directory in (("--data-dir" if data_dir_flag is not None else "broker.data-directory",
+                            data_directory), ("broker.paging-directory", paging),
+                           ("broker.journal-directory", journal)):
+        if directory is not None and directory.exists() and not directory.is_dir():
+            raise ConfigError(key, f"{directory} is a file, not a directory")
     return BrokerConfig(
         data_directory=data_directory,
         paging_directory=paging if paging is not None else data_directory / "paging",
@@ -369,6 +376,22 @@ def parse_endpoint(value: object, key: str) -> Endpoint | None:
     if port > 65535:
         raise ConfigError(key, f"{show_value(value)}: port {port} is out of range (0-65535)")
     return Endpoint(host, port)
+
+
+def _check_distinct_ports(listeners: list[tuple[str, Endpoint | None]]) -> None:
+    """Two listeners on one host and port (a wildcard host meets every host): a config
+    error naming both, rather than a bind failure at start. Port 0 (any free port) never
+    clashes."""
+    wildcards = ("", "0.0.0.0", "::")
+    seen: list[tuple[str, Endpoint]] = []
+    for key, endpoint in listeners:
+        if endpoint is None or endpoint.port == 0:
+            continue
+        for other, taken in seen:
+            hosts = (taken.host, endpoint.host)
+            if taken.port == endpoint.port and (hosts[0] == hosts[1] or any(h in wildcards for h in hosts)):
+                raise ConfigError(key, f"{endpoint} is {other}'s too: each listener needs its own port")
+        seen.append((key, endpoint))
 
 
 def _acceptors(raw: object, *, stomp: str | None, http: str | None) -> AcceptorsConfig:

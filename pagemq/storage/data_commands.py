@@ -21,6 +21,7 @@ from typing import TextIO
 from pagemq.storage.inventory import AddressState, DataState, read_state
 from pagemq.storage.journal_print import describe_journal
 from pagemq.storage.lock import DataDirectoryLock, DataDirectoryLocked
+from pagemq.storage.paging.page_writer import ADDRESS_FILE
 from pagemq.storage.paging.paging_print import describe_paging
 
 __all__ = ["EXIT_CANNOT_RUN", "EXIT_PROBLEMS", "check", "print_data"]
@@ -43,9 +44,14 @@ def _quiet() -> Iterator[None]:
         logger.propagate = propagate
 
 
-def _open(data_dir: Path, *, refuse_running: bool, err: TextIO) -> DataDirectoryLock | None:
+def _open(data_dir: Path, *, refuse_running: bool, err: TextIO,
+          journal_dir: Path | None = None, paging_dir: Path | None = None) -> DataDirectoryLock | None:
     if not data_dir.is_dir():
         print(f"pagemq: no data directory at {data_dir}", file=err)
+        return None
+    misplaced = _misplaced(data_dir, journal_dir, paging_dir)
+    if misplaced is not None:
+        print(f"pagemq: {data_dir} is not a data directory: {misplaced}", file=err)
         return None
     lock = DataDirectoryLock(data_dir)
     try:
@@ -58,6 +64,17 @@ def _open(data_dir: Path, *, refuse_running: bool, err: TextIO) -> DataDirectory
     return lock
 
 
+def _misplaced(data_dir: Path, journal_dir: Path | None, paging_dir: Path | None) -> str | None:
+    """What says `data_dir` is the journal or paging directory itself (a path one level too
+    deep), whose check would otherwise find "no journal directory" and call it sound."""
+    if journal_dir is None and not (data_dir / "journal").exists() and any(data_dir.glob("*.jnl")):
+        return "it holds journal files (it is a journal directory): give its parent"
+    if paging_dir is None and not (data_dir / "paging").exists() and any(
+            data_dir.glob(f"*/{ADDRESS_FILE}")):
+        return "it holds page folders (it is a paging directory): give its parent"
+    return None
+
+
 def print_data(data_dir: Path, address: str | None = None, *, records: bool = False,
                out: TextIO = sys.stdout, err: TextIO = sys.stderr,
                journal_dir: Path | None = None, paging_dir: Path | None = None) -> int:
@@ -65,7 +82,7 @@ def print_data(data_dir: Path, address: str | None = None, *, records: bool = Fa
 
     `journal_dir` / `paging_dir`: where the broker's config puts them, when not inside
     `data_dir` (`journal-directory`, `paging-directory`)."""
-    lock = _open(data_dir, refuse_running=False, err=err)
+    lock = _open(data_dir, refuse_running=False, err=err, journal_dir=journal_dir, paging_dir=paging_dir)
     if lock is None:
         return EXIT_CANNOT_RUN
     try:
@@ -115,7 +132,7 @@ def _address_line(address: AddressState) -> str:
 def check(data_dir: Path, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
           journal_dir: Path | None = None, paging_dir: Path | None = None) -> int:
     """Read every journal and page file; one line per problem and note; 0 sound, 1 problems."""
-    lock = _open(data_dir, refuse_running=True, err=err)
+    lock = _open(data_dir, refuse_running=True, err=err, journal_dir=journal_dir, paging_dir=paging_dir)
     if lock is None:
         return EXIT_CANNOT_RUN
     try:

@@ -99,6 +99,24 @@ def test_bad_stomp_flag_exits_2_naming_it(tmp_path):
     assert "stomp" in _one_line_error(result)
 
 
+def test_two_listeners_on_one_port_exit_2_naming_both(tmp_path):
+    """(Before: the config passed and the start failed binding, 'address already in use', exit 1.)"""
+    port = free_port()
+    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--stomp", f"{HOST}:{port}",
+                     "--http", f"{HOST}:{port}", cwd=tmp_path, timeout=20)
+    assert result.returncode == 2, result.stderr
+    assert f"--http: {HOST}:{port} is --stomp's too" in _one_line_error(result)
+    assert not (tmp_path / "data").exists()  # refused before anything was made
+
+
+def test_a_data_directory_that_is_a_file_exits_2_naming_the_flag(tmp_path):
+    (tmp_path / "data").write_text("not a directory")
+    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--stomp", f"{HOST}:{free_port()}",
+                     "--http", f"{HOST}:{free_port()}", cwd=tmp_path, timeout=20)
+    assert result.returncode == 2, result.stderr
+    assert "--data-dir: " in _one_line_error(result) and "is a file, not a directory" in result.stderr
+
+
 def test_unknown_flag_exits_2_with_one_line_naming_it(tmp_path):
     result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--stomp-port", "61613",
                      cwd=tmp_path, timeout=20)

@@ -113,6 +113,20 @@ def test_data_check_refuses_while_a_broker_runs_and_print_warns(start_broker):
     assert shown.returncode == 0 and "may be changing" in shown.stderr
 
 
+def test_data_commands_given_the_journal_or_paging_directory_say_so_rather_than_sound(
+        start_broker, stomp_client):
+    """(Before: `data check --data-dir DATA/journal` found "no journal directory" and said sound.)"""
+    paged = unique(PAGE_ONE)
+    proc = start_broker(_config(paged))
+    send_all(stomp_client(proc), f"/queue/{paged}", numbered("p", 5))
+    proc.stop()
+    for sub, kind in (("journal", "journal directory"), ("paging", "paging directory")):
+        for command in ("check", "print"):
+            result = run_cli("data", command, "--data-dir", str(proc.data_dir / sub))
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert "is not a data directory: it holds" in result.stderr and kind in result.stderr
+
+
 def test_data_check_reports_file_and_offset_of_a_broken_page(start_broker, stomp_client):
     paged = unique(PAGE_ONE)
     proc = start_broker(_config(paged))
