@@ -13,48 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from pathlib import Path
 
+from inprocess_stomp import StompSocket, broker_config
+
 from pagemq.server.app import BrokerServer
-from pagemq.server.config import load_config
 from pagemq.storage.fileio import FaultyFileIO
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-async def _frame(reader: asyncio.StreamReader, timeout: float) -> tuple[str, dict[str, str], str]:
-    raw = await asyncio.wait_for(reader.readuntil(b"\0"), timeout)
-    head, _, body = raw[:-1].decode().lstrip("\r\n").partition("\n\n")
-    lines = head.split("\n")
-    return lines[0], dict(line.split(":", 1) for line in lines[1:] if ":" in line), body
-
-
-class _Client:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def connect(cls, port: int) -> _Client:
-        client = cls(*await asyncio.open_connection("127.0.0.1", port))
-        await client.send("CONNECT", {"accept-version": "1.2", "host": "x"})
-        assert (await client.frame())[0] == "CONNECTED"
-        return client
-
-    async def send(self, command: str, headers: dict[str, str], body: str = "") -> None:
-        self.writer.write((command + "\n" + "".join(f"{k}:{v}\n" for k, v in headers.items()) + "\n"
-                           + body + "\0").encode())
-        await self.writer.drain()
-
-    async def frame(self, timeout: float = 10) -> tuple[str, dict[str, str], str]:
-        return await _frame(self.reader, timeout)
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def _send_headers(dup_id: str, receipt: str) -> dict[str, str]:
@@ -63,17 +27,13 @@ def _send_headers(dup_id: str, receipt: str) -> dict[str, str]:
 
 
 def test_a_paged_send_torn_before_its_id_is_journaled_is_stored_once_by_its_retry(tmp_path: Path) -> None:
-    config_file = tmp_path / "pagemq.toml"
-    config_file.write_text('[address-settings."#"]\nmax-size-bytes = 0\npage-size-bytes = "64KiB"\n')
-    port = _free_port()
-    config = load_config(config_file, data_dir=str(tmp_path / "data"), stomp=f"127.0.0.1:{port}",
-                         http=f"127.0.0.1:{_free_port()}")
+    config = broker_config(tmp_path, paged=True)
     fio = FaultyFileIO()
 
     async def crash_in_the_window() -> None:
         server = BrokerServer(config, fileio=fio)
         await server.start()
-        client = await _Client.connect(port)
+        client = await StompSocket.connect(config)
         try:
             # the address, queue and page file made durable first
             await client.send("SEND", _send_headers("first", "r0"), "first")
@@ -94,7 +54,7 @@ def test_a_paged_send_torn_before_its_id_is_journaled_is_stored_once_by_its_retr
     async def restart_and_retry() -> list[str]:
         server = BrokerServer(config)
         await server.start()
-        client = await _Client.connect(port)
+        client = await StompSocket.connect(config)
         try:
             await client.send("SEND", _send_headers("X", "r2"), "x")  # no RECEIPT came: send again
             assert (await client.frame())[:2] == ("RECEIPT", {"receipt-id": "r2"})

@@ -10,74 +10,48 @@ that pages everything). A non-persistent SEND is receipted without waiting.
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
+from inprocess_stomp import StompSocket, broker_config
 
 from pagemq.server.app import BrokerServer
-from pagemq.server.config import load_config
 from pagemq.storage.fileio import FaultyFileIO
 
 HELD = 0.3  # how long the test watches for a RECEIPT that must not come
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-async def _frame(reader: asyncio.StreamReader, timeout: float) -> tuple[str, dict[str, str]]:
-    raw = await asyncio.wait_for(reader.readuntil(b"\0"), timeout)
-    head = raw.decode().lstrip("\r\n").split("\n\n", 1)[0].split("\n")
-    return head[0], dict(line.split(":", 1) for line in head[1:] if ":" in line)
-
-
-async def _send(writer: asyncio.StreamWriter, command: str, headers: dict[str, str], body: str = "") -> None:
-    writer.write((command + "\n" + "".join(f"{k}:{v}\n" for k, v in headers.items()) + "\n" + body + "\0")
-                 .encode())
-    await writer.drain()
-
-
 @pytest.mark.parametrize("paged", [False, True], ids=["journal", "page-store"])
 def test_receipt_of_a_persistent_send_waits_for_the_fsync(tmp_path: Path, paged: bool) -> None:
-    config_file = tmp_path / "pagemq.toml"
-    config_file.write_text('[address-settings."#"]\nmax-size-bytes = 0\npage-size-bytes = "64KiB"\n'
-                           if paged else "")
-    port = _free_port()
-    config = load_config(config_file, data_dir=str(tmp_path / "data"), stomp=f"127.0.0.1:{port}",
-                         http=f"127.0.0.1:{_free_port()}")
+    config = broker_config(tmp_path, paged=paged)
     fio = FaultyFileIO()
 
     async def body() -> None:
         server = BrokerServer(config, fileio=fio)
         await server.start()
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        client = await StompSocket.connect(config)
         try:
-            await _send(writer, "CONNECT", {"accept-version": "1.2", "host": "x"})
-            assert (await _frame(reader, 5))[0] == "CONNECTED"
             # the queue's records made durable first, so only the message's fsync is held
-            await _send(writer, "SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r0"},
-                        "first")
-            assert (await _frame(reader, 5)) == ("RECEIPT", {"receipt-id": "r0"})
+            await client.send("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r0"},
+                              "first")
+            assert (await client.frame(5))[:2] == ("RECEIPT", {"receipt-id": "r0"})
 
             fio.hold_fsync()
-            await _send(writer, "SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r1"},
-                        "held")
+            await client.send("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": "r1"},
+                              "held")
             assert await asyncio.to_thread(fio.fsync_waiting.wait, 5), "no fsync was attempted"
             with pytest.raises(asyncio.TimeoutError):
-                await _frame(reader, HELD)  # the fsync is held: no RECEIPT
+                await client.frame(HELD)  # the fsync is held: no RECEIPT
             fio.release_fsync()
-            assert (await _frame(reader, 5)) == ("RECEIPT", {"receipt-id": "r1"})
+            assert (await client.frame(5))[:2] == ("RECEIPT", {"receipt-id": "r1"})
 
             fio.hold_fsync()  # a non-persistent SEND does not wait for any fsync
-            await _send(writer, "SEND", {"destination": "/queue/q", "receipt": "r2"}, "transient")
-            assert (await _frame(reader, 5)) == ("RECEIPT", {"receipt-id": "r2"})
+            await client.send("SEND", {"destination": "/queue/q", "receipt": "r2"}, "transient")
+            assert (await client.frame(5))[:2] == ("RECEIPT", {"receipt-id": "r2"})
             fio.release_fsync()
         finally:
             fio.release_fsync()
-            writer.close()
+            client.close()
             await server.stop()
 
     asyncio.run(body())
