@@ -214,9 +214,10 @@ class Transactions:
 
     def _route_unblocking(self, tx: Transaction) -> Routed:
         """Route the sends; a BLOCK address the transaction's sends to it could never fit
-        (more than its max-size-bytes) lets them in whole once it is below its limit, as one
-        message larger than the limit goes in (`Router.admit`): otherwise the COMMIT would
-        wait for ever."""
+        (more than its max-size-bytes or max-size-messages, or more sends than
+        global-max-messages) lets them in whole once it is below its limits, as one message
+        larger than the limit goes in (`Router.admit`): otherwise the COMMIT would wait for
+        ever."""
         router = self.router
         waived: set[str] = set()
         while True:
@@ -232,12 +233,19 @@ class Transactions:
                 router.block_waived = frozenset()
 
     def _never_fits(self, tx: Transaction, address: Address) -> bool:
-        """The transaction's sends to `address` are more than its max-size-bytes, and it is
-        below its limits now (the commit's earlier sends were given back when it blocked)."""
-        limit = address.settings.max_size_bytes
-        if limit < 0 or address.is_full(0) or self.memory.messages_full():
+        """The transaction's sends are more than a limit could ever hold (`address`'s
+        max-size-bytes or max-size-messages, or the broker's global-max-messages), and
+        everything is below its limits now (the commit's earlier sends were given back when
+        it blocked)."""
+        if address.is_full(0) or self.memory.messages_full():
             return False
-        return sum(send.memory_size for send in tx.sends if send.address == address.name) > limit
+        mine = [send for send in tx.sends if send.address == address.name]
+        settings = address.settings
+        if 0 <= settings.max_size_bytes < sum(send.memory_size for send in mine):
+            return True
+        if 0 <= settings.max_size_messages < len(mine):
+            return True
+        return 0 <= self.memory.max_messages < len(tx.sends)
 
     def _route_sends(self, tx: Transaction) -> Routed:
         """A transaction's sends: (held in memory, with their durable queue count), (to page,

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 
+import pytest
 from brokerproc import unique, wait_until
 from test_paging_helpers import (
     assert_paging,
@@ -147,6 +148,25 @@ def test_block_policy_takes_a_commit_larger_than_the_limit_once_the_address_is_b
     assert [m.body.split("|", 1)[0] for m in consumer.messages] == (
         [f"t0-{n}" for n in range(5)] + [f"t1-{n}" for n in range(5)])
     producer.listener.wait_for_receipt("c-t1", timeout=10)
+
+
+@pytest.mark.parametrize("limits", [
+    {"address-settings": {"#": {"max-size-messages": 2, "address-full-policy": "BLOCK"}}},
+    {"broker": {"global-max-messages": 2}, "address-settings": {"#": {"address-full-policy": "BLOCK"}}},
+], ids=["max-size-messages", "global-max-messages"])
+def test_block_policy_takes_a_commit_of_more_sends_than_a_message_limit_once_below_it(
+        start_broker, stomp_client, limits):
+    """(Before: only a COMMIT over max-size-bytes was let in; 3 sends against a limit of 2
+    messages waited for ever, and every later frame of the connection behind them.)"""
+    proc = start_broker(limits)
+    producer = stomp_client(proc)
+    producer.begin("t0", receipt=False)
+    for n in range(3):
+        producer.send("/queue/orders", f"m{n}", headers={"transaction": "t0"}, receipt=False)
+    producer.conn.commit("t0", headers={"receipt": "c-t0"})
+    producer.listener.wait_for_receipt("c-t0", timeout=10)
+    assert consume(stomp_client(proc), "/queue/orders", 3, ack="auto") == numbered("m", 3)
+    producer.send("/queue/orders", "after it", receipt=True)  # the connection goes on
 
 
 def test_block_policy_blocks_only_that_address(broker, stomp_client, queue_name):
