@@ -714,6 +714,11 @@ class StompSession:
             queue = durable_subscription(self.broker, f"{self.client_id}.{durable_name}")
             if queue is not None:  # checked before anything changes
                 self._require(["delete-durable-queue"], queue.address_name)
+                own = sub.consumer if sub is not None else None
+                if any(consumer is not own for consumer in queue.consumers):
+                    # as Artemis refuses to delete a queue with consumers (JMS: an error)
+                    raise SubscriptionError(f"durable subscription {queue.name!r} has an active "
+                                            "subscriber; it cannot be removed")
         if sub is not None:
             del self.subscriptions[sub.id]
             self._close_subscription(sub, ev.Unsubscribe)

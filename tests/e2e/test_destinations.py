@@ -182,6 +182,20 @@ def test_unsubscribe_with_durable_headers_removes_the_subscription(broker, stomp
     back.listener.assert_no_more(0)
 
 
+def test_a_durable_subscription_with_an_active_subscriber_is_not_removed_by_another_connection(
+        broker, stomp_client, queue_name):
+    """(Before: another connection's UNSUBSCRIBE got a RECEIPT and deleted the queue under the
+    subscriber, which then silently received nothing more.)"""
+    client_id, sub_name = unique("client"), "busy"
+    subscriber, _ = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    other = stomp_client(broker, client_id=client_id)
+    other.unsubscribe("x", headers={"durable-subscription-name": sub_name}, receipt=False)
+    error = other.listener.wait_for_error()
+    assert "has an active subscriber" in error.headers["message"]
+    stomp_client(broker).send(f"/topic/{queue_name}", "still delivered", receipt=True)
+    assert bodies(subscriber.wait_for(1)) == ["still delivered"]
+
+
 def test_plain_unsubscribe_keeps_the_durable_subscription(broker, stomp_client, queue_name):
     client_id, sub_name = unique("client"), "stays"
     subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)
