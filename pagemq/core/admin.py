@@ -166,10 +166,7 @@ class Admin:
 
     def _delete_queue(self, queue: Queue) -> None:
         consumers = list(queue.consumers)
-        pager = self.bindings.pagers.get(queue.address_name)
-        self.bindings.delete_queue(queue)
-        if pager is not None:
-            pager.maybe_leave_paging()
+        self.bindings.delete_queue(queue)  # (leaves page mode with the last backlog)
         for listener in self.on_queue_deleted:
             listener(queue.name, consumers)
 

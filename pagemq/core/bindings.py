@@ -192,6 +192,8 @@ class Bindings:
         self.queues_by_id.pop(queue.queue_id, None)
         if queue.durable:
             self.store.delete_queue(queue.queue_id)
+        if pager is not None:  # its backlog may have been the last one: new messages stay in memory
+            pager.maybe_leave_paging()
 
     def delete_address(self, address: Address) -> None:
         """Remove an address whose queues are deleted, with its durable record. Its pager,

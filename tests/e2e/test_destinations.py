@@ -196,6 +196,25 @@ def test_a_durable_subscription_with_an_active_subscriber_is_not_removed_by_anot
     assert bodies(subscriber.wait_for(1)) == ["still delivered"]
 
 
+def test_removing_the_durable_subscription_that_paged_takes_its_address_out_of_page_mode(
+        start_broker, stomp_client):
+    """(Before: the address stayed in page mode with nothing paged, and paged the next message
+    although nothing was held in memory.)"""
+    proc = start_broker({"address-settings": {"news": {"max-size-messages": 2}}})
+    subscriber, sub = _durable(proc, stomp_client, "app", "news", "sub")
+    subscriber.unsubscribe(sub)  # away: the subscription keeps receiving
+    producer = stomp_client(proc)
+    for n in range(6):
+        producer.send("/topic/news", f"m{n}", headers={"persistent": "true"}, receipt=True)
+    assert proc.address("news")["paging"] is True
+    subscriber.unsubscribe(sub, headers={"durable-subscription-name": "sub"})
+    assert proc.address("news")["paging"] is False
+    _durable(proc, stomp_client, "app", "news", "again")
+    producer.send("/topic/news", "held in memory", headers={"persistent": "true"}, receipt=True)
+    address = proc.address("news")
+    assert (address["paging"], address["messages_in_memory"], address["messages_paged"]) == (False, 1, 0)
+
+
 def test_plain_unsubscribe_keeps_the_durable_subscription(broker, stomp_client, queue_name):
     client_id, sub_name = unique("client"), "stays"
     subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)
