@@ -156,6 +156,8 @@ class FrameParser:
         return FrameError(error.message, receipt_id=error.receipt_id)
 
     def _fail(self, exc: FrameError) -> None:
+        if exc.receipt_id is None and self._pending is None:  # the head did not parse
+            exc.receipt_id = _receipt_line(self._buf, self.max_header_length)
         self._error = exc
         self._buf = bytearray()
         self._pending = None
@@ -364,6 +366,24 @@ def _plain_headers(lines: list[str]) -> dict[str, str]:
         if name not in headers:
             headers[name] = value
     return headers
+
+
+def _receipt_line(buf: bytearray, limit: int) -> str | None:
+    """The `receipt` a frame whose head failed to parse asked for, read from its raw head
+    (the buffer starts at that frame's command), so its ERROR can still name it (STOMP
+    1.2: an ERROR carries the receipt-id of the frame it answers). None when there is no
+    such line within the head, or it is longer than a header line may be."""
+    end = buf.find(b"\n\n")
+    head = buf[:end if end >= 0 else len(buf)]
+    at = head.find(b"\nreceipt:")
+    if at < 0:
+        return None
+    start = at + len(b"\nreceipt:")
+    stop = head.find(b"\n", start)
+    value = bytes(head[start:stop if stop >= 0 else len(head)]).rstrip(b"\r")
+    if len(value) > limit:
+        return None
+    return value.decode("utf-8", "replace").replace("\\c", ":").replace("\\\\", "\\")
 
 
 def _no_colon(line: str) -> FrameError:

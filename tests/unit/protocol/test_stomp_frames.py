@@ -235,3 +235,19 @@ def test_parser_reads_escaped_header_lines_as_the_spec_does(version, name, value
             parser.next_frame()
     else:
         assert parser.next_frame().headers == {expected_name: expected_value}
+
+
+@pytest.mark.parametrize(("head", "problem"), [
+    (b"SEND\nreceipt:R\\c1\nnocolon\n\n", "without a colon"),
+    (b"SEND\nreceipt:R\\c1\n" + b"h:v\n" * 6 + b"\n", "more than max-headers"),
+    (b"SEND\nreceipt:R\\c1\nlong:" + b"x" * 200 + b"\n\n", "max-header-length"),
+    (b"SEND\nreceipt:R\\c1\nb\\tc:v\n\n", "invalid escape"),
+    (b"SEND\r\nreceipt:R\\c1\r\nh:\xff\xfe\r\n\r\n", "not valid UTF-8"),
+])
+def test_an_error_in_a_frame_head_still_names_the_receipt_the_frame_asked_for(head, problem):
+    """(Before: a head that did not parse gave an ERROR without receipt-id.)"""
+    parser = FrameParser(max_headers=5, max_header_length=100)
+    parser.version = "1.2"
+    with pytest.raises(FrameError, match=problem) as caught:
+        parser.feed(head + b"body\x00")
+    assert caught.value.receipt_id == "R:1"
