@@ -121,6 +121,7 @@ class Broker:
         self.expire_due = self.dead_letters.expire_due
         self.expired = self.dead_letters.expired
         self.dead_letter = self.dead_letters.exhausted
+        self.given_back = self.ledger.given_back
         self.expires = self.expiry.add
 
     @property

@@ -165,6 +165,18 @@ class Ledger:
             except Exception as exc:
                 self._burst_failure = self._burst_failure or exc
 
+    def given_back(self, queue: Queue, refs: list[MessageRef]) -> None:
+        """The delivery counts of journaled messages given back unacknowledged, written to
+        their records (as Artemis updates a durable message's delivery count when a delivery
+        is cancelled): a restart resumes them, so `redelivered` and max-delivery-attempts
+        hold across it. A paged ref's count is not kept (its record is in a page file)."""
+        if not queue.durable:
+            return
+        for ref in refs:
+            message = ref.message
+            if ref.page_pos is None and message.persistent and ref.delivery_count:
+                self.store.delivery_count(message.message_id, queue.queue_id, ref.delivery_count)
+
     def settle(self, queue: Queue, ref: MessageRef) -> None:
         """Acknowledge one ref (also during dispatch: an auto ack; the dispatch goes on)."""
         queue.counters.acknowledged += 1

@@ -78,6 +78,10 @@ class QueueOwner(Protocol):
     def expires(self, queue: Queue, ref: MessageRef) -> None:
         """A ref of a message with an expiration became pending: note when it is due."""
 
+    def given_back(self, queue: Queue, refs: list[MessageRef]) -> None:
+        """Delivered refs came back unacknowledged (kept by the queue): their delivery
+        counts are to outlive a restart."""
+
 
 class PagedWalk(Protocol):
     """A browse of the paged part of a queue (core.paging.PagedBrowse): iterating stops with
@@ -238,6 +242,7 @@ class Queue:
                     kept = {id(ref) for ref in self.owner.dead_letter(self, spent)}
                     moved = {id(ref) for ref in spent if id(ref) not in kept}
                     refs = [ref for ref in refs if id(ref) not in moved]
+            self.owner.given_back(self, refs)
             self._return_in_order(refs)
 
     @contextlib.contextmanager

@@ -92,8 +92,12 @@ class Recovery:
             if address is None:
                 continue  # every queue of it is gone
             hold(message, address, len(queues), durable=len(queues))
+            counts = item.delivery_counts
             for queue in queues:
-                queue.add_recovered(MessageRef(message))
+                ref = MessageRef(message)
+                if counts is not None:  # given back unacknowledged before the restart
+                    ref.delivery_count = counts.get(queue.queue_id, 0)
+                queue.add_recovered(ref)
             count += 1
         if bindings.page_stores is not None:
             count += self._recover_paging(recovered, self.paging_directory)

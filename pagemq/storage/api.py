@@ -41,6 +41,8 @@ class RecoveredMessage:
     at: int
     address: str
     queue_ids: list[int]
+    # queue id -> how often it was delivered there and given back (type-12 updates), if ever
+    delivery_counts: dict[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,11 @@ StoreOp = StoreMessage | StoreAck | CursorAck | PageTxCommit | DuplicateIdRecord
 class MessageStore(Protocol):
     def load(self) -> Recovered: ...
 
+    def delivery_count(self, message_id: int, queue_id: int, count: int) -> None:
+        """A journaled message given back unacknowledged by a queue: how often that queue has
+        delivered it, so a restart neither resets it nor loses it to max-delivery-attempts."""
+        ...
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None: ...
 
     def add_address(self, record: AddressRecord) -> None: ...
@@ -208,6 +215,9 @@ class MemoryStore:
         return None
 
     def acknowledge(self, message_id: int, queue_id: int, *, last: bool) -> None:
+        return None
+
+    def delivery_count(self, message_id: int, queue_id: int, count: int) -> None:
         return None
 
     def transaction(self, ops: list[StoreOp], *, sync: bool) -> asyncio.Future[None] | None:

@@ -48,6 +48,7 @@ _U64 = struct.Struct("<Q")
 _CURSOR_ACK = struct.Struct("<QQI")  # queue id, page number, ordinal (5) / ordinal count (7)
 _CURSOR_COMPLETE = struct.Struct("<QQ")
 _PAGE_TX_COMMIT = struct.Struct("<QQ")  # transaction id, page number; then the address
+_DELIVERY_COUNT = struct.Struct("<QI")  # queue id, deliveries
 
 
 class RecordType(enum.IntEnum):
@@ -62,6 +63,7 @@ class RecordType(enum.IntEnum):
     DUPLICATE_ID = 9  # one id per record: written by earlier versions, still read
     DUPLICATE_IDS = 10
     DUPLICATE_IDS_GONE = 11  # update of a type-10 record: u32, how many of its first ids are gone
+    DELIVERY_COUNT = 12  # update of a type-3 record: u64 queue id, u32 deliveries given back
 
 
 @functools.lru_cache(maxsize=64)
@@ -106,6 +108,16 @@ def _message_fields(payload: bytes, addresses: dict[bytes, str]) -> tuple[list[i
     if address is None:
         address = addresses[raw] = raw.decode()
     return queue_ids, address, offset + length
+
+
+def _delivery_counts(updates: list[tuple[int, bytes]]) -> dict[int, int] | None:
+    """Per queue, the largest delivery count its type-12 updates give; None if none does."""
+    counts: dict[int, int] = {}
+    for kind, data in updates:
+        if kind == RecordType.DELIVERY_COUNT:
+            queue_id, count = _DELIVERY_COUNT.unpack(data)
+            counts[queue_id] = max(count, counts.get(queue_id, 0))
+    return counts or None
 
 
 def acked_queue(payload: bytes) -> int:
@@ -219,6 +231,7 @@ class JournalMessageStore:
             if kind == RecordType.MESSAGE:
                 payload = record.payload
                 queue_ids, address, at = _message_fields(payload, addresses)
+                counts = None
                 if record.updates:
                     acked = {
                         _U64.unpack(update)[0]
@@ -226,8 +239,9 @@ class JournalMessageStore:
                         if update_type == RecordType.ACK
                     }
                     queue_ids = [q for q in queue_ids if q not in acked]
+                    counts = _delivery_counts(record.updates)
                 if queue_ids:
-                    messages.append(RecoveredMessage(payload, at, address, queue_ids))
+                    messages.append(RecoveredMessage(payload, at, address, queue_ids, counts))
             elif kind == RecordType.QUEUE:
                 data = json.loads(record.payload)
                 recovered.queues.append(
@@ -281,6 +295,9 @@ class JournalMessageStore:
         return self.journal.add(
             message.message_id, RecordType.MESSAGE, _message_payload(message, queue_ids), sync=sync
         )
+
+    def delivery_count(self, message_id: int, queue_id: int, count: int) -> None:
+        self.journal.update(message_id, RecordType.DELIVERY_COUNT, _DELIVERY_COUNT.pack(queue_id, count))
 
     def acknowledge(self, message_id: int, queue_id: int, *, last: bool) -> None:
         if last:

@@ -158,6 +158,25 @@ def test_consumer_vanishing_max_delivery_attempts_times_moves_message_to_dlq(
     broker.wait_queue(queue_name, messages=0, messages_killed=1)
 
 
+def test_delivery_attempts_count_across_restarts_and_still_end_in_the_dlq(start_broker, stomp_client):
+    """(Before: a restart forgot how often a persistent message had been delivered, so it
+    came back `redelivered:false` and a poison message never reached the DLQ when the
+    broker restarted between attempts.)"""
+    proc = start_broker(BROKER_CONFIG)
+    stomp_client(proc).send("/queue/poison", "crashes consumers", headers={"persistent": "true"},
+                            receipt=True)
+    for attempt in range(MAX_DELIVERY_ATTEMPTS):
+        consumer = stomp_client(proc)
+        consumer.subscribe("/queue/poison", ack="client-individual")
+        (frame,) = consumer.wait_for(1)
+        assert frame.headers.get("redelivered") == ("true" if attempt else "false")
+        consumer.disconnect()  # given back unacknowledged
+        proc.restart()
+    (dead,) = _moved_messages(proc, stomp_client, "DLQ", "poison")
+    assert dead.body == "crashes consumers"
+    assert proc.queue("poison")["messages"] == 0
+
+
 def test_acks_written_with_unsubscribe_or_disconnect_start_no_new_deliveries(
     broker, raw_stomp, stomp_client, queue_name
 ):

@@ -17,6 +17,7 @@ class Owner:
         self.expired_rounds: list[list[int]] = []
         self.dead: list[int] = []
         self.timed: list[int] = []
+        self.returned: list[tuple[int, int]] = []  # (message id, delivery count) given back
         self.movable = movable
         self.queue: Queue | None = None
 
@@ -34,6 +35,9 @@ class Owner:
 
     def expires(self, queue: Queue, ref: MessageRef) -> None:
         self.timed.append(ref.message.message_id)
+
+    def given_back(self, queue: Queue, refs: list[MessageRef]) -> None:
+        self.returned.extend((r.message.message_id, r.delivery_count) for r in refs)
 
 
 class Sink:

@@ -169,6 +169,7 @@ def test_a_send_with_a_duplicate_id_is_stored_after_the_sends_before_it() -> Non
         client.read(send("q", "m0"), send("q", "m1", _AMQ_DUPL_ID="d1"), send("q", "m2"),
                     send("q", "m1 again", _AMQ_DUPL_ID="d1"))
         client.sync()
+        await settle()  # m1's page batch is committed by the journal once its write is done
         assert client.bodies("q") == ["m0", "m1", "m2"]
 
     run(body)
