@@ -106,9 +106,11 @@ class Recovery:
     def _remake_lost_queues(self, recovered: Recovered) -> None:
         """Damage read past in the journal may have taken a queue's record and left its
         messages, which name it by id: the queue is made again rather than its messages
-        dropped as a deleted queue's are. Its name, unknown, is its address's (an anycast
-        address without that queue) or `<address>.recovered-<id>`; routing is the
-        address's, without a filter. Its record is written once the journal runs."""
+        dropped as a deleted queue's are (its paged ones: `_recover_paging`). Its name,
+        unknown, is its address's (an anycast address without that queue) or
+        `<address>.recovered-<id>`; routing is the address's. Its record is written once
+        the journal runs. (A queue deleted before the damage whose records were still
+        about may come back too: a false alarm costs a queue to delete, a miss messages.)"""
         bindings = self.bindings
         lost: dict[int, tuple[str, int]] = {}  # queue id -> (address, messages)
         for item in recovered.messages:
@@ -117,18 +119,29 @@ class Recovery:
                     _address, count = lost.get(queue_id, (item.address, 0))
                     lost[queue_id] = (item.address, count + 1)
         for queue_id, (address_name, count) in sorted(lost.items()):
-            address = bindings.addresses.get(address_name)
-            if address is None:
-                address = bindings.create_address(address_name, ANYCAST, 0)
-            name = address_name
-            if address.routing_type != ANYCAST or name in bindings.queues:
-                name = f"{address_name}.recovered-{queue_id}"
-            bindings.create_queue(address, name, address.routing_type, queue_id=queue_id,
-                                  filter_text=None, durable=True, temporary=False)
-            self.remade_queues.append(QueueRecord(queue_id, name, address_name, address.routing_type, None))
-            log.error("journal damage took the record of queue id %d of address %r: its %d message(s) "
-                      "are kept in queue %r, made again (%s, no filter); check its name, filter and "
-                      "consumers", queue_id, address_name, count, name, address.routing_type)
+            self._remake(queue_id, address_name, f"its {count} message(s) in the journal")
+
+    def _remake(self, queue_id: int, address_name: str, what: str) -> None:
+        """A queue whose record is lost, made again with its id (see `_remake_lost_queues`).
+        Of a multicast address it takes no new message (filter FALSE): its name, and so
+        whose subscription it was, is unknown, and a copy of everything sent from now on
+        would pile up in it."""
+        bindings = self.bindings
+        address = bindings.addresses.get(address_name)
+        if address is None:
+            address = bindings.create_address(address_name, ANYCAST, 0)
+        name, selector = address_name, None
+        if address.routing_type != ANYCAST or name in bindings.queues:
+            name = f"{address_name}.recovered-{queue_id}"
+        if address.routing_type != ANYCAST:
+            selector = "FALSE"
+        bindings.create_queue(address, name, address.routing_type, queue_id=queue_id,
+                              filter_text=selector, durable=True, temporary=False)
+        self.remade_queues.append(QueueRecord(queue_id, name, address_name, address.routing_type, selector))
+        log.error("journal damage took the record of queue id %d of address %r: %s are kept in "
+                  "queue %r, made again (%s%s); consume or move them, and check its name and "
+                  "consumers", queue_id, address_name, what, name, address.routing_type,
+                  ", filter FALSE: it takes no new message" if selector else "")
 
     def _target(self, queue_ids: tuple[int, ...]) -> tuple[list[Queue], Address | None]:
         """The queues of these ids that still exist, and their address (a message goes to
@@ -164,6 +177,9 @@ class Recovery:
                         "" if pages else " (it holds no page: the address was deleted)")
                 continue
             pager = bindings.pager(address)
+            if recovered.damaged:  # records of a queue whose record the damage took
+                for queue_id in sorted(pager.store.queue_ids_on_disk() - bindings.queues_by_id.keys()):
+                    self._remake(queue_id, name, "its paged messages")
             # Ids stay above every paged message too (the journal may no longer hold the
             # newest): the order of a queue across a restart is the order of its ids.
             self.ids.above(pager.store.last_message_id())

@@ -450,6 +450,10 @@ class PagedQueues:
 
     # -- start-up -------------------------------------------------------------------------
 
+    def queue_ids_on_disk(self) -> set[int]:
+        return {queue_id for info in self.medium.pages()
+                for queue_id, count in info.queue_counts.items() if count}
+
     def recover(self, queue_ids: Collection[int], acks: Sequence[CursorAck],
                 completes: Sequence[CursorComplete], tx_commits: Sequence[PageTxCommit]) -> PagedRecovery:
         """Page numbers are per address, so only `queue_ids`' records may be matched with

@@ -318,6 +318,10 @@ class PagedQueueStore(Protocol):
         records (every address's: only these queues' are matched with these pages); no page
         body is read but a transaction's batch whose commit record never came."""
 
+    def queue_ids_on_disk(self) -> set[int]:
+        """The ids of the queues records in the pages were routed to (start-up: a queue
+        whose record journal damage took is found by these)."""
+
     def last_id(self, page_no: int) -> int:
         """The highest message id on the page (0 when not known): a browse resuming after
         an id skips the pages before it unread."""
