@@ -7,9 +7,9 @@ second broker on the same directory refuses to start instead of cleaning away th
 one's files. The file holds the holder's pid (decimal, newline) so the refusal can name it;
 it is never removed (removing it would let two processes lock two different files).
 
-A journal or paging directory configured outside the data directory gets a lock of its
-own (`BrokerLocks`), as Artemis keeps `server.lock` with its journal: two brokers with
-different data directories cannot share one either.
+The journal and paging directories get a lock of their own too (`BrokerLocks`), as Artemis
+keeps `server.lock` with its journal: two brokers with different data directories cannot
+share one either, wherever it lies (another broker's data directory included).
 
 `pagemq data check` / `print` take it shared, without creating the file (they change
 nothing): a broker cannot start while they read, and they can tell when one is running.
@@ -105,16 +105,15 @@ class DataDirectoryLock:
 
 
 class BrokerLocks:
-    """A broker's locks: its data directory's, then those of the journal and paging
-    directories that lie outside it (inside, the data directory's covers them)."""
+    """A broker's locks: its data directory's, then its journal and paging directories'
+    (inside the data directory too: another broker may name one of them as its own)."""
 
     def __init__(self, data_directory: Path, **others: Path) -> None:
-        root = Path(data_directory).resolve()
         self.locks = [DataDirectoryLock(data_directory)]
-        seen = {root}
+        seen = {Path(data_directory).resolve()}
         for name, directory in others.items():
             resolved = Path(directory).resolve()
-            if resolved in seen or root in resolved.parents:
+            if resolved in seen:
                 continue
             seen.add(resolved)
             self.locks.append(DataDirectoryLock(directory, kind=f"{name} directory"))

@@ -75,3 +75,21 @@ def test_a_second_broker_sharing_only_the_journal_or_paging_directory_refuses_to
     assert _files(journal) == before
     assert first.queue(queue)["messages"] == 1
     broker_still_serves(first.stomp_port)
+
+
+def test_a_second_broker_naming_the_journal_inside_the_first_ones_data_directory_refuses_to_start(
+    start_broker, stomp_client, tmp_path
+):
+    """(Before: only the data directory's lock was taken for a journal inside it, so a second
+    broker naming that journal as its own started and shared it.)"""
+    first = start_broker()
+    for key in ("journal-directory", "paging-directory"):
+        shared = first.data_dir / key.split("-")[0]
+        config = tmp_path / f"{key}.toml"
+        config.write_text(f'[broker]\n{key} = "{shared}"\n')
+        second = run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path / f"own-{key}"),
+                         "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}",
+                         cwd=tmp_path, timeout=20)
+        assert second.returncode == 1, second.stderr
+        assert f"{key.replace('-', ' ')} {shared} is in use by another broker" in second.stderr
+    broker_still_serves(first.stomp_port)
