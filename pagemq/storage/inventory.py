@@ -330,8 +330,12 @@ def _read_page(state: DataState, address: AddressState, path: Path, cursors: _Cu
             raise FrameError(f"header names page {decode_file_header(data)}")
         version = page_format_version(data)
     except FrameError as exc:
-        if len(data) < FILE_HEADER.size:
+        recorded = _recorded_size(PageState(path, page_no, len(data), 0, 0, 0, 0, [], "none"), fileio)
+        if len(data) < FILE_HEADER.size and (recorded is None or recorded <= len(data)):
             state.note(path, 0, f"file header torn ({exc}); the next start removes the page")
+        elif len(data) < FILE_HEADER.size:
+            state.problem(path, 0, f"the page is {len(data)} bytes, its summary recorded {recorded} when it "
+                          "was closed: its records were lost to damage, not to a crash")
         else:
             state.problem(path, 0, f"unreadable file header: {exc}")
         return None

@@ -206,6 +206,19 @@ def test_a_closed_page_that_lost_its_end_is_damage_not_a_torn_tail_and_is_not_cu
     assert folder is not None and (folder / (page.name + ".damaged")).exists()  # set aside, kept
 
 
+def test_a_closed_page_cut_inside_its_file_header_is_a_problem_for_data_check(start_broker, stomp_client):
+    """(Before: a page shorter than its header was noted as a crash's torn header, exit 0.)"""
+    proc = start_broker(PAGE_ALL)
+    queue = unique("pheader")
+    send_all(stomp_client(proc), f"/queue/{queue}", numbered("m", 10))
+    proc.stop()
+    (page,) = page_files(proc, queue)
+    with page.open("r+b") as file:
+        file.truncate(10)
+    code, report = _check(proc)
+    assert code == 1 and "its records were lost to damage" in report, report
+
+
 def test_a_page_damaged_between_restart_and_read_stops_counting_its_lost_message_at_once(
     start_broker, stomp_client
 ):
