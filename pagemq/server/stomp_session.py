@@ -696,6 +696,9 @@ class StompSession:
         name = f"{self.client_id}.{durable_name}"
         existing = durable_subscription(broker, name)
         if existing is not None and (existing.filter_text or None) != (selector or None):
+            if existing.consumers:  # read by name meanwhile (/queue/NAME): theirs too
+                raise SubscriptionError(f"durable subscription {name!r} has an active subscriber; "
+                                        "its selector cannot change")
             broker.delete_queue(existing)  # a new selector makes a new subscription (JMS)
             existing = None
         changed = changed or existing is None

@@ -215,6 +215,23 @@ def test_removing_the_durable_subscription_that_paged_takes_its_address_out_of_p
     assert (address["paging"], address["messages_in_memory"], address["messages_paged"]) == (False, 1, 0)
 
 
+def test_a_durable_subscription_read_by_name_keeps_its_selector_and_its_reader(
+        broker, stomp_client, queue_name):
+    """(Before: the subscriber coming back with another selector deleted the queue under a
+    `/queue/CID.NAME` reader, which then silently got nothing more.)"""
+    client_id, sub_name = unique("client"), "shared"
+    subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    subscriber.unsubscribe(sub)  # away
+    reader = stomp_client(broker)
+    reader.subscribe(f"/queue/{client_id}.{sub_name}")
+    back = stomp_client(broker, client_id=client_id)
+    back.subscribe(f"/topic/{queue_name}", headers={"durable-subscription-name": sub_name,
+                                                   "selector": "region = 'eu'"}, receipt=False)
+    assert "its selector cannot change" in back.listener.wait_for_error().headers["message"]
+    stomp_client(broker).send(f"/topic/{queue_name}", "still read", receipt=True)
+    assert bodies(reader.wait_for(1)) == ["still read"]
+
+
 def test_plain_unsubscribe_keeps_the_durable_subscription(broker, stomp_client, queue_name):
     client_id, sub_name = unique("client"), "stays"
     subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)
