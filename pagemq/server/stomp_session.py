@@ -63,7 +63,7 @@ from pagemq.protocol.stomp.subscription_state import (
 from pagemq.protocol.stomp.transaction_state import TRANSACTIONS, CommitApplied, TxState
 from pagemq.security.access import AUTHENTICATION_FAILED, SessionAccess
 from pagemq.security.users import User
-from pagemq.server.destinations import Destination, parse_destination
+from pagemq.server.destinations import FQQN_SEPARATOR, Destination, parse_destination
 from pagemq.server.management_requests import answer_request, is_management_send, management_permissions
 from pagemq.server.stomp_access import durable_subscription, send_permissions, subscribe_permissions
 from pagemq.server.turn_budget import TurnBudget
@@ -83,6 +83,12 @@ FRAMES_PER_TURN = 256
 DEFERRED_FRAMES = 16_384  # frames waiting for their turn past which the socket is not read
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 BROWSE_BATCH = 256
+
+
+def _legacy_name(destination: Destination) -> str:
+    """`ADDRESS::QUEUE` whole: the name of an address or queue made before `::` named a
+    queue of an address (earlier versions took it as a plain name), still used as such."""
+    return f"{destination.address}{FQQN_SEPARATOR}{destination.queue}"
 
 
 def _durable_name(headers: dict[str, str]) -> str | None:
@@ -572,9 +578,12 @@ class StompSession:
         destination = parse_destination(event.destination)
         headers = event.headers
         if destination.queue is not None:
-            raise InvalidDestination(
-                f"a SEND goes to an address, not to one of its queues ({event.destination!r}): "
-                f"send to /queue/{destination.address} or /topic/{destination.address}")
+            legacy = _legacy_name(destination)
+            if legacy not in self.broker.addresses:
+                raise InvalidDestination(
+                    f"a SEND goes to an address, not to one of its queues ({event.destination!r}): "
+                    f"send to /queue/{destination.address} or /topic/{destination.address}")
+            destination = Destination(legacy, destination.routing_type)
         if destination.address == MANAGEMENT_ADDRESS:  # answered, never stored
             if self.access is not None:
                 for permission, address in management_permissions(self.broker, headers):
@@ -650,6 +659,9 @@ class StompSession:
         which must be ADDRESS's. Permissions are then checked on the queue's own address."""
         queues = self.broker.queues
         if destination.queue is not None:
+            queue = queues.get(_legacy_name(destination))
+            if queue is not None:
+                return Destination(queue.address_name, queue.routing_type, queue.name)
             queue = queues.get(destination.queue)
             if queue is None:
                 return destination

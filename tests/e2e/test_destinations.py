@@ -318,6 +318,19 @@ def test_a_fully_qualified_queue_name_makes_a_missing_queue_on_the_address(broke
     assert bodies(consumer.wait_for(1)) == ["both get it"]
 
 
+def test_an_address_named_with_a_double_colon_before_it_meant_a_queue_is_still_used_whole(
+        start_broker, stomp_client):
+    """Earlier versions took `a::b` as a plain name: such an address and queue (here made by
+    the configuration) are still sent to and read by that name."""
+    proc = start_broker({"addresses": [{"name": "legacy::x", "routing-type": "anycast"}]})
+    stomp_client(proc).send("/queue/legacy::x", "kept", receipt=True)
+    assert proc.queue("legacy::x")["messages"] == 1
+    consumer = stomp_client(proc)
+    consumer.subscribe("/queue/legacy::x")
+    assert bodies(consumer.wait_for(1)) == ["kept"]
+    assert proc.http_get("/api/addresses/legacy")[0] == 404  # no address `legacy` made
+
+
 def test_a_fully_qualified_queue_name_of_another_address_is_refused(broker, stomp_client):
     client = stomp_client(broker)
     client.subscribe("cfg-orders::cfg-eu-events", receipt=False)
