@@ -26,7 +26,7 @@ from pagemq.core.address import ANYCAST
 from pagemq.core.consumer import MessageRef
 from pagemq.core.disk import FAIL, DiskGuard
 from pagemq.core.duplicates import DUPLICATE_ID_HEADER
-from pagemq.core.errors import AddressFull
+from pagemq.core.errors import AddressFull, SubscriptionError
 from pagemq.core.futures import all_of, chain, failure
 from pagemq.core.message import Message
 from pagemq.storage.api import DuplicateIdRecord, StoreMessage
@@ -334,7 +334,12 @@ class Router:
         bindings = self.bindings
         if self.disk.full and not internal and self.disk.policy == FAIL:
             self.disk.admit()  # refused before an address or queue record is written
-        address = bindings.addresses.get(address_name) or bindings.ensure_address(address_name, routing_type)
+        address = bindings.addresses.get(address_name)
+        if address is None:
+            if routing_type == ANYCAST and address_name in bindings.queues:  # refused before anything is made
+                raise SubscriptionError(f"{address_name!r} is the name of another address's queue: send to "
+                                        "that address (a SEND goes to an address)")
+            address = bindings.ensure_address(address_name, routing_type)
         if routing_type == ANYCAST and not address.anycast_queues:
             bindings.ensure_queue(address, address_name, ANYCAST)
         message = Message(

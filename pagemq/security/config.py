@@ -67,7 +67,8 @@ def parse_security(broker: Mapping[str, object], settings: object, base: Path) -
             raise ConfigError(users_key, "missing: security-enabled = true needs a users file "
                               "(create it with `pagemq user add NAME --role ROLE`)")
         if not users_file.is_file():  # named by its key, as every other config error
-            raise ConfigError(users_key, f"{users_file}: no such file (create it with "
+            problem = "a directory, not a file" if users_file.is_dir() else "no such file"
+            raise ConfigError(users_key, f"{users_file}: {problem} (create it with "
                               "`pagemq user add NAME --role ROLE --users-file FILE`)")
         users = load_users(users_file)
         if not repository.items():  # a broker nobody may use: surely not what was meant

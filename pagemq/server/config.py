@@ -383,13 +383,15 @@ def _check_distinct_ports(listeners: list[tuple[str, Endpoint | None]]) -> None:
     error naming both, rather than a bind failure at start. Port 0 (any free port) never
     clashes."""
     wildcards = ("", "0.0.0.0", "::")
+    loopback = ("localhost", "127.0.0.1")  # the names a resolver gives one socket address
     seen: list[tuple[str, Endpoint]] = []
     for key, endpoint in listeners:
         if endpoint is None or endpoint.port == 0:
             continue
         for other, taken in seen:
             hosts = (taken.host, endpoint.host)
-            if taken.port == endpoint.port and (hosts[0] == hosts[1] or any(h in wildcards for h in hosts)):
+            same = hosts[0] == hosts[1] or all(h in loopback for h in hosts)
+            if taken.port == endpoint.port and (same or any(h in wildcards for h in hosts)):
                 raise ConfigError(key, f"{endpoint} is {other}'s too: each listener needs its own port")
         seen.append((key, endpoint))
 

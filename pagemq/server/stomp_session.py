@@ -665,9 +665,9 @@ class StompSession:
             queue = queues.get(destination.queue)
             if queue is None:
                 return destination
-            if queue.address_name != destination.address:
-                raise InvalidDestination(f"queue {queue.name!r} is on address {queue.address_name!r}, "
-                                         f"not {destination.address!r}")
+            if queue.address_name != destination.address:  # (where it is: not said, security)
+                raise InvalidDestination(f"address {destination.address!r} has no queue {queue.name!r}: "
+                                         "that name is another address's queue")
         elif destination.routing_type == ANYCAST:
             queue = queues.get(destination.address)
             if queue is None or queue.address_name == destination.address:

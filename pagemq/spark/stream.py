@@ -229,7 +229,7 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
                                 options.timeout, params={"reader": options.reader}, retry=False,
                                 auth=options.auth)
                 if options.queue is None:
-                    _check_subscription_filter(options, url, figures.get("filter"))
+                    _check_subscription(options, url, figures)
         except BrokerStreamError as exc:
             message = str(exc)
             if "cannot be reached" in message:
@@ -241,9 +241,16 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
             raise PagemqOptionError("queue", f"no queue {options.queue!r}: {message}") from None
 
 
-def _check_subscription_filter(options: StreamOptions, url: str, existing: str | None) -> None:
-    """At load(): a subscription queue made earlier with another selector is refused here,
-    naming the option (start() would refuse it too, but PySpark buries that error)."""
+def _check_subscription(options: StreamOptions, url: str, figures: dict[str, Any]) -> None:
+    """At load(): a subscription queue made earlier on another address, or with another
+    selector, is refused here, naming the option (start() would refuse it too, but PySpark
+    buries that error)."""
+    if figures.get("address") != options.address:
+        raise PagemqOptionError(
+            "subscription", f"queue {options.queue_name!r} on {url} belongs to address "
+                            f"{figures.get('address')!r}, not {options.address!r}: use another "
+                            "subscription name (or clientId)")
+    existing = figures.get("filter")
     if existing != options.selector:
         def said(selector: str | None) -> str:
             return "no selector" if selector is None else f"selector {selector!r}"

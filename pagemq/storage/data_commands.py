@@ -68,10 +68,12 @@ def _misplaced(data_dir: Path, journal_dir: Path | None, paging_dir: Path | None
     """What says `data_dir` is the journal or paging directory itself (a path one level too
     deep), whose check would otherwise find "no journal directory" and call it sound."""
     if journal_dir is None and not (data_dir / "journal").exists() and any(data_dir.glob("*.jnl")):
-        return "it holds journal files (it is a journal directory): give its parent"
+        return ("it holds journal files (it is a journal directory): give the data directory, or "
+                "--config for a journal-directory configured outside it")
     if paging_dir is None and not (data_dir / "paging").exists() and any(
             data_dir.glob(f"*/{ADDRESS_FILE}")):
-        return "it holds page folders (it is a paging directory): give its parent"
+        return ("it holds page folders (it is a paging directory): give the data directory, or "
+                "--config for a paging-directory configured outside it")
     return None
 
 

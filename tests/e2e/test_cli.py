@@ -99,10 +99,11 @@ def test_bad_stomp_flag_exits_2_naming_it(tmp_path):
     assert "stomp" in _one_line_error(result)
 
 
-def test_two_listeners_on_one_port_exit_2_naming_both(tmp_path):
+@pytest.mark.parametrize("stomp_host", [HOST, "localhost"])
+def test_two_listeners_on_one_port_exit_2_naming_both(tmp_path, stomp_host):
     """(Before: the config passed and the start failed binding, 'address already in use', exit 1.)"""
     port = free_port()
-    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--stomp", f"{HOST}:{port}",
+    result = run_cli("serve", "--data-dir", str(tmp_path / "data"), "--stomp", f"{stomp_host}:{port}",
                      "--http", f"{HOST}:{port}", cwd=tmp_path, timeout=20)
     assert result.returncode == 2, result.stderr
     assert f"--http: {HOST}:{port} is --stomp's too" in _one_line_error(result)

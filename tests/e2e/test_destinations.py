@@ -298,6 +298,17 @@ def test_a_configured_queue_of_a_multicast_address_is_consumed_by_its_name(start
     assert broker.queue("cfg-all-events")["messages"] == 3  # browsed, not consumed
 
 
+def test_a_send_to_the_name_of_a_multicast_address_queue_is_refused_and_makes_nothing(
+        start_broker, stomp_client):
+    """(Before: refused, but it left an empty durable anycast address of that name.)"""
+    proc = start_broker(BROKER_CONFIG)
+    client = stomp_client(proc)
+    client.send("/queue/cfg-eu-events", "lost?", receipt=False)
+    assert "another address's queue" in client.listener.wait_for_error().headers["message"]
+    assert proc.http_get("/api/addresses/cfg-eu-events")[0] == 404
+    assert proc.queue("cfg-eu-events")["messages"] == 0
+
+
 def test_a_fully_qualified_queue_name_reads_that_queue_of_the_address(start_broker, stomp_client):
     broker = start_broker(BROKER_CONFIG)
     producer = stomp_client(broker)
@@ -335,7 +346,7 @@ def test_a_fully_qualified_queue_name_of_another_address_is_refused(broker, stom
     client = stomp_client(broker)
     client.subscribe("cfg-orders::cfg-eu-events", receipt=False)
     error = client.listener.wait_for_error()
-    assert "queue 'cfg-eu-events' is on address 'cfg-events', not 'cfg-orders'" in error.headers["message"]
+    assert "address 'cfg-orders' has no queue 'cfg-eu-events'" in error.headers["message"]
 
 
 def test_a_send_to_a_fully_qualified_queue_name_is_refused_naming_the_address(broker, stomp_client):

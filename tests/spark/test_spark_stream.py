@@ -364,3 +364,5 @@ def test_a_subscription_made_with_another_selector_is_refused_at_load_naming_the
     with pytest.raises(Exception, match=r"pagemq option 'selector'.*but the query gives no selector"):
         reader().load()
     reader().option("selector", "region = 'eu'").load()  # the same selector: the query may go on
+    with pytest.raises(Exception, match=r"pagemq option 'subscription'.*belongs to address"):
+        reader().option("address", unique("elsewhere")).option("selector", "region = 'eu'").load()
