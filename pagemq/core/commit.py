@@ -90,7 +90,7 @@ class Transactions:
 
     def _unstage(self, tx: Transaction) -> None:
         if tx.staged_bytes:
-            self.memory.unstage(tx.staged_bytes, len(tx.sends))
+            self.memory.unstage(tx.staged_bytes)
             tx.staged_bytes = 0
 
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
@@ -107,7 +107,7 @@ class Transactions:
                 # charged, or every transaction waiting so would hold its sends outside
                 # the budget.
                 tx.staged_bytes = staged
-                self.memory.stage(staged, len(tx.sends))
+                self.memory.stage(staged)
                 raise
         self.memory.wake_waiters()
         try:

@@ -169,12 +169,16 @@ class Ledger:
         """The delivery counts of journaled messages given back unacknowledged, written to
         their records (as Artemis updates a durable message's delivery count when a delivery
         is cancelled): a restart resumes them, so `redelivered` and max-delivery-attempts
-        hold across it. A paged ref's count is not kept (its record is in a page file)."""
+        hold across it. A paged ref's count is not kept (its record is in a page file).
+        Only counts that matter are written, so a message given back for ever (no
+        max-delivery-attempts) does not grow the journal for ever: each up to the limit, or
+        the first alone (what makes `redelivered` true) when there is none."""
         if not queue.durable:
             return
+        limit = max(queue.settings.max_delivery_attempts, 1)
         for ref in refs:
             message = ref.message
-            if ref.page_pos is None and message.persistent and ref.delivery_count:
+            if ref.page_pos is None and message.persistent and 0 < ref.delivery_count <= limit:
                 self.store.delivery_count(message.message_id, queue.queue_id, ref.delivery_count)
 
     def settle(self, queue: Queue, ref: MessageRef) -> None:

@@ -182,14 +182,17 @@ class MemoryAccountant:
         """Register a structure bounded by a count (not charged) for the view."""
         self.counted[name] = (entries, bytes_per_entry)
 
-    def stage(self, size: int, messages: int = 1) -> None:
-        """Transactional sends held until commit: counted like held messages."""
+    def stage(self, size: int) -> None:
+        """Transactional sends held until commit: their bytes count against global-max-size,
+        not against global-max-messages, which counts messages held (queued or delivering).
+        Counted there, the sends of open transactions made a waiting COMMIT wait on the
+        others' for ever (BLOCK: each only goes in once the count is below the limit)."""
         self.staged_bytes += size
-        self.charge(size, messages)
+        self.charge(size, 0)
 
-    def unstage(self, size: int, messages: int) -> None:
+    def unstage(self, size: int) -> None:
         self.staged_bytes -= size
-        self.release(size, messages)
+        self.release(size, 0)
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:

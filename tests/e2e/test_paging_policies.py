@@ -169,6 +169,26 @@ def test_block_policy_takes_a_commit_of_more_sends_than_a_message_limit_once_bel
     producer.send("/queue/orders", "after it", receipt=True)  # the connection goes on
 
 
+def test_open_transactions_do_not_count_against_global_max_messages(start_broker, stomp_client):
+    """(Before: the sends of open transactions counted as messages held, so two COMMITs of 5
+    under a limit of 8 each waited for the other's sends to go, for ever, with every queue
+    empty; and every plain SEND behind them.)"""
+    proc = start_broker({"broker": {"global-max-messages": 8},
+                         "address-settings": {"#": {"address-full-policy": "BLOCK"}}})
+    producers = [stomp_client(proc) for _ in range(2)]
+    for n, producer in enumerate(producers):
+        producer.begin(f"t{n}", receipt=False)
+        for m in range(5):
+            producer.send(f"/queue/tx{n}", f"m{m}", headers={"transaction": f"t{n}"}, receipt=False)
+    stomp_client(proc).send("/queue/plain", "not held up", receipt=True)
+    producers[0].conn.commit("t0", headers={"receipt": "c0"})
+    producers[0].listener.wait_for_receipt("c0", timeout=10)
+    producers[1].conn.commit("t1", headers={"receipt": "c1"})  # 6 + 5 > 8: waits for room
+    assert consume(stomp_client(proc), "/queue/tx0", 5, ack="auto") == numbered("m", 5)
+    producers[1].listener.wait_for_receipt("c1", timeout=10)
+    assert proc.queue("tx1")["messages"] == 5
+
+
 def test_block_policy_blocks_only_that_address(broker, stomp_client, queue_name):
     blocked, free = f"block.{queue_name}", unique("free")
     producer = stomp_client(broker)

@@ -157,7 +157,7 @@ class FrameParser:
 
     def _fail(self, exc: FrameError) -> None:
         if exc.receipt_id is None and self._pending is None:  # the head did not parse
-            exc.receipt_id = _receipt_line(self._buf, self.max_header_length)
+            exc.receipt_id = _receipt_line(self._buf, self.max_header_length, self.version)
         self._error = exc
         self._buf = bytearray()
         self._pending = None
@@ -368,22 +368,29 @@ def _plain_headers(lines: list[str]) -> dict[str, str]:
     return headers
 
 
-def _receipt_line(buf: bytearray, limit: int) -> str | None:
+def _receipt_line(buf: bytearray, limit: int, version: str) -> str | None:
     """The `receipt` a frame whose head failed to parse asked for, read from its raw head
     (the buffer starts at that frame's command), so its ERROR can still name it (STOMP
-    1.2: an ERROR carries the receipt-id of the frame it answers). None when there is no
-    such line within the head, or it is longer than a header line may be."""
-    end = buf.find(b"\n\n")
-    head = buf[:end if end >= 0 else len(buf)]
-    at = head.find(b"\nreceipt:")
-    if at < 0:
-        return None
-    start = at + len(b"\nreceipt:")
-    stop = head.find(b"\n", start)
-    value = bytes(head[start:stop if stop >= 0 else len(head)]).rstrip(b"\r")
-    if len(value) > limit:
-        return None
-    return value.decode("utf-8", "replace").replace("\\c", ":").replace("\\\\", "\\")
+    1.2: an ERROR carries the receipt-id of the frame it answers), unescaped as the frame's
+    headers would have been. None when there is no such line within the head, or it is
+    longer than a header line may be."""
+    ends = [at for at in (buf.find(b"\n\n"), buf.find(b"\n\r\n")) if at >= 0]
+    head = bytes(buf[:min(ends) + 1 if ends else len(buf)])
+    lines = head.split(b"\n")
+    for line in lines[1:]:
+        if line.startswith(b"receipt:"):
+            value = line[len(b"receipt:"):].removesuffix(b"\r")
+            if len(value) > limit:
+                return None
+            text = value.decode("utf-8", "replace")
+            command = lines[0].removesuffix(b"\r").decode("utf-8", "replace")
+            if "\\" not in text or version == "1.0" or command in UNESCAPED_COMMANDS:
+                return text
+            try:
+                return unescape(text, version)
+            except FrameError:
+                return None  # its own escapes are bad: no receipt to name
+    return None
 
 
 def _no_colon(line: str) -> FrameError:

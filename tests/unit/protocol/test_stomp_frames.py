@@ -251,3 +251,16 @@ def test_an_error_in_a_frame_head_still_names_the_receipt_the_frame_asked_for(he
     with pytest.raises(FrameError, match=problem) as caught:
         parser.feed(head + b"body\x00")
     assert caught.value.receipt_id == "R:1"
+
+
+@pytest.mark.parametrize(("version", "raw", "receipt"), [
+    ("1.2", b"SEND\r\nnocolon\r\n\r\nreceipt:not-mine\x00", None),  # CRLF head: not the body's
+    ("1.2", b"SEND\nreceipt:a\\nb\nnocolon\n\n\x00", "a\nb"),  # unescaped as its version says
+    ("1.0", b"SEND\nreceipt:a\\cb\nnocolon\n\n\x00", "a\\cb"),  # 1.0: no escapes at all
+])
+def test_the_receipt_of_a_head_that_did_not_parse_is_read_as_its_headers_would_be(version, raw, receipt):
+    parser = FrameParser()
+    parser.version = version
+    with pytest.raises(FrameError) as caught:
+        parser.feed(raw)
+    assert caught.value.receipt_id == receipt
