@@ -16,6 +16,7 @@ import asyncio
 import enum
 import functools
 import json
+import logging
 import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from pagemq.storage.api import (
     StoreOp,
 )
 from pagemq.storage.fileio import REAL_FILE_IO, FileIO
+from pagemq.storage.group_commit import JournalError
 from pagemq.storage.journal import Journal, OpKind
 from pagemq.storage.message_codec import CodecError, encode_message
 
@@ -49,6 +51,9 @@ _CURSOR_ACK = struct.Struct("<QQI")  # queue id, page number, ordinal (5) / ordi
 _CURSOR_COMPLETE = struct.Struct("<QQ")
 _PAGE_TX_COMMIT = struct.Struct("<QQ")  # transaction id, page number; then the address
 _DELIVERY_COUNT = struct.Struct("<QI")  # queue id, deliveries
+
+
+log = logging.getLogger("pagemq.journal")
 
 
 class RecordType(enum.IntEnum):
@@ -297,7 +302,10 @@ class JournalMessageStore:
         )
 
     def delivery_count(self, message_id: int, queue_id: int, count: int) -> None:
-        self.journal.update(message_id, RecordType.DELIVERY_COUNT, _DELIVERY_COUNT.pack(queue_id, count))
+        try:
+            self.journal.update(message_id, RecordType.DELIVERY_COUNT, _DELIVERY_COUNT.pack(queue_id, count))
+        except JournalError:  # connections closing after the journal (shutdown): not kept
+            log.debug("delivery count of message %d not kept: the journal is closed", message_id)
 
     def acknowledge(self, message_id: int, queue_id: int, *, last: bool) -> None:
         if last:

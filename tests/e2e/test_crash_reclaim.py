@@ -20,7 +20,10 @@ PER_CYCLE = 3000
 
 
 def _files(directory: Path, pattern: str = "*") -> list[Path]:
-    return [p for p in directory.rglob(pattern) if p.is_file()] if directory.is_dir() else []
+    """The files under `directory`, less the broker's lock files (one per directory, kept)."""
+    if not directory.is_dir():
+        return []
+    return [p for p in directory.rglob(pattern) if p.is_file() and p.name != "server.lock"]
 
 
 def _journal_bytes(proc) -> int:
