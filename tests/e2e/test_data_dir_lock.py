@@ -19,6 +19,16 @@ def _second_serve(data_dir: Path, cwd: Path):
                    "--http", f"{HOST}:{free_port()}", cwd=cwd, timeout=20)
 
 
+def _serve_sharing(tmp_path: Path, key: str, shared: Path):
+    """`pagemq serve` with a data directory of its own and `key` (journal-directory or
+    paging-directory) set to `shared`."""
+    config = tmp_path / f"{key}.toml"
+    config.write_text(f'[broker]\n{key} = "{shared}"\n')
+    return run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path / f"own-{key}"),
+                   "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}",
+                   cwd=tmp_path, timeout=20)
+
+
 def test_a_second_broker_on_the_same_data_directory_refuses_to_start_naming_the_pid(
     start_broker, stomp_client, tmp_path
 ):
@@ -62,11 +72,7 @@ def test_a_second_broker_sharing_only_the_journal_or_paging_directory_refuses_to
     stomp_client(first).send(f"/queue/{queue}", "kept", headers={"persistent": "true"}, receipt=True)
     before = _files(journal)
     for key, shared in (("journal-directory", journal), ("paging-directory", paging)):
-        config = tmp_path / f"{key}.toml"
-        config.write_text(f'[broker]\n{key} = "{shared}"\n')
-        second = run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path / f"other-{key}"),
-                         "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}",
-                         cwd=tmp_path, timeout=20)
+        second = _serve_sharing(tmp_path, key, shared)
         assert second.returncode == 1, second.stderr
         lines = [line for line in second.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
@@ -85,11 +91,7 @@ def test_a_second_broker_naming_the_journal_inside_the_first_ones_data_directory
     first = start_broker()
     for key in ("journal-directory", "paging-directory"):
         shared = first.data_dir / key.split("-")[0]
-        config = tmp_path / f"{key}.toml"
-        config.write_text(f'[broker]\n{key} = "{shared}"\n')
-        second = run_cli("serve", "--config", str(config), "--data-dir", str(tmp_path / f"own-{key}"),
-                         "--stomp", f"{HOST}:{free_port()}", "--http", f"{HOST}:{free_port()}",
-                         cwd=tmp_path, timeout=20)
+        second = _serve_sharing(tmp_path, key, shared)
         assert second.returncode == 1, second.stderr
         assert f"{key.replace('-', ' ')} {shared} is in use by another broker" in second.stderr
     broker_still_serves(first.stomp_port)
