@@ -325,13 +325,14 @@ def _read_page(state: DataState, address: AddressState, path: Path, cursors: _Cu
     data = fileio.read_bytes(path)
     if page_no is None:
         return None
+    recorded = _recorded_size(path, page_no, fileio)
+    shrunk = recorded is not None and recorded > len(data)
     try:
         if decode_file_header(data) != page_no:
             raise FrameError(f"header names page {decode_file_header(data)}")
         version = page_format_version(data)
     except FrameError as exc:
-        recorded = _recorded_size(PageState(path, page_no, len(data), 0, 0, 0, 0, [], "none"), fileio)
-        if len(data) < FILE_HEADER.size and (recorded is None or recorded <= len(data)):
+        if len(data) < FILE_HEADER.size and not shrunk:
             state.note(path, 0, f"file header torn ({exc}); the next start removes the page")
         elif len(data) < FILE_HEADER.size:
             state.problem(path, 0, f"the page is {len(data)} bytes, its summary recorded {recorded} when it "
@@ -343,8 +344,6 @@ def _read_page(state: DataState, address: AddressState, path: Path, cursors: _Cu
     page = PageState(path, page_no, len(data), version, 0, 0, 0, damage, "none")
     queue_ids = {q.queue_id for q in address.queues}
     _count_records(state, page, path, data, queue_ids, cursors, address.name)
-    recorded = _recorded_size(page, fileio)
-    shrunk = recorded is not None and recorded > len(data)
     if recorded is not None and shrunk:
         state.problem(path, len(data), f"the page is {recorded - len(data)} bytes shorter than its summary "
                       f"recorded when it was closed ({recorded}): its end was lost to damage, not to a crash")
@@ -392,14 +391,13 @@ def _count_records(state: DataState, page: PageState, path: Path, data: bytes, q
                     state.queues[queue_id].paged += 1
 
 
-def _recorded_size(page: PageState, fileio: FileIO) -> int | None:
+def _recorded_size(path: Path, page_no: int, fileio: FileIO) -> int | None:
     """The file size a readable summary of this very page records, if there is one."""
     try:
-        summary = PageSummaryRecord.decode(
-            fileio.read_bytes(page.path.with_name(summary_file_name(page.page_no))))
+        summary = PageSummaryRecord.decode(fileio.read_bytes(path.with_name(summary_file_name(page_no))))
     except (FileNotFoundError, FrameError):
         return None
-    return summary.file_size if summary.page_no == page.page_no else None
+    return summary.file_size if summary.page_no == page_no else None
 
 
 def _check_summary(state: DataState, page: PageState, fileio: FileIO) -> str:
