@@ -16,6 +16,7 @@ Loop-only: every method runs on the event loop thread.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -25,8 +26,6 @@ from pagemq.core.errors import BrokerError
 from pagemq.core.routing import Blocked
 
 if TYPE_CHECKING:
-    import asyncio
-
     from pagemq.core.consumer import MessageRef
     from pagemq.core.expiry import ExpiryTimers
     from pagemq.core.ledger import Ledger
@@ -37,6 +36,7 @@ log = logging.getLogger("pagemq.broker")
 
 ORIGINAL_DESTINATION = "original-destination"
 ORIGINAL_QUEUE = "original-queue"  # the queue it left (Artemis' _AMQ_ORIG_QUEUE): a retry goes back there
+ACTUAL_EXPIRY = "_AMQ_ACTUAL_EXPIRY"  # when it expired (ms since the epoch), as Artemis stamps it
 
 
 class DeadLetters:
@@ -44,13 +44,28 @@ class DeadLetters:
         self.router = router
         self.ledger = ledger
         self.timers = timers
+        self._moving: set[asyncio.Future[None]] = set()  # copies not durable yet
+
+    async def settled(self, timeout: float) -> None:
+        """Wait (bounded) for the moves under way: each settles its original once its copy
+        is durable, and a stop that closed the journal first would leave both for the
+        restart to find (`BrokerServer.stop`)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self._moving:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                log.warning("%d moves to a dead-letter or expiry address not settled at stop",
+                            len(self._moving))
+                return
+            await asyncio.wait(list(self._moving), timeout=left)
+            await asyncio.sleep(0)  # their callbacks run: the originals' acknowledgements
 
     def exhausted(self, queue: Queue, refs: list[MessageRef]) -> list[MessageRef]:
         """Dead-letter refs delivered too often; returns those that could not be moved."""
         kept = []
         target = queue.settings.dead_letter_address
         for ref in refs:
-            if self._move(queue, ref, target):
+            if self._move(queue, ref, target, expired_at=0):
                 queue.counters.killed += 1
             else:
                 kept.append(ref)
@@ -59,9 +74,10 @@ class DeadLetters:
     def expired(self, queue: Queue, refs: list[MessageRef]) -> None:
         """Move expired refs (already off their queue) to the expiry address, or discard them."""
         target = queue.settings.expiry_address
+        now_ms = int(time.time() * 1000)
         for ref in refs:
             queue.counters.expired += 1
-            if not self._move(queue, ref, target):
+            if not self._move(queue, ref, target, expired_at=now_ms):
                 self.ledger.release(queue, ref)
 
     def expire_due(self) -> int:
@@ -76,9 +92,13 @@ class DeadLetters:
                 expired += len(taken)
         return expired
 
-    def _move(self, queue: Queue, ref: MessageRef, target: str) -> bool:
+    def _move(self, queue: Queue, ref: MessageRef, target: str, *, expired_at: int) -> bool:
         """Send a copy to `target` (an anycast address), then settle the original once the
-        copy is durable; False, with the original untouched, if `target` cannot take it."""
+        copy is durable; False, with the original untouched, if `target` cannot take it.
+
+        The copy never expires, as Artemis resets a moved copy's expiration: its `expires`
+        header says 0, or a consumer of the dead-letter or expiry queue would be told a time
+        already past. An expired one (`expired_at` > 0) gains `_AMQ_ACTUAL_EXPIRY`."""
         message = ref.message
         if not target or target == queue.address_name:
             self.ledger.release(queue, ref)
@@ -87,6 +107,10 @@ class DeadLetters:
         headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
         headers.setdefault(ORIGINAL_QUEUE, queue.name)
         headers["destination"] = target
+        if "expires" in headers:
+            headers["expires"] = "0"
+        if expired_at:
+            headers[ACTUAL_EXPIRY] = str(expired_at)
         try:
             future = self.router.send(target, ANYCAST, headers, message.body, persistent=message.persistent,
                                       priority=message.priority, internal=True)
@@ -99,6 +123,7 @@ class DeadLetters:
             return True
 
         def copied(done: asyncio.Future[None]) -> None:
+            self._moving.discard(done)
             if not done.cancelled() and done.exception() is None:
                 self.ledger.release(queue, ref)
                 if not queue.deleted:
@@ -110,5 +135,6 @@ class DeadLetters:
                 queue.return_refs([ref], dead_letter=False)
                 queue.dispatch()
 
+        self._moving.add(future)
         future.add_done_callback(copied)
         return True

@@ -49,6 +49,7 @@ EXPIRY_TICK_PERIOD = 1.0
 AUTO_DELETE_PERIOD = 1.0  # auto-delete-queues / -addresses: how often idle ones are looked for
 CLEANUP_CHECK_PERIOD = 0.25  # how often the journal is asked whether a cleanup is due
 TRIM_CHECK_PERIOD = 1.0
+STOP_SETTLE_SECONDS = 5.0  # how long a stop waits for dead-letter and expiry moves under way
 GC_THRESHOLD = 20_000
 
 
@@ -339,6 +340,7 @@ class BrokerServer:
         if self._http is not None:
             await self._http.cleanup()
         await asyncio.sleep(0)
+        await self.broker.dead_letters.settled(timeout=STOP_SETTLE_SECONDS)
         self.broker.write_acks()
         # All at once: each close waits for its writer's last batch in the shared pool.
         await asyncio.gather(*(page_store.close() for page_store in self._page_stores))

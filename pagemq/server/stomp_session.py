@@ -596,6 +596,8 @@ class StompSession:
             self._require(send_permissions(self.broker, destination), destination.address)
         persistent = headers.get("persistent", "").lower() == "true"
         priority = _priority(headers.get("priority"))
+        if priority != 4 and headers["priority"] != _PRIORITIES[priority]:
+            headers["priority"] = _PRIORITIES[priority]  # clamped to 0-9, and said so to consumers
         expiration = _expires(headers.get("expires"))
         if event.transaction is not None:
             tx = self._transaction(event.transaction, ev.Send)
@@ -1197,6 +1199,9 @@ def _by_queue(pairs: list[tuple[Queue, MessageRef]]) -> list[tuple[Queue, list[M
     for queue, ref in pairs:
         grouped.setdefault(queue, []).append(ref)
     return list(grouped.items())
+
+
+_PRIORITIES = tuple(str(n) for n in range(10))
 
 
 def _priority(value: str | None) -> int:
