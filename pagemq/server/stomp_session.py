@@ -709,12 +709,20 @@ class StompSession:
             raise SubscriptionError("a durable subscription needs a client-id on CONNECT")
         name = f"{self.client_id}.{durable_name}"
         existing = durable_subscription(broker, name)
-        if existing is not None and (existing.filter_text or None) != (selector or None):
+        if existing is not None and existing.address_name != destination.address:
+            what = f"its topic cannot change from {existing.address_name!r}"
+        elif existing is not None and (existing.filter_text or None) != (selector or None):
+            what = "its selector cannot change"
+        else:
+            what = None
+        if existing is not None and what is not None:
             if existing.consumers:  # read by name meanwhile (/queue/NAME): theirs too
-                raise SubscriptionError(f"durable subscription {name!r} has an active subscriber; "
-                                        "its selector cannot change")
-            broker.delete_queue(existing)  # a new selector makes a new subscription (JMS)
+                raise SubscriptionError(f"durable subscription {name!r} has an active subscriber; {what}")
+            # A new topic or selector makes a new subscription (JMS: the old one is deleted
+            # and a new one created), as Artemis recreates the queue.
+            broker.delete_queue(existing)
             existing = None
+            changed = True
         changed = changed or existing is None
         durable = broker.ensure_queue(address, name, MULTICAST, filter_text=selector)
         if durable.consumers:

@@ -232,6 +232,34 @@ def test_a_durable_subscription_read_by_name_keeps_its_selector_and_its_reader(
     assert bodies(reader.wait_for(1)) == ["still read"]
 
 
+def test_a_durable_subscription_resubscribed_on_another_topic_is_made_anew_there(
+        broker, stomp_client, queue_name):
+    """JMS: changing a durable subscription's topic deletes it and makes a new one, as
+    Artemis recreates its queue. (Before: the SUBSCRIBE was refused.)"""
+    client_id, sub_name = unique("client"), "moves"
+    first, second = f"{queue_name}-a", f"{queue_name}-b"
+    subscriber, sub = _durable(broker, stomp_client, client_id, first, sub_name)
+    subscriber.unsubscribe(sub)  # away
+    stomp_client(broker).send(f"/topic/{first}", "of the old topic", receipt=True)
+    back, _ = _durable(broker, stomp_client, client_id, second, sub_name)
+    queue = broker.queue(f"{client_id}.{sub_name}")
+    assert (queue["address"], queue["messages"]) == (second, 0)
+    stomp_client(broker).send(f"/topic/{first}", "not for it any more", receipt=True)
+    stomp_client(broker).send(f"/topic/{second}", "of the new topic", receipt=True)
+    assert bodies(back.wait_for(1)) == ["of the new topic"]
+    back.listener.assert_no_more(1)
+
+
+def test_a_durable_subscription_being_read_does_not_move_to_another_topic(broker, stomp_client, queue_name):
+    client_id, sub_name = unique("client"), "pinned"
+    subscriber, _ = _durable(broker, stomp_client, client_id, f"{queue_name}-a", sub_name)
+    other = stomp_client(broker, client_id=client_id)
+    other.subscribe(f"/topic/{queue_name}-b", headers={"durable-subscription-name": sub_name}, receipt=False)
+    assert "its topic cannot change" in other.listener.wait_for_error().headers["message"]
+    stomp_client(broker).send(f"/topic/{queue_name}-a", "still delivered", receipt=True)
+    assert bodies(subscriber.wait_for(1)) == ["still delivered"]
+
+
 def test_plain_unsubscribe_keeps_the_durable_subscription(broker, stomp_client, queue_name):
     client_id, sub_name = unique("client"), "stays"
     subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)
