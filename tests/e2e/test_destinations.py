@@ -260,6 +260,20 @@ def test_a_durable_subscription_being_read_does_not_move_to_another_topic(broker
     assert bodies(subscriber.wait_for(1)) == ["still delivered"]
 
 
+def test_a_blank_selector_is_no_selector_for_a_durable_subscription(broker, stomp_client, queue_name):
+    """(Before: `selector:  ` counted as another selector, so coming back without one deleted
+    the subscription and the messages kept for it.)"""
+    client_id, sub_name = unique("client"), "blank"
+    client = stomp_client(broker, client_id=client_id)
+    sub = client.subscribe(f"/topic/{queue_name}", headers={"durable-subscription-name": sub_name,
+                                                          "selector": "  "})
+    client.unsubscribe(sub)  # away
+    stomp_client(broker).send(f"/topic/{queue_name}", "kept", receipt=True)
+    back, _ = _durable(broker, stomp_client, client_id, queue_name, sub_name)
+    assert bodies(back.wait_for(1)) == ["kept"]
+    assert broker.queue(f"{client_id}.{sub_name}")["filter"] in (None, "")
+
+
 def test_plain_unsubscribe_keeps_the_durable_subscription(broker, stomp_client, queue_name):
     client_id, sub_name = unique("client"), "stays"
     subscriber, sub = _durable(broker, stomp_client, client_id, queue_name, sub_name)

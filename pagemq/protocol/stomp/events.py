@@ -161,7 +161,10 @@ def from_subscribe(headers: dict[str, str], body: bytes, version: str) -> Subscr
             f"ack header must be auto, client or client-individual, got {ack!r}",
             receipt_id=headers.get("receipt"),
         )
-    return Subscribe(sub_id, destination, ack, headers.get("selector") or None, headers,
+    # Blank space around a selector means nothing: one made only of it selects everything,
+    # and a durable subscription's selector compares without it.
+    selector = (headers.get("selector") or "").strip() or None
+    return Subscribe(sub_id, destination, ack, selector, headers,
                      headers.get("receipt"))
 
 
