@@ -337,6 +337,11 @@ class BrokerServer:
                 connection.session.stop_deliveries()  # all first: see stop_deliveries
         for connection in connections:
             connection.close()
+            # Ended now, not when the peer has closed too (up to CLOSE_GRACE later, with the
+            # journal closed by then): deliveries given back write their counts, so one
+            # outstanding at a stop comes back `redelivered:true` and counts an attempt.
+            if connection.session is not None:
+                connection.session.connection_lost()
         if self._http is not None:
             await self._http.cleanup()
         await asyncio.sleep(0)

@@ -440,3 +440,20 @@ def test_a_dead_letter_move_at_shutdown_leaves_one_copy_after_restart(start_brok
     proc.wait_queue("DLQ", messages=rounds)
     dead = _moved_messages(proc, stomp_client, "DLQ", "moved-at-stop-0")
     assert len(dead) == 1
+
+
+def test_a_delivery_outstanding_at_a_clean_stop_comes_back_redelivered(start_broker, stomp_client, raw_stomp):
+    """A consumer that keeps its socket open through the stop. (Before: its connection ended
+    only after the journal had closed, so the attempt was not counted and the message came
+    back `redelivered:false`.)"""
+    proc = start_broker(BROKER_CONFIG)
+    stomp_client(proc).send("/queue/held-at-stop", "m", headers={"persistent": "true"}, receipt=True)
+    consumer = raw_stomp(proc)
+    consumer.connect()
+    consumer.send_frame("SUBSCRIBE", {"destination": "/queue/held-at-stop", "id": "s",
+                                      "ack": "client-individual"})
+    assert consumer.read_frame().headers["redelivered"] == "false"
+    proc.restart()
+    again = stomp_client(proc)
+    again.subscribe("/queue/held-at-stop", ack="client-individual")
+    assert again.wait_for(1)[0].headers["redelivered"] == "true"
