@@ -262,6 +262,11 @@ class Transactions:
         ids: list[tuple[str, str, bool]] = []  # (address, id, persistent) of the sends taken
         taken: set[tuple[str, str]] = set()
         originals: list[asyncio.Future[None]] = []
+        # DROP counts a send it discards as it routes it: a COMMIT refused on the way (FAIL,
+        # BLOCK and its retry) takes those counts back, since nothing of it happened.
+        addresses = self.bindings.addresses
+        dropped = {name: address.dropped_messages if (address := addresses.get(name)) is not None else 0
+                   for name in {send.address for send in tx.sends}}
         try:
             for send in tx.sends:
                 dup_id = send.headers.get(DUPLICATE_ID_HEADER)
@@ -296,6 +301,9 @@ class Transactions:
         except BaseException:
             for message, queues, _durable in held:
                 self.ledger.unhold_all(self.bindings.address_of(queues[0]), message)
+            for name, count in dropped.items():
+                if (address := addresses.get(name)) is not None:
+                    address.dropped_messages = count
             raise
         finally:
             for address in paged:

@@ -359,6 +359,25 @@ def test_page_limit_messages_with_drop_policy_drops_the_rest(broker, stomp_clien
     wait_no_page_files(broker, address)
 
 
+def test_a_commit_refused_as_a_whole_counts_none_of_its_sends_as_dropped(broker, stomp_client, queue_name):
+    """(Before: the sends to a DROP address routed ahead of the refusing FAIL address counted
+    in its `dropped_messages`, although nothing of the COMMIT happened.)"""
+    dropping, failing = f"drop.{queue_name}", f"fail.{queue_name}"
+    send_all(stomp_client(broker), f"/queue/{dropping}", numbered("d", 40))
+    _sent, error, _receipt = send_until_error(stomp_client(broker), f"/queue/{failing}", 40, prefix="f")
+    assert error is not None
+    before = broker.address(dropping)["dropped_messages"]
+    assert before > 0
+    producer = stomp_client(broker)
+    producer.begin("both", receipt=False)
+    for _n in range(5):
+        producer.send(f"/queue/{dropping}", "x", headers={"transaction": "both"}, receipt=False)
+    producer.send(f"/queue/{failing}", body("y", 1024), headers={"transaction": "both"}, receipt=False)
+    producer.commit("both", receipt=False)
+    assert "is full" in producer.listener.wait_for_error().headers["message"]
+    assert broker.address(dropping)["dropped_messages"] == before
+
+
 # -- global-max-messages ----------------------------------------------------------------------
 
 GLOBAL_MAX = 20
