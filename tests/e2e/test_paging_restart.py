@@ -322,3 +322,26 @@ def test_counts_after_restart_match_a_partly_consumed_paged_queue(start_broker, 
     expected = sent[25:50] + sent[60:]
     assert consume(stomp_client(proc), f"/queue/{queue}", 55) == expected
     wait_no_page_files(proc, queue)
+
+
+def test_a_queue_that_acknowledged_a_live_page_before_a_restart_leaves_no_records_behind(
+        start_broker, stomp_client):
+    """Queue A acknowledges all of the live page (so no page-complete record), the broker
+    restarts, then queue B finishes it. (Before: A's ack records were not deleted with the
+    page, and `data check` after a clean stop blamed "a crash" for them.)"""
+    proc = start_broker({
+        "address-settings": {"#": {"max-size-messages": 5, "page-size-bytes": "2KiB"}},
+        "addresses": [{"name": "t", "routing-type": "multicast",
+                       "queues": [{"name": "A"}, {"name": "B"}]}],
+    })
+    send_all(stomp_client(proc), "/topic/t", numbered("m", 60), size=100)
+    assert proc.address("t")["page_files"] >= 2
+    assert len(consume(stomp_client(proc), "/queue/A", 60)) == 60
+    proc.wait_queue("A", messages=0)
+    proc.restart()
+    assert len(consume(stomp_client(proc), "/queue/B", 60)) == 60
+    wait_no_page_files(proc, "t")
+    proc.stop()
+    check = run_cli("data", "check", "--data-dir", str(proc.data_dir))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "note:" not in check.stdout and "0 note(s)" in check.stdout, check.stdout

@@ -480,6 +480,7 @@ class PagedQueues:
                                  info.persistent_count)
             self._on_disk(info.page_no, info.persistent_count, info.size)
             holders: set[int] = set()
+            finished: list[int] = []  # ack records of queues done with the page through them
             unacked = 0
             for queue_id, count in info.queue_counts.items():
                 if queue_id not in mine or count == 0 or (queue_id, info.page_no) in done:
@@ -491,6 +492,7 @@ class PagedQueues:
                 page.ack_ids = [a.record_id for a in page_acks]
                 remaining = count - len(page.acked)
                 if remaining <= 0:
+                    finished += page.ack_ids
                     continue
                 cursor = self.queue(queue_id)
                 cursor.pages[info.page_no] = page
@@ -502,6 +504,9 @@ class PagedQueues:
             if holders:
                 self._open[info.page_no] = holders
                 self._held.touched(info.page_no)
+                # A queue that acknowledged all of a live page has no complete record: its
+                # acks stand for one, and go with the page's other records when it goes.
+                self._complete_ids.setdefault(info.page_no, []).extend(finished)
             else:
                 self._delete_page(info.page_no, [a.record_id for k, v in acked.items()
                                                  if k[1] == info.page_no for a in v])
