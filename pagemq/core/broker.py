@@ -90,7 +90,7 @@ class Broker:
         self.transactions = Transactions(
             self.router, self.bindings, self.ledger, self.memory, self.store, self.ids
         )
-        self.dead_letters = DeadLetters(self.router, self.ledger, self.expiry)
+        self.dead_letters = DeadLetters(self.transactions, self.ledger, self.expiry)
         self.recovery = Recovery(self.bindings, self.ledger, self.store, self.ids, self.duplicates)
         self.admin = Admin(self.bindings, self.ledger, self.router)  # management actions
         self.auto_delete = AutoDelete(self.bindings, self.admin)

@@ -186,7 +186,8 @@ class Transactions:
                 queue.add(MessageRef(message))
         touched: set[Queue] = set()
         for queue, ref in tx.acks:
-            queue.counters.acknowledged += 1
+            if not tx.move:
+                queue.counters.acknowledged += 1
             queue.transacted -= 1
             touched.add(queue)
             if ref.page_pos is not None:
@@ -269,7 +270,8 @@ class Transactions:
                    for name in {send.address for send in tx.sends}}
         try:
             for send in tx.sends:
-                dup_id = send.headers.get(DUPLICATE_ID_HEADER)
+                # A moved copy is never a duplicate (see Router.send).
+                dup_id = None if send.internal else send.headers.get(DUPLICATE_ID_HEADER)
                 if dup_id is not None:
                     if (send.address, dup_id) in taken:
                         continue
@@ -282,7 +284,7 @@ class Transactions:
                     ids.append((send.address, dup_id, send.persistent))  # even when no queue takes it
                 routed = self.router.route(send.address, send.routing_type, send.headers, send.body,
                                            send.persistent, send.priority, send.expiration,
-                                           memory_size=send.memory_size)
+                                           internal=send.internal, memory_size=send.memory_size)
                 if routed is None:
                     continue
                 address, message, queues, decision = routed
@@ -326,6 +328,6 @@ class Transactions:
                 held.enter_context(queue.dispatch_held())
             for queue, refs in by_queue.items():
                 queue.transacted -= len(refs)
-                queue.return_refs(refs)
+                queue.return_refs(refs, dead_letter=not tx.move)
         for queue in by_queue:
             queue.dispatch()

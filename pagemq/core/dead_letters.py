@@ -2,7 +2,7 @@
 
 A ref returned unacknowledged `max-delivery-attempts` times goes to the address's
 `dead-letter-address`, an expired one to its `expiry-address`, as Artemis does, each as a copy
-sent there (with `original-destination`); the original is settled once the copy is durable.
+sent there (with `original-destination`) in one transaction with the original's settlement.
 A message is never destroyed because its target cannot take it: a dead letter that cannot be
 moved stays in its queue, and the copy is admitted past the target's full policy (it pages).
 An expired message with no usable expiry address is discarded (it has expired), as Artemis
@@ -23,14 +23,16 @@ from typing import TYPE_CHECKING
 
 from pagemq.core.address import ANYCAST
 from pagemq.core.errors import BrokerError
+from pagemq.core.futures import failure
 from pagemq.core.routing import Blocked
+from pagemq.core.transactions import PendingSend, Transaction
 
 if TYPE_CHECKING:
+    from pagemq.core.commit import Transactions
     from pagemq.core.consumer import MessageRef
     from pagemq.core.expiry import ExpiryTimers
     from pagemq.core.ledger import Ledger
     from pagemq.core.queue import Queue
-    from pagemq.core.routing import Router
 
 log = logging.getLogger("pagemq.broker")
 
@@ -40,11 +42,11 @@ ACTUAL_EXPIRY = "_AMQ_ACTUAL_EXPIRY"  # when it expired (ms since the epoch), as
 
 
 class DeadLetters:
-    def __init__(self, router: Router, ledger: Ledger, timers: ExpiryTimers) -> None:
-        self.router = router
+    def __init__(self, transactions: Transactions, ledger: Ledger, timers: ExpiryTimers) -> None:
+        self.transactions = transactions
         self.ledger = ledger
         self.timers = timers
-        self._moving: set[asyncio.Future[None]] = set()  # copies not durable yet
+        self._moving: set[asyncio.Future[None]] = set()  # moves not durable yet
 
     async def settled(self, timeout: float) -> None:
         """Wait (bounded) for the moves under way: each settles its original once its copy
@@ -93,8 +95,10 @@ class DeadLetters:
         return expired
 
     def _move(self, queue: Queue, ref: MessageRef, target: str, *, expired_at: int) -> bool:
-        """Send a copy to `target` (an anycast address), then settle the original once the
-        copy is durable; False, with the original untouched, if `target` cannot take it.
+        """Send a copy to `target` (an anycast address) and settle the original, atomically:
+        one broker transaction (core.commit) writes both, as Artemis moves a message in a
+        transaction, so a crash leaves the one or the other, never both. False, with the
+        original untouched, if `target` cannot take it.
 
         The copy never expires, as Artemis resets a moved copy's expiration: its `expires`
         header says 0, or a consumer of the dead-letter or expiry queue would be told a time
@@ -111,30 +115,29 @@ class DeadLetters:
             headers["expires"] = "0"
         if expired_at:
             headers[ACTUAL_EXPIRY] = str(expired_at)
+        tx = Transaction(f"move of message {message.message_id} to {target}", move=True)
+        tx.sends.append(PendingSend(target, ANYCAST, headers, message.body, message.persistent,
+                                    message.priority, 0, internal=True))
+        tx.acks.append((queue, ref))
+        self.transactions.hold(queue, [ref])
         try:
-            future = self.router.send(target, ANYCAST, headers, message.body, persistent=message.persistent,
-                                      priority=message.priority, internal=True)
+            future = self.transactions.commit(tx)
         except (BrokerError, Blocked, OSError) as exc:
+            queue.transacted -= 1
             log.warning("message %s stays in queue %r: it cannot be moved to %r: %s",
                         message.message_id, queue.name, target, exc)
             return False
         if future is None:
-            self.ledger.release(queue, ref)
             return True
 
-        def copied(done: asyncio.Future[None]) -> None:
+        def moved(done: asyncio.Future[None]) -> None:
             self._moving.discard(done)
-            if not done.cancelled() and done.exception() is None:
-                self.ledger.release(queue, ref)
-                if not queue.deleted:
-                    queue.dispatch()  # room under the read limits: read on
-                return
-            log.warning("message %s stays in queue %r: its copy to %r was not stored",
-                        message.message_id, queue.name, target)
+            if done.cancelled() or done.exception() is not None:  # its refs came back (commit)
+                log.warning("message %s stays in queue %r: its move to %r was not stored: %s",
+                            message.message_id, queue.name, target, failure(done))
             if not queue.deleted:
-                queue.return_refs([ref], dead_letter=False)
-                queue.dispatch()
+                queue.dispatch()  # room under the read limits, or the ref back: read on
 
         self._moving.add(future)
-        future.add_done_callback(copied)
+        future.add_done_callback(moved)
         return True

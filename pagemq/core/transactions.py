@@ -23,11 +23,11 @@ class PendingSend:
     handed on to the message the COMMIT makes of it. (A plain class: one is made for every
     SEND of a transaction, and a dataclass' `__post_init__` call costs a tenth of it.)"""
 
-    __slots__ = ("address", "body", "expiration", "headers", "memory_size", "persistent", "priority",
-                 "routing_type")
+    __slots__ = ("address", "body", "expiration", "headers", "internal", "memory_size", "persistent",
+                 "priority", "routing_type")
 
     def __init__(self, address: str, routing_type: str, headers: dict[str, str], body: bytes,
-                 persistent: bool, priority: int, expiration: int) -> None:
+                 persistent: bool, priority: int, expiration: int, *, internal: bool = False) -> None:
         self.address = address
         self.routing_type = routing_type
         self.headers = headers
@@ -35,6 +35,7 @@ class PendingSend:
         self.persistent = persistent
         self.priority = priority
         self.expiration = expiration
+        self.internal = internal  # a copy the broker moves: routed as Router.route's `internal`
         self.memory_size = estimate_memory(headers, body)
 
     def __repr__(self) -> str:
@@ -52,3 +53,7 @@ class Transaction:
     # Set by `Transactions.commit` when the commit takes effect only once page files are written:
     # resolves then (the sender's later frames wait for it, so they stay behind the commit).
     applied: asyncio.Future[None] | None = None
+    # The broker's own transaction moving messages (core.dead_letters): its acks settle the
+    # originals of its copies, which are not acknowledgements by a consumer (not counted as
+    # such), and on failure go back without being dead-lettered again.
+    move: bool = False
