@@ -7,13 +7,15 @@ in (an AnalysisException at `load()`, a failed write) still says which option to
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pagemq.selector import SelectorError
 from pagemq.selector import compile as compile_selector
 
-__all__ = ["MAX_TIMEOUT", "PagemqOptionError", "flag", "number", "required", "selector", "text"]
+__all__ = ["MAX_TIMEOUT", "PagemqOptionError", "check_known", "flag", "number", "required", "selector",
+           "text"]
 
 
 class PagemqOptionError(ValueError):
@@ -83,3 +85,23 @@ def selector(options: Mapping[str, str]) -> str | None:
         except SelectorError as exc:
             raise PagemqOptionError("selector", f"invalid selector {value!r}: {exc}") from None
     return value
+
+
+# Options Spark itself may hand a data source along with the user's (`load(path)`,
+# `save(path)`, `writeStream`'s checkpoint).
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation"})
+
+
+def check_known(options: Mapping[str, str], known: Iterable[str], what: str) -> None:
+    """Refuse an option `what` (a stream read, a batch read, the sink) does not take: Spark
+    would pass a misspelt one on silently, and a misspelt `selector` on a shared queue reads
+    (and acknowledges) the other consumers' messages too."""
+    names = {name.lower(): name for name in known}
+    for key in options:
+        lowered = key.lower()
+        if lowered in names or lowered in SPARK_OPTIONS:
+            continue
+        close = difflib.get_close_matches(lowered, list(names), n=1, cutoff=0.6)
+        hint = f" (did you mean '{names[close[0]]}'?)" if close else ""
+        raise PagemqOptionError(key, f"not an option of the pagemq {what}{hint}; its options are "
+                                     f"{', '.join(sorted(names.values(), key=str.lower))}")

@@ -50,7 +50,7 @@ from pagemq.selector import Selector
 from pagemq.selector import compile as compile_selector
 from pagemq.spark.bounds import ORDINAL_BITS, Bounds
 from pagemq.spark.journal_facts import read_journal_facts
-from pagemq.spark.options import PagemqOptionError, flag, required, text
+from pagemq.spark.options import PagemqOptionError, check_known, flag, required, text
 from pagemq.spark.options import selector as option_selector
 from pagemq.spark.page_decode import MESSAGE_ID, ORDINAL, Located, build_batch, locate
 from pagemq.storage.paging.page_files import PageFileInfo, address_folder, list_page_files, read_page_bytes
@@ -67,6 +67,9 @@ BATCH_ROWS = 8192  # rows per Arrow record batch: bounds an executor's memory pe
 
 class PageDamageError(RuntimeError):
     """A page file holds bytes the reader could not read (`failOnDataLoss=true`)."""
+
+SCAN_OPTIONS = ("path", "address", "selector", "failOnDataLoss", "includeArchived", "includeHeaders",
+                "pagingDirectory", "journalDirectory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,7 @@ class ScanOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
         """PagemqOptionError naming the option for anything missing or wrong."""
+        check_known(options, SCAN_OPTIONS, "batch read")
         path = required(options, "path", "the broker's data directory")
         address = required(options, "address", "the address whose page files to read")
         data = Path(path)

@@ -40,17 +40,20 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
-from pagemq.spark.options import MAX_TIMEOUT, PagemqOptionError, flag, number, required, text
+from pagemq.spark.options import MAX_TIMEOUT, PagemqOptionError, check_known, flag, number, required, text
 from pagemq.spark.send_frames import OWN_HEADERS, SendTemplate, body_column, encode_sends, split_rows
-from pagemq.spark.stomp_sender import StompSender, parse_stomp_url
+from pagemq.spark.stomp_sender import StompSender, StompSendError, parse_stomp_url
 
-__all__ = ["DUPLICATE_ID_HEADER", "BatchWriter", "SentRows", "SinkOptions", "StreamWriter", "duplicate_id"]
+__all__ = ["DUPLICATE_ID_HEADER", "BatchWriter", "SentRows", "SinkOptions", "StreamWriter", "duplicate_id",
+           "probe"]
 
 log = logging.getLogger("pagemq.spark")
 
 DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"
 _OWN_HEADERS = frozenset(OWN_HEADERS)
 TRANSACTION_BYTES = 1 << 20  # bodies per transaction: what the broker stages until COMMIT
+SINK_OPTIONS = ("url", "address", "destination", "user", "password", "persistent", "receiptWindow",
+                "transactionSize", "receiptTimeout", "jobId")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
         """PagemqOptionError naming the option (or column) for anything missing or wrong."""
+        check_known(options, SINK_OPTIONS, "sink")
         url = required(options, "url", "the broker's STOMP endpoint, stomp://HOST:PORT")
         try:
             host, port = parse_stomp_url(url)
@@ -85,6 +89,9 @@ class SinkOptions:
                 raise PagemqOptionError("address", "required (the anycast queue to send to), or a "
                                                    "destination option instead")
             destination = f"/queue/{address}"
+        elif destination.startswith("/") and not destination.startswith(("/queue/", "/topic/")):
+            raise PagemqOptionError("destination", f"{destination!r}: a STOMP destination is /queue/NAME, "
+                                                   "/topic/NAME or a bare NAME")
         return cls(host, port, destination, text(options, "user"), text(options, "password"),
                    flag(options, "persistent", True),
                    int(number(options, "receiptWindow", 4000, minimum=1, integer=True)),
@@ -179,6 +186,18 @@ def _user_headers(pairs: list[tuple[str, str | None]] | None) -> list[tuple[str,
     if not pairs:
         return []
     return [(key, value) for key, value in pairs if value is not None and key not in _OWN_HEADERS]
+
+
+def probe(options: SinkOptions) -> None:
+    """On the driver, at save() / start(): connect (and log in) once, so an unreachable broker
+    or a refused login fails there, naming the option, rather than in every task."""
+    try:
+        StompSender(options.host, options.port, login=options.login, passcode=options.passcode,
+                    timeout=min(options.timeout, 10.0)).connect().close()
+    except StompSendError as exc:
+        message = str(exc)
+        option = "user" if message.startswith("pagemq option 'user'") else "url"
+        raise PagemqOptionError(option, message.split(": ", 1)[1]) from None
 
 
 class BatchWriter(DataSourceArrowWriter):

@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 from pagemq.spark.bounds import Bounds
 from pagemq.spark.page_scan import FileTask, ScanOptions, plan_scan, read_file
 from pagemq.spark.schema import READ_SCHEMA
-from pagemq.spark.sink import BatchWriter, SinkOptions, StreamWriter
+from pagemq.spark.sink import BatchWriter, SinkOptions, StreamWriter, probe
 from pagemq.spark.stream import StreamOptions, StreamReader, is_stream_read, prepare
 
 __all__ = ["PagemqDataSource"]
@@ -104,10 +104,14 @@ class PagemqDataSource(DataSource):
         if overwrite:  # as Spark's Kafka sink: a queue's messages cannot be replaced
             raise ValueError("the pagemq sink appends messages to a queue: save mode overwrite is not "
                              "supported: use mode('append')")
-        return BatchWriter(SinkOptions.parse(self.options, schema))
+        options = SinkOptions.parse(self.options, schema)
+        probe(options)
+        return BatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return StreamWriter(SinkOptions.parse(self.options, schema))
+        options = SinkOptions.parse(self.options, schema)
+        probe(options)
+        return StreamWriter(options)
 
 
 class FilePartition(InputPartition):

@@ -79,7 +79,8 @@ class StompSender:
         try:
             self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         except OSError as exc:
-            raise StompSendError(f"cannot connect to stomp://{self.host}:{self.port}: {exc}") from exc
+            raise StompSendError(f"pagemq option 'url': cannot connect to stomp://{self.host}:{self.port}: "
+                                 f"{exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         headers = [("accept-version", "1.2"), ("host", self.host), ("heart-beat", "0,0")]
         if self._login is not None:
@@ -87,7 +88,11 @@ class StompSender:
         if self._passcode is not None:
             headers.append(("passcode", self._passcode))
         self._write(encode_frame("CONNECT", headers))
-        frame = self._next_frame(time.monotonic() + self.timeout, "CONNECTED")
+        try:
+            frame = self._next_frame(time.monotonic() + self.timeout, "CONNECTED")
+        except StompSendError as exc:  # refused at CONNECT: the login (a secured broker)
+            raise StompSendError(f"pagemq option 'user': the broker at stomp://{self.host}:{self.port} "
+                                 f"refused the connection (options user and password): {exc}") from None
         if frame.command != "CONNECTED":
             raise StompSendError(f"broker at {self.host}:{self.port} answered CONNECT with {frame.command}")
         self._parser.version = frame.headers.get("version", "1.2")

@@ -20,6 +20,7 @@ kept between calls but the options and the last latest offsets (for progress rep
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import logging
 import time
@@ -39,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pagemq.spark.options import MAX_TIMEOUT, PagemqOptionError, flag, number, required, text
+from pagemq.spark.options import MAX_TIMEOUT, PagemqOptionError, check_known, flag, number, required, text
 from pagemq.spark.options import selector as option_selector
 from pagemq.spark.schema import ARROW_SCHEMA
 
@@ -48,6 +49,10 @@ __all__ = ["BrokerStreamError", "RangePartition", "StreamOptions", "StreamReader
 log = logging.getLogger("pagemq.spark")
 
 Offset = dict[str, int]
+
+STREAM_OPTIONS = ("url", "queue", "address", "subscription", "clientId", "startingOffsets",
+                  "maxMessagesPerTrigger", "maxOffsetsPerTrigger", "selector", "includeHeaders",
+                  "failOnDataLoss", "partitionSize", "readerName", "timeout", "user", "password")
 
 
 class BrokerStreamError(RuntimeError):
@@ -83,6 +88,7 @@ class StreamOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         """PagemqOptionError naming the option for anything missing or wrong (no I/O)."""
+        check_known(options, STREAM_OPTIONS, "stream read")
         urls = tuple(_broker_url(part) for part in required(
             options, "url", "the brokers' HTTP endpoints, http://HOST:PORT[,http://...]").split(","))
         if len(set(urls)) != len(urls):
@@ -234,8 +240,14 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
             message = str(exc)
             if "cannot be reached" in message:
                 raise PagemqOptionError("url", message) from None
-            if options.queue is None and not create and "HTTP 404" in message:
-                continue  # the subscription is made at start()
+            if options.queue is None and not create and ("HTTP 404" in message or "HTTP 403" in message):
+                # The subscription is made at start(); until then its queue name is checked
+                # as an address of its own, which a user with `consume` on the subscribed
+                # address alone may not read: start() asks about the address itself.
+                continue
+            if "HTTP 401" in message or "HTTP 403" in message:
+                raise PagemqOptionError("user", f"{message} (the user and password options give the "
+                                                "broker's credentials)") from None
             if options.queue is None:
                 raise PagemqOptionError("subscription", message) from None
             raise PagemqOptionError("queue", f"no queue {options.queue!r}: {message}") from None
@@ -382,8 +394,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _lost(self, url: str, exc: BrokerStreamError) -> None:
         """The queue is gone from a broker (deleted, unsubscribed): messages may be lost.
         Said once (not at every trigger) until the queue is back."""
-        if self.options.fail_on_data_loss or "HTTP 404" not in str(exc):
+        if "HTTP 404" not in str(exc):
             raise exc
+        if self.options.fail_on_data_loss:
+            raise BrokerStreamError(f"{exc} (the queue is gone: with failOnDataLoss=true the query "
+                                    "fails; false reads nothing from that broker until it is back)") from None
         if url not in self._missing:
             self._missing.add(url)
             log.warning("pagemq stream: %s; reading nothing from there until it is back "
@@ -439,18 +454,35 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         params = {"reader": options.reader, "after": partition.after, "upto": partition.upto,
                   "from_page": partition.from_page, "selector": options.selector,
                   "headers": "true" if options.include_headers else "false"}
-        try:
-            response = _patient(partition.url, f"/api/streams/{_quoted(options.queue_name)}/read",
-                                options.timeout, params=params, auth=options.auth)
-        except BrokerStreamError as exc:
-            self._lost(partition.url, exc)
-            return
-        with response:
-            stream = pa.ipc.open_stream(response)
-            if stream.schema != ARROW_SCHEMA:
-                raise BrokerStreamError(f"broker {partition.url} sent rows of another schema: "
-                                        f"{stream.schema}")
-            yield from stream
+        path = f"/api/streams/{_quoted(options.queue_name)}/read"
+        deadline = time.monotonic() + options.timeout
+        while True:
+            try:
+                response = _patient(partition.url, path, options.timeout, params=params, auth=options.auth)
+            except BrokerStreamError as exc:
+                self._lost(partition.url, exc)
+                return
+            try:
+                with response:
+                    stream = pa.ipc.open_stream(response)
+                    if stream.schema != ARROW_SCHEMA:
+                        raise BrokerStreamError(f"broker {partition.url} sent rows of another schema: "
+                                                f"{stream.schema}")
+                    for batch in stream:
+                        yield batch
+                        if batch.num_rows:  # a cut answer is asked again after the last row given
+                            params["after"] = batch.column("seq")[-1].as_py()
+                return
+            except (http.client.HTTPException, OSError, pa.ArrowInvalid) as exc:
+                # The answer was cut (a broker killed or restarting mid-read): the rest of
+                # the slice is asked for again, after the rows already given to Spark.
+                if time.monotonic() > deadline:
+                    raise BrokerStreamError(f"broker {partition.url}: the read of ({params['after']}, "
+                                            f"{partition.upto}] was cut and not served again within "
+                                            f"timeout: {exc!r}") from None
+                log.info("pagemq stream: read from %s cut after %s (%r); asking again",
+                         partition.url, params["after"], exc)
+                time.sleep(0.2)
 
     # -- acknowledging ----------------------------------------------------------------------------
 

@@ -55,7 +55,8 @@ def _read_all(reader: Any) -> int:
     return rows
 
 
-def _reader(proc: BrokerProcess, user: str | None, **options: str) -> Any:
+def _reader(proc: BrokerProcess, user: str | None, *, load: bool = False, **options: str) -> Any:
+    """As Spark makes the reader at start() (`load`: first the check load() makes)."""
     from pagemq.spark.stream import StreamOptions, StreamReader, prepare
 
     given = {"url": _url(proc)}
@@ -63,6 +64,8 @@ def _reader(proc: BrokerProcess, user: str | None, **options: str) -> Any:
         given |= {"user": user, "password": password(user)}
     given |= options
     parsed = StreamOptions.parse(given)
+    if load:
+        prepare(parsed, create=False)
     prepare(parsed, create=True)
     return StreamReader(parsed)
 
@@ -76,8 +79,10 @@ def test_stream_reader_with_consume_reads_and_acknowledges_its_queue(secured: Br
 
 
 def test_stream_durable_subscription_made_by_a_reader_with_consume(secured: BrokerProcess) -> None:
+    """(Before: load() asked about the subscription queue, not there yet, as an address of its
+    own name, and refused a user with `consume` on the subscribed address alone.)"""
     subscription = unique("sub")
-    _reader(secured, "spark", address="feed.events", subscription=subscription, clientId="etl")
+    _reader(secured, "spark", load=True, address="feed.events", subscription=subscription, clientId="etl")
     _send(secured, "/topic/feed.events", 7)
     reader = _reader(secured, "spark", address="feed.events", subscription=subscription, clientId="etl")
     assert _read_all(reader) == 7
@@ -87,14 +92,29 @@ def test_stream_without_credentials_or_consume_is_refused_naming_the_reason(
         secured: BrokerProcess) -> None:
     from pagemq.spark.options import PagemqOptionError
 
-    with pytest.raises(PagemqOptionError, match="HTTP 401"):
+    with pytest.raises(PagemqOptionError, match=r"pagemq option 'user'.*HTTP 401"):
         _reader(secured, None, queue="feed.orders")
-    with pytest.raises(PagemqOptionError, match="HTTP 401"):
+    with pytest.raises(PagemqOptionError, match=r"pagemq option 'user'.*HTTP 401.*user and password"):
         _reader(secured, "spark", queue="feed.orders", password="wrong")
     # `spark` may consume feed.#, not jobs; `consumer` may consume jobs but not feed.#
     with pytest.raises(PagemqOptionError,
-                       match="User spark lacks permission consume on address jobs"):
+                       match=r"pagemq option 'user'.*User spark lacks permission consume on address jobs"):
         _reader(secured, "spark", queue="jobs")
     with pytest.raises(PagemqOptionError,
                        match=r"User consumer lacks permission consume on address feed\.events"):
         _reader(secured, "consumer", address="feed.events", subscription=unique("sub"))
+
+
+def test_sink_refused_login_fails_the_save_on_the_driver_naming_user(secured: BrokerProcess) -> None:
+    """The sink connects once at save() / start(): a refused login fails there, naming the
+    option. (Before: every task failed with `broker ERROR: Authentication failed`.)"""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from pagemq.spark.options import PagemqOptionError
+    from pagemq.spark.sink import SinkOptions, probe
+
+    schema = StructType([StructField("body", StringType())])
+    given = {"url": f"stomp://127.0.0.1:{secured.stomp_port}", "address": "feed.orders"}
+    with pytest.raises(PagemqOptionError, match=r"pagemq option 'user'.*Authentication failed"):
+        probe(SinkOptions.parse({**given, "user": "alice", "password": "wrong"}, schema))
+    probe(SinkOptions.parse({**given, "user": "alice", "password": password("alice")}, schema))

@@ -115,8 +115,8 @@ def test_a_task_failing_midway_is_retried_and_stores_every_row_once(spark, broke
 
 def test_an_error_frame_fails_the_write_loudly(spark, broker):
     df = spark.createDataFrame([("x",)], "body string")
-    with pytest.raises(Exception, match="broker ERROR"):
-        (df.write.format("pagemq").option("url", url(broker)).option("destination", "/nowhere/x")
+    with pytest.raises(Exception, match="broker ERROR"):  # a SEND to a queue of an address
+        (df.write.format("pagemq").option("url", url(broker)).option("destination", "/queue/orders::x")
          .mode("append").save())
 
 
@@ -131,7 +131,7 @@ def test_receipts_that_do_not_come_fail_the_write(spark, broker):
 
 def test_an_unreachable_broker_fails_the_write(spark):
     df = spark.createDataFrame([("x",)], "body string")
-    with pytest.raises(Exception, match=r"cannot connect to stomp://127\.0\.0\.1"):
+    with pytest.raises(Exception, match=r"pagemq option 'url': cannot connect to stomp://127\.0\.0\.1"):
         (df.write.format("pagemq").option("url", f"stomp://127.0.0.1:{free_port()}").option("address", "q")
          .mode("append").save())
 
@@ -146,6 +146,9 @@ def test_an_unreachable_broker_fails_the_write(spark):
      "pagemq option 'receiptTimeout'"),
     ({"url": "URL", "address": "q", "receiptTimeout": "1e10"}, "body string",
      "pagemq option 'receiptTimeout'"),
+    ({"url": "URL", "destination": "/bogus/x"}, "body string", "pagemq option 'destination'"),
+    ({"url": "URL", "address": "q", "persistant": "false"}, "body string",
+     "pagemq option 'persistant': not an option of the pagemq sink (did you mean 'persistent'?)"),
     ({"url": "URL", "address": "q"}, "value string", "'body' column"),
     ({"url": "URL", "address": "q"}, "BODY string", "rename 'BODY' to 'body'"),
     ({"url": "URL", "address": "q"}, "body string, Headers map<string,string>",
