@@ -42,6 +42,11 @@ class Address:
         # Sends of a commit being admitted that will page: counted against page limits.
         self.staged_records = 0
         self.staged_bytes = 0
+        # Messages of commits not decided yet (their page batch, or their commit's other page
+        # batches, not written yet): transaction id -> its first message id here. Their ids
+        # are taken, but they are in no queue yet, so a stream's range must end before them
+        # (`undecided_from`), or later messages would carry it past them for good.
+        self.undecided: dict[int, int] = {}
         self._anycast_next = 0
 
     # -- routing --------------------------------------------------------------------------
@@ -57,6 +62,10 @@ class Address:
         index = self._anycast_next % len(matching)
         self._anycast_next = index + 1
         return [matching[index]]
+
+    def undecided_from(self) -> int | None:
+        """The lowest message id of an undecided commit (None: there is none)."""
+        return min(self.undecided.values()) if self.undecided else None
 
     # -- memory ---------------------------------------------------------------------------
 

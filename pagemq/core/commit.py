@@ -140,6 +140,9 @@ class Transactions:
         durable: asyncio.Future[None] = loop.create_future()
         applied = tx.applied = loop.create_future()
         left = len(pending)
+        # The commit's sends held in memory wait for its page batches too (their pagers mark
+        # the paged ones): a stream must not plan past them meanwhile (Address.undecided).
+        waiting = self._undecided(held, txid)
 
         def written(_future: asyncio.Future[None]) -> None:
             nonlocal left
@@ -158,6 +161,8 @@ class Transactions:
                 if not durable.done():
                     durable.set_exception(exc)
             finally:
+                for address in waiting:
+                    address.undecided.pop(txid, None)
                 applied.set_result(None)
 
         for future in pending:
@@ -199,6 +204,17 @@ class Transactions:
         for queue in touched:
             queue.dispatch()
         return future
+
+    def _undecided(self, held: Held, txid: int) -> list[Address]:
+        """Mark the held sends' addresses as holding undecided ids (their lowest) until the
+        commit's page batches are written; the addresses marked."""
+        first: dict[Address, int] = {}
+        for message, queues, _durable in held:
+            address = self.bindings.address_of(queues[0])
+            first[address] = min(first.get(address, message.message_id), message.message_id)
+        for address, message_id in first.items():
+            address.undecided[txid] = min(address.undecided.get(txid, message_id), message_id)
+        return list(first)
 
     def _cursor(self, queue: Queue) -> PageCursor:
         return self.bindings.pager(self.bindings.address_of(queue)).cursor(queue)

@@ -731,6 +731,8 @@ class AddressPager:
             routed += queues
             summary_input.append(message)
         appended = self.store.append(records, summary_input=summary_input, atomic=atomic)
+        if txid:
+            self.address.undecided[txid] = min(record.message_id for record in records)
         cursors = self.cursors
         for queue in routed:
             queue.counters.added += 1
@@ -775,9 +777,11 @@ class AddressPager:
         return self.store.commit_tx(txid)
 
     def release_tx(self, txid: int) -> None:
+        self.address.undecided.pop(txid, None)
         self.store.release_tx(txid)
 
     def abandon_tx(self, txid: int, *, written: bool) -> None:
+        self.address.undecided.pop(txid, None)
         self.store.abandon_tx(txid, written=written)
 
     def may_match(self, page_no: int, selector: Selector | None) -> bool:

@@ -112,16 +112,20 @@ def _paged_ids(paged: PagedRange | None, after: int, upto: int | None) -> Iterat
 
 
 def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, limit: int | None,
-             size: int | None) -> dict[str, Any]:
+             size: int | None, undecided: int | None = None) -> dict[str, Any]:
     """Worker thread: earliest, latest, and the next range's end and size (and with `size`,
     its slices, as `splits` answers), from the pages' counts where they can be counted
-    (core/stream_ranges.py)."""
+    (core/stream_ranges.py). `undecided`: the lowest id of a commit not decided yet
+    (`Address.undecided_from`): the range, and latest, end before it, or the reader's offset
+    would pass its messages, which then could never be read."""
     first_paged = next(_paged_ids(paged, 0, None), None)
     candidates = [memory[0]] if memory else []
     if first_paged is not None:
         candidates.append(first_paged[0])
     earliest = min(candidates) if candidates else 0
     latest = max(memory[-1] if memory else 0, paged.last_id() if paged is not None else 0)
+    if undecided is not None:
+        latest = min(latest, undecided - 1)
     answer: dict[str, Any] = {"earliest": earliest, "latest": latest}
     if after is None:
         return answer
@@ -129,6 +133,9 @@ def _offsets(memory: list[int], paged: PagedRange | None, after: int | None, lim
         answer.update(end=max(after, latest), messages=-1)  # not counted: a whole backlog
         return answer
     plan = plan_range(memory, paged, after, limit, size)
+    if undecided is not None and plan.end >= undecided:  # a few milliseconds' wait: not counted
+        answer.update(end=max(after, undecided - 1), messages=-1)
+        return answer
     if plan.slices is not None:
         answer["splits"] = plan.slices
     answer.update(end=plan.end, messages=plan.messages)
@@ -146,8 +153,10 @@ async def offsets(request: web.Request) -> web.Response:
     reader = reader_of(queue, request.query.get("reader") or DEFAULT_READER)
     memory = [m.message_id for m in memory_messages(queue, 0, None)]
     paged = paged_range(queue.cursor)
+    address = request.app[_BROKER_KEY].addresses.get(queue.address_name)
+    undecided = address.undecided_from() if address is not None else None
     figures = await asyncio.get_running_loop().run_in_executor(
-        None, _offsets, memory, paged, after, limit, max(1, size) if size is not None else None)
+        None, _offsets, memory, paged, after, limit, max(1, size) if size is not None else None, undecided)
     paged_count = queue.cursor.unread if queue.cursor is not None else 0
     return web.json_response({
         "queue": queue.name, "address": queue.address_name, "filter": queue.filter_text or None,

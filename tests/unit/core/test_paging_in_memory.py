@@ -135,3 +135,29 @@ def test_a_deleted_queue_no_longer_holds_its_pages() -> None:
         assert len(sink.delivered) == 30 and pages["t"].page_count() == 0
 
     run(body)
+
+
+def test_a_commit_waiting_for_its_page_batches_marks_its_ids_undecided_on_each_address() -> None:
+    """A stream plans its ranges below `Address.undecided_from`: the commit's ids are taken
+    but its messages are in no queue until its batches are written, and a range planned past
+    them would leave them behind the reader's offset for good."""
+    async def body() -> None:
+        broker, _pages = memory_broker({"max-size-bytes": -1})
+        broker.send("r", "anycast", {"n": "0"}, b"x", persistent=True)  # r holds in memory
+        broker.addresses["q"] = broker.ensure_address("q", "anycast")
+        broker.addresses["q"].paging = True  # q pages
+        tx = Transaction("tx")
+        for address in ("q", "r"):
+            broker.stage(tx, PendingSend(address, "anycast", {"n": "1"}, b"x", persistent=True,
+                                         priority=4, expiration=0))
+        committed = broker.commit(tx)
+        assert committed is not None and not committed.done()
+        first = {name: broker.addresses[name].undecided_from() for name in ("q", "r")}
+        assert first["q"] is not None and first["r"] is not None
+        broker.send("r", "anycast", {"n": "2"}, b"x", persistent=True)  # a later id, visible now
+        assert max(ref.message.message_id for ref in broker.queues["r"]) > first["r"]
+        await committed
+        assert broker.addresses["q"].undecided_from() is None
+        assert broker.addresses["r"].undecided_from() is None
+
+    run(body)
