@@ -222,17 +222,19 @@ def _quoted(queue: str) -> str:
 
 def prepare(options: StreamOptions, *, create: bool) -> None:
     """Check every broker is reachable and has the queue (with `create`, make the durable
-    subscription queue where it is missing). PagemqOptionError naming the option."""
+    subscription queue where it is missing). PagemqOptionError naming the option. At load()
+    an unreachable broker fails at once; at start() (`create`) one restarting is waited for,
+    up to `timeout`, as every later call of the query waits."""
     for url in options.urls:
         try:
             if options.queue is None and create:
                 _json(url, "/api/streams/subscriptions", options.timeout, {
                     "address": options.address, "subscription": options.subscription,
-                    "client_id": options.client_id, "selector": options.selector}, retry=False,
+                    "client_id": options.client_id, "selector": options.selector}, retry=create,
                     auth=options.auth)
             else:  # the reader's own offsets: all a reader with `consume` may ask (security)
                 figures = _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets",
-                                options.timeout, params={"reader": options.reader}, retry=False,
+                                options.timeout, params={"reader": options.reader}, retry=create,
                                 auth=options.auth)
                 if options.queue is None:
                     _check_subscription(options, url, figures)
