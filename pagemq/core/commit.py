@@ -175,7 +175,10 @@ class Transactions:
         """The commit point: one journal transaction, then the effects (see the module)."""
         ledger = self.ledger
         paged_acks: dict[PageCursor, list[MessageRef]] = {}
-        for queue, ref in tx.acks:
+        # A queue deleted meanwhile (its address too, maybe) took its messages and records
+        # with it: its acks have nothing left to settle.
+        acks = [(queue, ref) for queue, ref in tx.acks if not queue.deleted]
+        for queue, ref in acks:
             if ref.page_pos is not None:
                 paged_acks.setdefault(self._cursor(queue), []).append(ref)
                 continue
@@ -190,7 +193,7 @@ class Transactions:
             for queue in queues:
                 queue.add(MessageRef(message))
         touched: set[Queue] = set()
-        for queue, ref in tx.acks:
+        for queue, ref in acks:
             if not tx.move:
                 queue.counters.acknowledged += 1
             queue.transacted -= 1
@@ -338,7 +341,8 @@ class Transactions:
     def _return_acks(self, tx: Transaction) -> None:
         by_queue: dict[Queue, list[MessageRef]] = {}
         for queue, ref in tx.acks:
-            by_queue.setdefault(queue, []).append(ref)
+            if not queue.deleted:
+                by_queue.setdefault(queue, []).append(ref)
         with contextlib.ExitStack() as held:  # every queue's refs back before any delivers
             for queue in by_queue:
                 held.enter_context(queue.dispatch_held())

@@ -67,9 +67,7 @@ class DeadLetters:
         kept = []
         target = queue.settings.dead_letter_address
         for ref in refs:
-            if self._move(queue, ref, target, expired_at=0):
-                queue.counters.killed += 1
-            else:
+            if not self._move(queue, ref, target, expired_at=0):
                 kept.append(ref)
         return kept
 
@@ -78,9 +76,9 @@ class DeadLetters:
         target = queue.settings.expiry_address
         now_ms = int(time.time() * 1000)
         for ref in refs:
-            queue.counters.expired += 1
             if not self._move(queue, ref, target, expired_at=now_ms):
                 self.ledger.release(queue, ref)
+                queue.counters.expired += 1
 
     def expire_due(self) -> int:
         """Take the refs whose time has passed off their queues and move them on (queues
@@ -106,6 +104,7 @@ class DeadLetters:
         message = ref.message
         if not target or target == queue.address_name:
             self.ledger.release(queue, ref)
+            _count(queue, expired_at)
             return True
         headers = dict(message.headers)
         headers.setdefault(ORIGINAL_DESTINATION, message.headers.get("destination", message.address))
@@ -128,6 +127,7 @@ class DeadLetters:
                         message.message_id, queue.name, target, exc)
             return False
         if future is None:
+            _count(queue, expired_at)
             return True
 
         def moved(done: asyncio.Future[None]) -> None:
@@ -135,9 +135,19 @@ class DeadLetters:
             if done.cancelled() or done.exception() is not None:  # its refs came back (commit)
                 log.warning("message %s stays in queue %r: its move to %r was not stored: %s",
                             message.message_id, queue.name, target, failure(done))
+            else:  # counted once moved: a failed move is tried again, and counted then
+                _count(queue, expired_at)
             if not queue.deleted:
                 queue.dispatch()  # room under the read limits, or the ref back: read on
 
         self._moving.add(future)
         future.add_done_callback(moved)
         return True
+
+
+def _count(queue: Queue, expired_at: int) -> None:
+    """A message left `queue` for good: expired (`expired_at` > 0) or dead-lettered."""
+    if expired_at:
+        queue.counters.expired += 1
+    else:
+        queue.counters.killed += 1

@@ -67,8 +67,19 @@ def subscribe_permissions(broker: Broker, destination: Destination, *, browse: b
     if durable_queue is None:
         return [*needed, "create-non-durable-queue"]
     existing = durable_subscription(broker, durable_queue)
-    if existing is None:
-        needed.append("create-durable-queue")
+    if existing is None or existing.address_name != destination.address:
+        needed.append("create-durable-queue")  # (another topic's: see replaced_subscription)
     elif (existing.filter_text or None) != (selector or None):
         needed += ["delete-durable-queue", "create-durable-queue"]
     return needed
+
+
+def replaced_subscription(broker: Broker, destination: Destination, durable_queue: str | None) -> str | None:
+    """The address of the durable subscription a SUBSCRIBE on another topic would delete
+    (`delete-durable-queue` is needed there, as for an UNSUBSCRIBE); None if it deletes none."""
+    if durable_queue is None or destination.routing_type == ANYCAST or destination.queue is not None:
+        return None
+    existing = durable_subscription(broker, durable_queue)
+    if existing is None or existing.address_name == destination.address:
+        return None
+    return existing.address_name

@@ -65,7 +65,12 @@ from pagemq.security.access import AUTHENTICATION_FAILED, SessionAccess
 from pagemq.security.users import User
 from pagemq.server.destinations import FQQN_SEPARATOR, Destination, parse_destination
 from pagemq.server.management_requests import answer_request, is_management_send, management_permissions
-from pagemq.server.stomp_access import durable_subscription, send_permissions, subscribe_permissions
+from pagemq.server.stomp_access import (
+    durable_subscription,
+    replaced_subscription,
+    send_permissions,
+    subscribe_permissions,
+)
 from pagemq.server.turn_budget import TurnBudget
 
 log = logging.getLogger("pagemq.stomp")
@@ -634,6 +639,9 @@ class StompSession:
                 self.broker, destination, browse=browse, durable_queue=durable_queue,
                 selector=event.selector,
             ), destination.address)
+            replaced = None if browse else replaced_subscription(self.broker, destination, durable_queue)
+            if replaced is not None:
+                self._require(["delete-durable-queue"], replaced)
         if browse:
             self._start_browse(sub, destination, event.selector)
         else:

@@ -155,6 +155,21 @@ def test_removing_a_durable_subscription_needs_delete_durable_queue(secured: Bro
     assert admin_get(secured, f"/api/queues/{client_id}.mine")[0] == 404
 
 
+def test_moving_a_durable_subscription_to_another_topic_needs_delete_durable_queue_on_the_old(
+        secured: BrokerProcess) -> None:
+    """Re-subscribing on another topic deletes the old subscription and its messages, as an
+    UNSUBSCRIBE does. (Before: no permission was checked on the old topic.)"""
+    client_id = unique("mover")
+    subscriber = _client(secured, "subscriber", client_id=client_id)
+    sub_id = subscriber.subscribe("/topic/events", headers={"durable-subscription-name": "kept"})
+    subscriber.unsubscribe(sub_id)  # away: the subscription stays
+    subscriber.subscribe(f"/topic/{unique('elsewhere')}", headers={"durable-subscription-name": "kept"},
+                         receipt=False)
+    assert _denied(subscriber) == "User subscriber lacks permission delete-durable-queue on address events"
+    status, body = admin_get(secured, f"/api/queues/{client_id}.kept")
+    assert status == 200 and body["address"] == "events", body
+
+
 def test_a_durable_subscription_name_never_reaches_another_kind_of_queue(secured: BrokerProcess) -> None:
     """client-id `work` + subscription name `eu` names the anycast queue `work.eu`, and
     `events.<session>.<n>` another connection's temporary subscription queue: an UNSUBSCRIBE
