@@ -103,6 +103,9 @@ class DeadLetters:
         already past. An expired one (`expired_at` > 0) gains `_AMQ_ACTUAL_EXPIRY`."""
         message = ref.message
         if not target or target == queue.address_name:
+            if target:  # e.g. a dead letter of the dead-letter queue itself: no loop
+                log.warning("message %s of queue %r discarded: it would be moved to its own address %r",
+                            message.message_id, queue.name, target)
             self.ledger.release(queue, ref)
             _count(queue, expired_at)
             return True
