@@ -14,6 +14,7 @@ import gc
 import importlib
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -211,7 +212,8 @@ class BrokerServer:
             self._tasks.append(asyncio.create_task(self._users.run()))
         # `kill -HUP`: TLS certificates re-read (a renewed one needs no restart), the users
         # file looked at now; never the default action (which would end the broker).
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
+        if _main_thread():  # an embedded broker on a thread of its own has no signals
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload)
         # Messages are acyclic: collect young objects rarely, and keep start-up objects out
         # of every full collection (their cost grows with what the broker holds).
         gc.freeze()
@@ -330,7 +332,8 @@ class BrokerServer:
             self._stomp.close()
         if self._stomp_tls is not None:
             self._stomp_tls.close()
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        if _main_thread():
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         connections = [*self._connections, *self._tls_connections]
         for connection in connections:
             if connection.session is not None:
@@ -358,6 +361,12 @@ class BrokerServer:
         self._lock.release()
         log.info("stopped")
         self.stopped.set()
+
+
+def _main_thread() -> bool:
+    """Signal handlers can only be set from the main thread (`BrokerServer` embedded in an
+    application, as examples/ does, runs its loop on another)."""
+    return threading.current_thread() is threading.main_thread()
 
 
 async def _serve(config: Config) -> None:

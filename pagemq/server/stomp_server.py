@@ -264,7 +264,11 @@ class StompServerProtocol(asyncio.Protocol):
             return
         if transport.can_write_eof():
             self._draining = True
-            transport.write_eof()
+            try:
+                transport.write_eof()
+            except OSError:  # the peer is gone already (ENOTCONN): nothing to drain
+                transport.abort()
+                return
             self._session_paused = self._input_held = False
             self._apply_reading()
         else:

@@ -88,8 +88,13 @@ class ScanOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ScanOptions:
         """PagemqOptionError naming the option for anything missing or wrong."""
+        path = required(options, "path", "the broker's data directory (spark.read reads page files; "
+                                          "url and queue are for spark.readStream)")
+        for name in ("url", "queue", "subscription"):
+            if text(options, name) is not None:
+                raise PagemqOptionError(name, "an option of the stream read (spark.readStream without "
+                                              "a path): with `path` this is a batch read of page files")
         check_known(options, SCAN_OPTIONS, "batch read")
-        path = required(options, "path", "the broker's data directory")
         address = required(options, "address", "the address whose page files to read")
         data = Path(path)
         if not data.is_dir():

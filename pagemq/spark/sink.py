@@ -89,7 +89,8 @@ class SinkOptions:
                 raise PagemqOptionError("address", "required (the anycast queue to send to), or a "
                                                    "destination option instead")
             destination = f"/queue/{address}"
-        elif destination.startswith("/") and not destination.startswith(("/queue/", "/topic/")):
+        elif (destination.startswith("/") and not destination.startswith(("/queue/", "/topic/"))) or \
+                destination in ("/queue/", "/topic/"):
             raise PagemqOptionError("destination", f"{destination!r}: a STOMP destination is /queue/NAME, "
                                                    "/topic/NAME or a bare NAME")
         return cls(host, port, destination, text(options, "user"), text(options, "password"),

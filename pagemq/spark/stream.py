@@ -458,6 +458,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                   "headers": "true" if options.include_headers else "false"}
         path = f"/api/streams/{_quoted(options.queue_name)}/read"
         deadline = time.monotonic() + options.timeout
+        last_cut = params["after"]
         while True:
             try:
                 response = _patient(partition.url, path, options.timeout, params=params, auth=options.auth)
@@ -477,7 +478,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return
             except (http.client.HTTPException, OSError, pa.ArrowInvalid) as exc:
                 # The answer was cut (a broker killed or restarting mid-read): the rest of
-                # the slice is asked for again, after the rows already given to Spark.
+                # the slice is asked for again, after the rows already given to Spark (each
+                # cut that came after progress gets a `timeout` of its own).
+                if params["after"] != last_cut:
+                    last_cut, deadline = params["after"], time.monotonic() + options.timeout
                 if time.monotonic() > deadline:
                     raise BrokerStreamError(f"broker {partition.url}: the read of ({params['after']}, "
                                             f"{partition.upto}] was cut and not served again within "

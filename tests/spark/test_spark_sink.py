@@ -147,6 +147,7 @@ def test_an_unreachable_broker_fails_the_write(spark):
     ({"url": "URL", "address": "q", "receiptTimeout": "1e10"}, "body string",
      "pagemq option 'receiptTimeout'"),
     ({"url": "URL", "destination": "/bogus/x"}, "body string", "pagemq option 'destination'"),
+    ({"url": "URL", "destination": "/queue/"}, "body string", "pagemq option 'destination'"),
     ({"url": "URL", "address": "q", "persistant": "false"}, "body string",
      "pagemq option 'persistant': not an option of the pagemq sink (did you mean 'persistent'?)"),
     ({"url": "URL", "address": "q"}, "value string", "'body' column"),
