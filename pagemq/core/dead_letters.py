@@ -49,9 +49,9 @@ class DeadLetters:
         self._moving: set[asyncio.Future[None]] = set()  # moves not durable yet
 
     async def settled(self, timeout: float) -> None:
-        """Wait (bounded) for the moves under way: each settles its original once its copy
-        is durable, and a stop that closed the journal first would leave both for the
-        restart to find (`BrokerServer.stop`)."""
+        """Wait (bounded) for the moves under way: each is a transaction whose page batches
+        may still be written, and a stop that closed the journal first would void it half
+        done (`BrokerServer.stop`)."""
         deadline = asyncio.get_running_loop().time() + timeout
         while self._moving:
             left = deadline - asyncio.get_running_loop().time()

@@ -730,7 +730,6 @@ class StompSession:
             # and a new one created), as Artemis recreates the queue.
             broker.delete_queue(existing)
             existing = None
-            changed = True
         changed = changed or existing is None
         durable = broker.ensure_queue(address, name, MULTICAST, filter_text=selector)
         if durable.consumers:
