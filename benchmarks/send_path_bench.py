@@ -30,6 +30,7 @@ from pathlib import Path
 from pagemq.core.broker import Broker
 from pagemq.core.selector.summary import PageSummary
 from pagemq.core.settings import AddressSettings, AddressSettingsRepository
+from pagemq.protocol.stomp.batch import encode_batch
 from pagemq.protocol.stomp.connection import StompConnection
 from pagemq.protocol.stomp.frames import encode_frame
 from pagemq.server.app import GC_THRESHOLD
@@ -142,7 +143,8 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
     cpu, wall, loop_cpu = time.process_time() - cpu, time.perf_counter() - wall, time.thread_time() - loop_cpu
     print(f"{messages} SENDs ({'persistent' if persistent else 'non-persistent'}"
           f"{f', in transactions of {transaction}' if transaction else ''}"
-          f"{' with _AMQ_DUPL_ID' if transaction and DUPL_IDS else ''}): "
+          f"{' with _AMQ_DUPL_ID' if transaction and DUPL_IDS else ''}"
+          f"{', batch SENDs' if transaction and BATCH_FRAMES else ''}): "
           f"{', paged' if paging else ''}{', delivered' if deliver else ''}"
           f"{'' if latency or not deliver else ' (no latency histogram)'}: "
           f"{cpu / messages * 1e6:.1f} µs CPU each (all threads; "
@@ -155,11 +157,18 @@ async def run(messages: int, persistent: bool, batch: int, paging: bool = False,
 
 READ = 64 << 10  # bytes a socket read hands the session (--transaction)
 DUPL_IDS = True  # --no-dupl-ids: the sink's transactions without the ids
+BATCH_FRAMES = False  # --batch-frames: each transaction's SENDs as one batch SEND
 
 
 def _sink_transaction(first: int, count: int, flag: str, body: bytes) -> bytes:
     """One read's worth as the Spark sink sends it (pagemq.spark.stomp_sender)."""
     tx = f"tx-{first}"
+    if BATCH_FRAMES:  # one batch SEND, as the sink sends to a pagemq broker
+        own = [[("_AMQ_DUPL_ID", f"spark:0f3e19a2-77aa:12:3:{first + j}")] if DUPL_IDS else []
+               for j in range(count)]
+        sends = encode_batch("/queue/bench", tx, [(ids, body) for ids in own], {"persistent": flag})
+        return (encode_frame("BEGIN", {"transaction": tx}) + sends
+                + encode_frame("COMMIT", {"transaction": tx, "receipt": f"c-{first}"}))
     sends = b"".join(
         encode_frame("SEND", {"destination": "/queue/bench", "transaction": tx, "persistent": flag,
                               **({"_AMQ_DUPL_ID": f"spark:0f3e19a2-77aa:12:3:{first + j}"}
@@ -215,6 +224,9 @@ def main() -> None:
     parser.add_argument("--transaction", type=int, default=0,
                         help="SENDs per transaction with _AMQ_DUPL_ID each, as the Spark sink")
     parser.add_argument("--no-dupl-ids", action="store_true", help="--transaction without _AMQ_DUPL_ID")
+    parser.add_argument("--batch-frames", action="store_true",
+                        help="--transaction with each transaction's SENDs as one batch SEND (the sink's way "
+                             "to a pagemq broker)")
     parser.add_argument("--no-latency", action="store_true", help="deliver without the latency histogram")
     parser.add_argument("--default-gc", action="store_true",
                         help="keep Python's GC thresholds (before 2026-11-29 the bench did)")
@@ -222,8 +234,9 @@ def main() -> None:
     if not args.default_gc:  # as the server runs (server/app.py): young objects collected rarely
         gc.freeze()
         gc.set_threshold(GC_THRESHOLD, 20, 100)
-    global DUPL_IDS
+    global DUPL_IDS, BATCH_FRAMES
     DUPL_IDS = not args.no_dupl_ids
+    BATCH_FRAMES = args.batch_frames
     try:
         import uvloop
         uvloop.install()

@@ -580,15 +580,8 @@ class StompSession:
         self._when_replied(self.transport.close)
 
     def _on_send(self, event: ev.Send) -> None:
-        destination = parse_destination(event.destination)
         headers = event.headers
-        if destination.queue is not None:
-            legacy = _legacy_name(destination)
-            if legacy not in self.broker.addresses:
-                raise InvalidDestination(
-                    f"a SEND goes to an address, not to one of its queues ({event.destination!r}): "
-                    f"send to /queue/{destination.address} or /topic/{destination.address}")
-            destination = Destination(legacy, destination.routing_type)
+        destination = self._send_destination(event.destination)
         if destination.address == MANAGEMENT_ADDRESS:  # answered, never stored
             if self.access is not None:
                 for permission, address in management_permissions(self.broker, headers):
@@ -599,11 +592,7 @@ class StompSession:
             return
         if self.access is not None:
             self._require(send_permissions(self.broker, destination), destination.address)
-        persistent = headers.get("persistent", "").lower() == "true"
-        priority = _priority(headers.get("priority"))
-        if priority != 4 and headers["priority"] != _PRIORITIES[priority]:
-            headers["priority"] = _PRIORITIES[priority]  # clamped to 0-9, and said so to consumers
-        expiration = _expires(headers.get("expires"))
+        persistent, priority, expiration = _send_fields(headers)
         if event.transaction is not None:
             tx = self._transaction(event.transaction, ev.Send)
             self.broker.stage(tx, PendingSend(
@@ -620,6 +609,36 @@ class StompSession:
             self._reply(future, self.protocol.receipt(event.receipt), event.receipt)
         elif future is not None:
             self._watch(future)  # a failed write is reported even without a receipt
+
+    def _on_send_batch(self, event: ev.SendBatch) -> None:
+        """A batch SEND (protocol.stomp.batch): its messages staged in its transaction, as
+        that many SENDs in a row would be; the destination is resolved and checked once."""
+        destination = self._send_destination(event.destination)
+        if destination.address == MANAGEMENT_ADDRESS:
+            raise InvalidDestination("a batch SEND cannot go to the management address: "
+                                     "send each request alone")
+        if self.access is not None:
+            self._require(send_permissions(self.broker, destination), destination.address)
+        tx = self._transaction(event.transaction, ev.Send)
+        stage, address, routing_type = self.broker.stage, destination.address, destination.routing_type
+        for headers, body in event.messages:
+            persistent, priority, expiration = _send_fields(headers)
+            stage(tx, PendingSend(address, routing_type, headers, body, persistent, priority, expiration))
+        if event.receipt is not None:
+            self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
+
+    def _send_destination(self, name: str) -> Destination:
+        """Where a SEND goes: an address. `ADDRESS::QUEUE` names a queue, which is refused,
+        unless an address of that whole name exists (made before `::` named a queue)."""
+        destination = parse_destination(name)
+        if destination.queue is not None:
+            legacy = _legacy_name(destination)
+            if legacy not in self.broker.addresses:
+                raise InvalidDestination(
+                    f"a SEND goes to an address, not to one of its queues ({name!r}): "
+                    f"send to /queue/{destination.address} or /topic/{destination.address}")
+            destination = Destination(legacy, destination.routing_type)
+        return destination
 
     def _on_subscribe(self, event: ev.Subscribe) -> None:
         existing = self.subscriptions.get(event.id)
@@ -1170,6 +1189,7 @@ _GOES_AHEAD = (ev.Ack, ev.Nack)
 # Each frame event's handler; `_handle` looks it up by the event's exact type.
 _HANDLERS: dict[type, Callable[[StompSession, Any], None]] = {
     ev.Send: StompSession._on_send,
+    ev.SendBatch: StompSession._on_send_batch,
     ev.Ack: StompSession._on_ack,
     ev.Nack: StompSession._on_nack,
     ev.Subscribe: StompSession._on_subscribe,
@@ -1189,6 +1209,8 @@ _OWN_HEADERS = frozenset(
 
 def _size(event: object) -> int:
     """About what a held frame costs in memory: its body, headers, receipt and other fields."""
+    if type(event) is ev.SendBatch:  # its messages' headers and bodies, about
+        return 64 + 2 * event.size
     if type(event) is ev.Send:  # most held frames: its fields by name, not by `__slots__`
         headers = event.headers
         return (64 + len(event.destination) + len(event.body) + sum(map(len, headers))
@@ -1217,6 +1239,16 @@ def _by_queue(pairs: list[tuple[Queue, MessageRef]]) -> list[tuple[Queue, list[M
 
 
 _PRIORITIES = tuple(str(n) for n in range(10))
+
+
+def _send_fields(headers: dict[str, str]) -> tuple[bool, int, int]:
+    """A SEND's persistence, priority (clamped to 0-9, and the header said so to consumers)
+    and expiration, from its headers."""
+    persistent = headers.get("persistent", "").lower() == "true"
+    priority = _priority(headers.get("priority"))
+    if priority != 4 and headers["priority"] != _PRIORITIES[priority]:
+        headers["priority"] = _PRIORITIES[priority]
+    return persistent, priority, _expires(headers.get("expires"))
 
 
 def _priority(value: str | None) -> int:

@@ -14,18 +14,24 @@ headers (STOMP 1.2 escaping: `\\`, LF, CR and `:` in names and values), plus a
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pagemq.protocol.stomp import frames
+from pagemq.protocol.stomp.batch import BATCH_HEADER, BATCH_VERSION
 
-__all__ = ["OWN_HEADERS", "SendTemplate", "body_column", "encode_sends", "escape", "split_rows"]
+__all__ = ["OWN_HEADERS", "SendTemplate", "batch_headers", "body_column", "encode_batch_send", "encode_sends",
+           "escape", "split_rows"]
 
-# Headers the sink sets itself; a `headers` column entry by these names is not sent.
-OWN_HEADERS = ("destination", "receipt", "content-length", "transaction", "_AMQ_DUPL_ID")
+# Headers the sink sets itself (or that would make a SEND a batch SEND); a `headers` column
+# entry by these names is not sent.
+OWN_HEADERS = ("destination", "receipt", "content-length", "transaction", "_AMQ_DUPL_ID", BATCH_HEADER)
 _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), (":", "\\c"))
+_LITTLE = sys.byteorder == "little"
 
 
 def escape(text: str) -> str:
@@ -46,6 +52,19 @@ class SendTemplate:
         if transaction is not None:
             lines += f"transaction:{escape(transaction)}\n"
         return lines.encode("utf-8", "surrogatepass")
+
+    def batch_head(self, transaction: str, size: int) -> bytes:
+        """A batch SEND's head: what its rows share, and the length of its body."""
+        persistent = "persistent:true\n" if self.persistent else ""
+        return (f"SEND\ndestination:{escape(self.destination)}\ntransaction:{escape(transaction)}\n"
+                f"{BATCH_HEADER}:{BATCH_VERSION}\n{persistent}content-length:{size}\n\n"
+                ).encode("utf-8", "surrogatepass")
+
+    def batch_id_prefix(self) -> bytes:
+        """`_AMQ_DUPL_ID:<prefix>` for a batch's own header lines: a colon in a value needs no
+        escape there (the line splits at its first colon), so the broker unescapes nothing."""
+        value = self.duplicate_prefix.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+        return f"_AMQ_DUPL_ID:{value}".encode("utf-8", "surrogatepass")
 
     def middle(self) -> bytes:
         persistent = "persistent:true\n" if self.persistent else ""
@@ -76,6 +95,37 @@ def encode_sends(template: SendTemplate, bodies: pa.Array, headers: pa.Array | N
               lengths, pa.scalar(b"\n\n", pa.binary()), bodies, pa.scalar(b"\x00", pa.binary())]
     frames = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.binary()))
     return _concatenated(frames)
+
+
+def encode_batch_send(template: SendTemplate, bodies: pa.Array, own_headers: pa.Array, transaction: str
+                      ) -> bytes:
+    """One batch SEND (`protocol.stomp.batch`) of these rows, for a broker that takes them:
+    `own_headers` is each row's header text (`batch_headers`), the bodies go as they are."""
+    count = len(bodies)
+    lengths = pa.concat_arrays([pc.binary_length(own_headers).cast(pa.uint32()),
+                                pc.binary_length(bodies).cast(pa.uint32())])
+    if _LITTLE:  # Arrow's buffer is in the host's order: the layout's, here
+        layout: bytes | memoryview = memoryview(lengths.buffers()[1])[lengths.offset * 4:
+                                                                      (lengths.offset + 2 * count) * 4]
+    else:
+        swapped = array("I", lengths.to_pylist())
+        swapped.byteswap()
+        layout = swapped.tobytes()
+    texts, values = _concatenated(own_headers), _concatenated(bodies)
+    size = 4 + len(layout) + len(texts) + len(values)
+    head = template.batch_head(transaction, size)
+    return b"".join((head, count.to_bytes(4, "little"), layout, texts, values, b"\x00"))
+
+
+def batch_headers(template: SendTemplate, headers: pa.Array | None, first_row: int, count: int) -> pa.Array:
+    """Each row's own headers in a batch SEND: its `headers` entries (as `encode_sends` sends
+    them) and its `_AMQ_DUPL_ID`, one `name:value\\n` line each; binary."""
+    rows = pa.array(range(first_row, first_row + count), pa.int64()).cast(pa.string()).cast(pa.binary())
+    parts: list[pa.Array | pa.Scalar] = []
+    if headers is not None:
+        parts.append(_header_lines(headers))
+    parts += [pa.scalar(template.batch_id_prefix(), pa.binary()), rows, pa.scalar(b"\n", pa.binary())]
+    return pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.binary()))
 
 
 def _header_lines(headers: pa.Array) -> pa.Array:

@@ -10,7 +10,9 @@ so receipt `n` confirms every SEND up to `n`.
 `send_transaction` sends many SENDs as one STOMP transaction (BEGIN, the SENDs, a COMMIT
 asking for the receipt): the broker stores them with one page or journal write and answers
 one receipt, which costs it less than half the CPU per message of receipted SENDs one by
-one; several transactions are in flight at once, up to `window` messages.
+one; several transactions are in flight at once, up to `window` messages. A pagemq broker
+also takes a transaction's SENDs as one batch SEND (`protocol.stomp.batch`: asked for in
+CONNECT, `batches` says whether the broker said yes), which saves it the parse of each frame.
 
 A task must fail loudly rather than report rows it did not store: an ERROR frame, the
 broker closing the connection, or no progress on receipts for `timeout` seconds (also a
@@ -29,8 +31,9 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from pagemq.protocol.errors import ProtocolError
+from pagemq.protocol.stomp.batch import BATCH_HEADER, BATCH_VERSION, MAX_FRAME_SIZE_HEADER
 from pagemq.protocol.stomp.frames import Frame, encode_frame
-from pagemq.protocol.stomp.parser import FrameParser
+from pagemq.protocol.stomp.parser import DEFAULT_MAX_FRAME_SIZE, FrameParser
 
 __all__ = ["StompSendError", "StompSender", "parse_stomp_url"]
 
@@ -72,6 +75,10 @@ class StompSender:
         self._out_bytes = 0
         self._parser = FrameParser()
         self._sock: socket.socket | None = None
+        # Set by `connect`: whether the broker takes batch SENDs (`protocol.stomp.batch`), and
+        # the largest frame it takes.
+        self.batches = False
+        self.max_frame_size = DEFAULT_MAX_FRAME_SIZE
 
     # ----- connection ------------------------------------------------------------------------
 
@@ -82,7 +89,8 @@ class StompSender:
             raise StompSendError(f"pagemq option 'url': cannot connect to stomp://{self.host}:{self.port}: "
                                  f"{exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        headers = [("accept-version", "1.2"), ("host", self.host), ("heart-beat", "0,0")]
+        headers = [("accept-version", "1.2"), ("host", self.host), ("heart-beat", "0,0"),
+                   (BATCH_HEADER, BATCH_VERSION)]
         if self._login is not None:
             headers.append(("login", self._login))
         if self._passcode is not None:
@@ -96,6 +104,10 @@ class StompSender:
         if frame.command != "CONNECTED":
             raise StompSendError(f"broker at {self.host}:{self.port} answered CONNECT with {frame.command}")
         self._parser.version = frame.headers.get("version", "1.2")
+        if frame.headers.get(BATCH_HEADER) == BATCH_VERSION:  # a pagemq broker: batch SENDs
+            size = frame.headers.get(MAX_FRAME_SIZE_HEADER, "")
+            self.max_frame_size = int(size) if size.isdigit() else DEFAULT_MAX_FRAME_SIZE
+            self.batches = True
         return self
 
     def close(self) -> None:
@@ -137,8 +149,9 @@ class StompSender:
         return f"t{self._transactions}"
 
     def send_transaction(self, transaction: str, sends: bytes, messages: int) -> None:
-        """Queue BEGIN, `sends` (`messages` encoded SEND frames, each with the header
-        `transaction:<transaction>`, none asking for a receipt) and a receipted COMMIT.
+        """Queue BEGIN, `sends` (`messages` encoded SEND frames, or batch SENDs holding that
+        many, each with the header `transaction:<transaction>`, none asking for a receipt)
+        and a receipted COMMIT.
         Blocks first while the messages unconfirmed and these would exceed `window`."""
         while self.sent > self.confirmed and self.sent - self.confirmed + messages > self.window:
             self._push()

@@ -8,8 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from brokerproc import BrokerProcess, StompClient, unique
+from brokerproc import BrokerProcess, RawStomp, StompClient, unique
 from security_helpers import DEFAULT_SETTINGS, USERS, admin_get, login, start_secured
+
+from pagemq.protocol.stomp.batch import encode_batch
 
 SETTINGS: dict[str, Any] = {
     **DEFAULT_SETTINGS,
@@ -221,6 +223,21 @@ def test_denied_send_in_a_transaction_is_refused_at_send_and_nothing_is_stored(
     producer.send("/queue/jobs", "staged", headers={"transaction": "tx1"}, receipt=True)
     producer.send("/queue/orders.secret", "refused", headers={"transaction": "tx1"}, receipt=False)
     assert _denied(producer) == "User producer lacks permission send on address orders.secret"
+    assert (_messages(secured, "jobs"), _messages(secured, "orders.secret")) == (before_jobs, before_secret)
+
+
+def test_a_denied_batch_send_is_refused_and_nothing_of_its_transaction_is_stored(
+    secured: BrokerProcess
+) -> None:
+    before_jobs, before_secret = _messages(secured, "jobs"), _messages(secured, "orders.secret")
+    with RawStomp(secured.stomp_port) as raw:
+        raw.connect(headers={**login("producer"), "pagemq-batch": "1"})
+        raw.send_frame("BEGIN", {"transaction": "t"})
+        raw.send(encode_batch("/queue/jobs", "t", [([], b"allowed")] * 3))
+        raw.send(encode_batch("/queue/orders.secret", "t", [([], b"refused")] * 3, receipt="r"))
+        raw.send_frame("COMMIT", {"transaction": "t"})
+        error = raw.expect_error()
+    assert error.headers["message"] == "User producer lacks permission send on address orders.secret"
     assert (_messages(secured, "jobs"), _messages(secured, "orders.secret")) == (before_jobs, before_secret)
 
 

@@ -10,9 +10,19 @@ import random
 import pyarrow as pa
 import pytest
 
+from pagemq.protocol.stomp.connection import StompConnection
+from pagemq.protocol.stomp.events import SendBatch
 from pagemq.protocol.stomp.frames import encode_frame
 from pagemq.protocol.stomp.parser import FrameParser
-from pagemq.spark.send_frames import OWN_HEADERS, SendTemplate, body_column, encode_sends, split_rows
+from pagemq.spark.send_frames import (
+    OWN_HEADERS,
+    SendTemplate,
+    batch_headers,
+    body_column,
+    encode_batch_send,
+    encode_sends,
+    split_rows,
+)
 
 HEADERS = pa.map_(pa.string(), pa.string())
 Maps = list[list[tuple[str, str | None]] | None]
@@ -72,6 +82,32 @@ def test_frames_read_back_as_the_protocol_encoder_writes_them(seed, persistent):
         expected = reference(template, bodies[start:stop], maps[start:stop], 100 + start, transaction)
         assert parsed(sent) == parsed(expected)
         assert len(parsed(sent)) == stop - start
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_batch_send_holds_the_messages_the_plain_sends_would(seed, persistent):
+    rng = random.Random(seed)
+    bodies, maps = random_rows(rng, 60)
+    batch = pa.RecordBatch.from_pydict({"body": pa.array(bodies, pa.binary()),
+                                        "headers": pa.array(maps, HEADERS)})
+    template = SendTemplate("/queue/odd:name\\x", persistent=persistent, duplicate_prefix="spark:j\\b:1:3:")
+    own = batch_headers(template, batch.column("headers"), 100, 60)
+    for start, stop in [(0, 60), (7, 30), (59, 60)]:
+        sent = encode_batch_send(template, body_column(batch).slice(start, stop - start),
+                                 own.slice(start, stop - start), "tx:2")
+        expected = parsed(reference(template, bodies[start:stop], maps[start:stop], 100 + start, "tx:2"))
+        assert decoded(sent) == [(headers, body) for _command, headers, body in expected]
+
+
+def decoded(batch_send: bytes) -> list[tuple[dict[str, str], bytes]]:
+    """The messages a broker takes from a batch SEND, with their `transaction` as a plain
+    SEND's headers have it."""
+    connection = StompConnection()
+    connection.receive_data(encode_frame("CONNECT", [("accept-version", "1.2"), ("host", "h")]))
+    (event,) = connection.receive_data(batch_send)
+    assert isinstance(event, SendBatch)
+    return [({**headers, "transaction": event.transaction}, body) for headers, body in event.messages]
 
 
 def test_string_bodies_go_as_utf8_and_without_a_headers_column():

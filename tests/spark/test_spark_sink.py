@@ -43,17 +43,21 @@ def ids_by_partition(frames: list[Any]) -> dict[int, list[int]]:
     return rows
 
 
+# "true": a transaction's rows go as one batch SEND (pagemq's extension, the default);
+# "false": as one SEND frame each, as to any STOMP broker.
+@pytest.mark.parametrize("batch_sends", ["true", "false"])
 def test_rows_become_persistent_messages_with_their_headers_and_one_duplicate_id_each(
-        spark, broker, stomp_client):
+        spark, broker, stomp_client, batch_sends):
     address = unique("results")
-    df = spark.createDataFrame([(f"row-{n}", {"n": str(n), "kind": "test"}) for n in range(2000)],
+    df = spark.createDataFrame([(f"row-{n}", {"n": str(n), "kind": "te:st\\"}) for n in range(2000)],
                                "body string, headers map<string,string>").repartition(2)
-    df.write.format("pagemq").option("url", url(broker)).option("address", address).mode("append").save()
+    (df.write.format("pagemq").option("url", url(broker)).option("address", address)
+     .option("batchSends", batch_sends).mode("append").save())
 
     frames = drain(stomp_client(broker), f"/queue/{address}", 2000)
     assert sorted(frame.body for frame in frames) == sorted(f"row-{n}" for n in range(2000))
     for frame in frames:
-        assert frame.headers["n"] == frame.body.removeprefix("row-") and frame.headers["kind"] == "test"
+        assert frame.headers["n"] == frame.body.removeprefix("row-") and frame.headers["kind"] == "te:st\\"
         assert frame.headers["persistent"] == "true"
     assert len({frame.headers["_AMQ_DUPL_ID"] for frame in frames}) == 2000
     assert len({DUPL_ID.match(frame.headers["_AMQ_DUPL_ID"])["job"] for frame in frames}) == 1
@@ -76,7 +80,8 @@ def test_binary_bodies_to_any_destination_and_non_persistent_on_request(spark, b
     assert all("persistent" not in frame.headers for frame in frames)
 
 
-def test_a_task_failing_midway_is_retried_and_stores_every_row_once(spark, broker, stomp_client):
+@pytest.mark.parametrize("batch_sends", ["true", "false"])
+def test_a_task_failing_midway_is_retried_and_stores_every_row_once(spark, broker, stomp_client, batch_sends):
     """Partition 0's first attempt dies after its writer sent some rows; the retry (the
     session allows one) sends every row again, each with the id it had the first time, and
     the broker's duplicate detection drops the rows the failed attempt had stored."""
@@ -96,7 +101,8 @@ def test_a_task_failing_midway_is_retried_and_stores_every_row_once(spark, broke
     try:
         rows = spark.sparkContext.parallelize(range(400), 2).mapPartitions(fail_once)
         df = spark.createDataFrame(rows, "body string")
-        df.write.format("pagemq").option("url", url(broker)).option("address", address).mode("append").save()
+        (df.write.format("pagemq").option("url", url(broker)).option("address", address)
+         .option("batchSends", batch_sends).mode("append").save())
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 

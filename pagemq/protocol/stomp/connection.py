@@ -17,7 +17,13 @@ import re
 from collections.abc import Iterable, Mapping
 
 from pagemq.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from pagemq.protocol.stomp.events import BUILDERS, Builder, Connect, Event
+from pagemq.protocol.stomp.batch import (
+    BATCH_HEADER,
+    BATCH_VERSION,
+    MAX_FRAME_SIZE_HEADER,
+    decode_batch,
+)
+from pagemq.protocol.stomp.events import BUILDERS, Builder, Connect, Event, Send
 from pagemq.protocol.stomp.frames import VERSIONS, encode_frame, header_pairs, sanitize_unescaped
 from pagemq.protocol.stomp.parser import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -161,7 +167,12 @@ class StompConnection:
                     events.append(self._connect(frame.headers))
                 else:
                     # A builder runs only once CONNECT set the version, the parser's too.
-                    events.append(build(frame.headers, frame.body, parser.version))
+                    event = build(frame.headers, frame.body, parser.version)
+                    if type(event) is Send and BATCH_HEADER in event.headers:
+                        events.append(decode_batch(event, max_headers=parser.max_headers,
+                                                   max_header_length=parser.max_header_length))
+                    else:
+                        events.append(event)
                 if target is not self.state:
                     self._enter(target)
         except ProtocolError as exc:
@@ -221,6 +232,9 @@ class StompConnection:
         headers = [("version", connect.version), ("session", session), ("server", self.server_name)]
         if connect.version != "1.0":
             headers.append(("heart-beat", f"{self.send_heartbeat_ms},{self.expect_heartbeat_ms}"))
+        if connect.headers.get(BATCH_HEADER) == BATCH_VERSION:  # asked for: batch SENDs (stomp.batch)
+            headers += [(BATCH_HEADER, BATCH_VERSION),
+                        (MAX_FRAME_SIZE_HEADER, str(self._parser.max_frame_size))]
         if extra_headers:
             headers.extend(extra_headers.items())
         return encode_frame("CONNECTED", headers)

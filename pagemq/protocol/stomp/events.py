@@ -30,6 +30,7 @@ __all__ = [
     "Event",
     "Nack",
     "Send",
+    "SendBatch",
     "Subscribe",
     "Unsubscribe",
 ]
@@ -61,6 +62,18 @@ class Send(NamedTuple):
     body: bytes
     receipt: str | None
     transaction: str | None
+
+
+class SendBatch(NamedTuple):
+    """One batch SEND frame (`protocol.stomp.batch`): `messages` are (headers, body), each
+    header dict complete (the frame's headers with the message's own on top); `size` is the
+    frame body's length."""
+
+    destination: str
+    transaction: str
+    messages: list[tuple[dict[str, str], bytes]]
+    receipt: str | None
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +139,8 @@ class Disconnect:
     receipt: str | None
 
 
-Event = Connect | Send | Subscribe | Unsubscribe | Ack | Nack | Begin | Commit | Abort | Disconnect
+Event = (Connect | Send | SendBatch | Subscribe | Unsubscribe | Ack | Nack | Begin | Commit | Abort
+         | Disconnect)
 
 # Headers that name an UNSUBSCRIBE target without an id (durable topic subscriptions).
 DURABLE_NAME_HEADERS = ("durable-subscription-name", "activemq.subscriptionName")
