@@ -20,8 +20,10 @@ What it does:
    `df.write.format("pagemq")` (persistent, one connection per task, `_AMQ_DUPL_ID`
    stamped), rows/s over the whole save(), with the default transactions into a queue that
    pages every message, the same into a queue of the default address settings (held in
-   memory and journaled: `held.*`), and with `transactionSize=0` (one receipted SEND per
-   row, paged); each queue's count is checked. `--sink-option` sets a sink option for the
+   memory and journaled: `held.*`), the first again with `batchSends=false` (each row its
+   own SEND frame in the transactions, as to another broker, instead of one batch SEND per
+   transaction), and with `transactionSize=0` (one receipted SEND per row, paged); each
+   queue's count is checked. `--sink-option` sets a sink option for the
    first two (e.g. `transactionSize=200` to compare with the default).
 
 Beside each rate: CPU µs per row of Spark's JVM and of its Python workers (this process's
@@ -237,6 +239,17 @@ def sink(broker: Broker, frame: Any, target: str, rows: int, **options: str
     return rows / elapsed, cpu
 
 
+def sinks(broker: Broker, bodies: Any, n: int, options: dict[str, str]
+          ) -> dict[str, tuple[float, dict[str, float]]]:
+    """The sink's lines: paged, held, paged with a SEND frame per row, one by one."""
+    return {
+        "sink": sink(broker, bodies, TARGET, n, **options),
+        "sink_held": sink(broker, bodies, HELD, n, **options),
+        "sink_frames": sink(broker, bodies, TARGET + "-frames", n, **{**options, "batchSends": "false"}),
+        "sink_one_by_one": sink(broker, bodies, TARGET + "-1by1", n, transactionSize="0"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -296,9 +309,7 @@ def main() -> None:
         bodies = parquet.select("body").repartition(2).cache()
         bodies.count()
         sink(broker, bodies.limit(2000), TARGET + "-warm-up", 2000)  # the write path's JIT, workers
-        results["sink"] = sink(broker, bodies, TARGET, n, **sink_options)
-        results["sink_held"] = sink(broker, bodies, HELD, n, **sink_options)
-        results["sink_one_by_one"] = sink(broker, bodies, TARGET + "-1by1", n, transactionSize="0")
+        results.update(sinks(broker, bodies, n, sink_options))
         spark.stop()
     finally:
         broker.stop()
@@ -320,6 +331,7 @@ def main() -> None:
         "floor_no_headers": "      the floor, headers column null",
         "sink": "sink  df.write.format('pagemq')        (target >= 30,000)",
         "sink_held": "      the same, target held in memory (default settings)",
+        "sink_frames": "      the first, batchSends=false (a SEND frame per row)",
         "sink_one_by_one": "      the same, transactionSize=0",
     }
     print(f"{n} messages of {args.size} B in {files} page files (fill {fill_rate:,.0f} msg/s), "
