@@ -104,14 +104,23 @@ def decode_batch(send: Send, *, max_headers: int, max_header_length: int) -> Sen
                     else raw[at:at + length].decode("utf-8", "surrogatepass"))
         at += length
         end = pos + body_lengths[index]
-        if own_text:
+        if not own_text:
+            append((headers.copy(), body[pos:end]))
+        elif (own_text.find("\n") == len(own_text) - 1 and "\\" not in own_text
+              and len(own_text) <= max_header_length and room > 0):
+            # One plain line (the Spark sink's `_AMQ_DUPL_ID`): the general path's checks, inline.
+            name, colon, value = own_text.partition(":")
+            if not colon or name in _FRAME_ONLY:
+                _own_headers(own_text, index, refuse, max_header_length)  # raises, saying why
+            message = headers.copy()
+            message[name] = value[:-1]
+            append((message, body[pos:end]))
+        else:
             own = _own_headers(own_text, index, refuse, max_header_length)
             if len(own) > room:
                 raise refuse(f"message {index} has more than max-headers {max_headers} headers, "
                              "the frame's included")
             append(({**headers, **own}, body[pos:end]))
-        else:
-            append((headers.copy(), body[pos:end]))
         pos = end
     return SendBatch(send.destination, transaction, messages, receipt, size)
 
