@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-slow soak lint bench clean browser
+.PHONY: run test test-slow test-long soak lint bench clean browser
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON)"; exit 1; }
@@ -46,10 +46,16 @@ test: $(TEST_STAMP) browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-# The slow tests: today the model-based soak (tests/model), 10 minutes of generated programs
-# in this one pytest process (`make soak` is the same with workers, a count and a summary).
+# The slow tests, marked `slow` and kept out of `make test` to keep it well under 20 minutes:
+# the model-based soak (tests/model), 10 minutes of generated programs in this one pytest
+# process (`make soak` is the same with workers, a count and a summary), and `make test-long`.
 test-slow: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -s -m slow
+
+# The long end-to-end tests alone (about 3.5 minutes): randomized kill -9 loops, restarts of
+# every FIFO variant, 600 paging addresses, 15 MiB frames, the randomized dead-letter runs.
+test-long: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/e2e
 
 # The model-based soak (tests/model/soak.py): `make soak SOAK_MINUTES=60` runs for that long,
 # `make soak SOAK_PROGRAMS=2000` runs that many programs (seeds B .. B+1999; B from

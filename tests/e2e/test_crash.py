@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 
+import pytest
 import stomp
 from brokerproc import WAIT, StompClient
 
@@ -135,6 +136,7 @@ def _ack_some(consumer: StompClient, ledger: Ledger, rng: random.Random) -> None
         ledger.acked.add(body)
 
 
+@pytest.mark.slow  # make test-slow
 def test_receipted_messages_survive_random_sigkills_and_acked_ones_stay_gone(start_broker):
     seed = int(os.environ.get("PAGEMQ_CRASH_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from brokerproc import unique, wait_until
 from test_paging_helpers import consume, numbered, send_all, wait_frames
 
@@ -50,6 +51,7 @@ def _traffic(proc, stomp_client, queue: str, cycle: int) -> None:
     consumer.drop()
 
 
+@pytest.mark.slow  # make test-slow
 def test_repeated_kills_before_any_cleanup_period_leave_no_growing_history(start_broker, stomp_client):
     proc = start_broker(NEVER)
     queue = unique("reclaim")
@@ -72,6 +74,7 @@ def test_repeated_kills_before_any_cleanup_period_leave_no_growing_history(start
     assert proc.queue(queue)["messages"] == 0
 
 
+@pytest.mark.slow  # make test-slow
 def test_repeated_kills_of_a_paging_broker_leave_no_growing_page_folders(start_broker, stomp_client):
     config = {**NEVER, "address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "64KiB"}}}
     proc = start_broker(config)

@@ -48,6 +48,7 @@ def _drain(proc: BrokerProcess, stomp_client, destination: str) -> list[str]:
             client.ack(frame, receipt=True)
 
 
+@pytest.mark.slow  # make test-slow
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("seed", [3])
 def test_every_message_ends_once_in_its_queue_or_the_dlq(start_broker, stomp_client, config, seed):

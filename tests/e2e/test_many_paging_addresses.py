@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from brokerproc import BrokerProcess, StompClient, wait_until
 
 ADDRESSES = 600
@@ -47,6 +48,7 @@ def drain(client: StompClient, expected: int) -> list[str]:
     return [frame.body for frame in client.listener.wait_for(expected, timeout=120)]
 
 
+@pytest.mark.slow  # make test-slow
 def test_receipted_messages_of_600_paging_addresses_survive_kill_9_with_a_bounded_thread_count(
     start_broker, stomp_client
 ) -> None:

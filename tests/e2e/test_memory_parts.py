@@ -220,6 +220,7 @@ def test_two_commits_waiting_for_the_budget_wait_quietly_then_both_go_through(st
 HUGE = 15 * MIB
 
 
+@pytest.mark.slow  # make test-slow
 def test_huge_frames_from_many_producers_into_a_blocked_address_wait_in_the_socket_not_in_the_broker(
     start_broker, stomp_client
 ):
@@ -274,6 +275,7 @@ def test_huge_frames_from_many_producers_into_a_blocked_address_wait_in_the_sock
                what="the producers' buffers released")
 
 
+@pytest.mark.slow  # make test-slow
 def test_a_producer_stalling_in_the_middle_of_a_huge_frame_does_not_stop_other_large_frames(
     start_broker, stomp_client
 ):

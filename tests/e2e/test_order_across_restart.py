@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from brokerproc import StompClient, now_ms, run_cli, unique
 from test_paging_helpers import (
     body,
@@ -114,22 +115,27 @@ def _plain(start_broker, stomp_client, kill: bool, second: bool = False, **kw):
     return proc
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_interleaved_memory_and_pages_clean_restart(start_broker, stomp_client):
     _check_clean(_plain(start_broker, stomp_client, kill=False))
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_interleaved_memory_and_pages_kill(start_broker, stomp_client):
     _check_clean(_plain(start_broker, stomp_client, kill=True))
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_second_restart_before_draining(start_broker, stomp_client):
     _check_clean(_plain(start_broker, stomp_client, kill=False, second=True))
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_second_restart_before_draining_kill_first(start_broker, stomp_client):
     _check_clean(_plain(start_broker, stomp_client, kill=True, second=True))
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_read_limits(start_broker, stomp_client):
     for limit in (1, 2, 3):
         _plain(start_broker, stomp_client, kill=limit == 2, **{"max-read-page-messages": limit}).stop()
@@ -138,6 +144,7 @@ def test_fifo_read_limits(start_broker, stomp_client):
 # -- selectors -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_selective_consumers_after_restart(start_broker, stomp_client):
     proc = start_broker(_cfg(**{"max-read-page-messages": 2}))
     q = unique("sel")
@@ -164,6 +171,7 @@ def test_fifo_selective_consumers_after_restart(start_broker, stomp_client):
     _check_clean(proc)
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_selective_and_plain_consumer_together_after_restart(start_broker, stomp_client):
     proc = start_broker(_cfg())
     q = unique("selplain")
@@ -242,6 +250,7 @@ def _browse(client: StompClient, dest: str, headers=None) -> list[str]:
     return [labels([m])[0] for m in listener.messages if m.headers.get("browser") != "end"]
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_browser_after_restart_sees_send_order(start_broker, stomp_client):
     proc = start_broker(_cfg())
     q = unique("br")
@@ -292,6 +301,7 @@ def test_fifo_with_expiring_messages_across_restart(start_broker, stomp_client):
 # -- counts ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # make test-slow
 def test_fifo_counts_during_partial_drain_after_restart(start_broker, stomp_client):
     proc = start_broker(_cfg())
     q = unique("cnt")

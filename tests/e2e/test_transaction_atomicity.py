@@ -7,6 +7,7 @@ import random
 import threading
 import time
 
+import pytest
 from brokerproc import StompClient, run_cli, unique, wait_until
 from test_paging_helpers import (
     body,
@@ -244,6 +245,7 @@ def test_commit_of_1000_sends_across_page_files_and_two_addresses_survives_kill(
 # -- 5. kill while the commit is under way: all or nothing -----------------------------------
 
 
+@pytest.mark.slow  # make test-slow
 def test_kill_before_commit_receipt_leaves_all_or_nothing(start_broker, stomp_client):
     a, b = unique("kA"), unique("kB")
     proc = start_broker({"address-settings": {
@@ -311,6 +313,7 @@ def test_failed_commit_to_paged_and_full_fail_address_leaves_nothing(start_broke
 # -- 7. read limits and selective consumers on committed paged batches ------------------------
 
 
+@pytest.mark.slow  # make test-slow
 def test_commits_to_read_limited_queue_with_selective_consumers(start_broker, stomp_client):
     for limit in (1, 2, 3):
         proc = start_broker(_cfg(**{"max-size-messages": 2, "max-read-page-messages": limit}))
@@ -655,6 +658,7 @@ def test_committed_paged_sends_that_expire_leave_counts_at_zero(start_broker, st
     _check_clean(proc)
 
 
+@pytest.mark.slow  # make test-slow
 def test_kill_during_interleaved_commit_streams_keeps_each_transaction_whole(
     start_broker, stomp_client
 ):
