@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pagemq.protocol.stomp import frames
-from pagemq.protocol.stomp.batch import BATCH_HEADER, BATCH_VERSION
+from pagemq.protocol.stomp.batch import BATCH_HEADER, BATCH_VERSION, escape_value
 
 __all__ = ["OWN_HEADERS", "SendTemplate", "batch_headers", "body_column", "encode_batch_send", "encode_sends",
            "escape", "split_rows"]
@@ -63,8 +63,7 @@ class SendTemplate:
     def batch_id_prefix(self) -> bytes:
         """`_AMQ_DUPL_ID:<prefix>` for a batch's own header lines: a colon in a value needs no
         escape there (the line splits at its first colon), so the broker unescapes nothing."""
-        value = self.duplicate_prefix.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-        return f"_AMQ_DUPL_ID:{value}".encode("utf-8", "surrogatepass")
+        return f"_AMQ_DUPL_ID:{escape_value(self.duplicate_prefix)}".encode("utf-8", "surrogatepass")
 
     def middle(self) -> bytes:
         persistent = "persistent:true\n" if self.persistent else ""

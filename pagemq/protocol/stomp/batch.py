@@ -42,7 +42,7 @@ from pagemq.protocol.stomp.events import Send, SendBatch
 from pagemq.protocol.stomp.frames import encode_frame, escape, unescape
 
 __all__ = ["BATCH_HEADER", "BATCH_VERSION", "MAX_FRAME_SIZE_HEADER", "batch_overhead",
-           "decode_batch", "encode_batch", "encode_batch_body"]
+           "decode_batch", "encode_batch", "encode_batch_body", "escape_value"]
 
 BATCH_HEADER = "pagemq-batch"
 BATCH_VERSION = "1"
@@ -148,9 +148,16 @@ def _own_headers(text: str, index: int, refuse: Callable[[str], FrameError], lim
     return own
 
 
+def escape_value(value: str) -> str:
+    """A header value escaped for a message's own header lines: STOMP 1.2's escapes but for
+    the colon, which a value may hold as it is (the line splits at its first colon), so the
+    broker has nothing to unescape in the common case (ids, URLs, times)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def encode_batch_body(messages: Sequence[tuple[Sequence[tuple[str, str]], bytes]]) -> bytes:
     """The body of a batch SEND of `messages`, each (its own headers, its body)."""
-    texts = [b"".join(f"{escape(name, '1.2')}:{escape(value, '1.2')}\n".encode("utf-8", "surrogatepass")
+    texts = [b"".join(f"{escape(name, '1.2')}:{escape_value(value)}\n".encode("utf-8", "surrogatepass")
                       for name, value in own) for own, _body in messages]
     lengths = array("I", [len(text) for text in texts] + [len(body) for _own, body in messages])
     if not _LITTLE:
