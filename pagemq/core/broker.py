@@ -183,6 +183,9 @@ class Broker:
     def stage(self, tx: Transaction, send: PendingSend) -> None:
         self.transactions.stage(tx, send)
 
+    def stage_all(self, tx: Transaction, sends: list[PendingSend]) -> None:
+        self.transactions.stage_all(tx, sends)
+
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         return self.transactions.commit(tx)
 

@@ -71,14 +71,19 @@ class Transactions:
 
     def stage(self, tx: Transaction, send: PendingSend) -> None:
         """Hold a transactional SEND until COMMIT, charged to the one memory budget."""
-        size = send.memory_size
+        self.stage_all(tx, [send])
+
+    def stage_all(self, tx: Transaction, sends: list[PendingSend]) -> None:
+        """`stage` for several SENDs at once (a batch SEND): all of them, or none."""
+        size = sum([send.memory_size for send in sends]) if len(sends) > 1 else sends[0].memory_size
         limit = self.memory.max_bytes
         if limit >= 0 and self.memory.staged_bytes + size > limit:
             raise TransactionError(
-                f"transaction {tx.name!r} cannot hold this send: pending transactional sends "
-                f"would pass global-max-size ({limit} bytes); commit in smaller transactions"
+                f"transaction {tx.name!r} cannot hold {'these sends' if len(sends) > 1 else 'this send'}: "
+                f"pending transactional sends would pass global-max-size ({limit} bytes); commit in "
+                "smaller transactions"
             )
-        tx.sends.append(send)
+        tx.sends += sends
         tx.staged_bytes += size
         self.memory.stage(size)
 

@@ -620,10 +620,11 @@ class StompSession:
         if self.access is not None:
             self._require(send_permissions(self.broker, destination), destination.address)
         tx = self._transaction(event.transaction, ev.Send)
-        stage, address, routing_type = self.broker.stage, destination.address, destination.routing_type
-        for headers, body in event.messages:
-            persistent, priority, expiration = _send_fields(headers)
-            stage(tx, PendingSend(address, routing_type, headers, body, persistent, priority, expiration))
+        address, routing_type = destination.address, destination.routing_type
+        sends = [PendingSend(address, routing_type, headers, body, *_send_fields(headers))
+                 for headers, body in event.messages]
+        if sends:
+            self.broker.stage_all(tx, sends)
         if event.receipt is not None:
             self._reply(None, self.protocol.receipt(event.receipt), event.receipt)
 

@@ -145,3 +145,16 @@ def test_a_batch_larger_than_max_frame_size_is_refused(start_broker):
         raw.send_while_reading(encode_batch(f"/queue/{queue}", "t", [([], b"x" * 1024)] * 100))
         error = raw.expect_error()
     assert "max-frame-size" in error.headers["message"]
+
+
+def test_a_batch_that_would_pass_global_max_size_is_refused_whole(start_broker):
+    proc, queue = start_broker({"broker": {"global-max-size": "2MiB"}}), unique("batch")
+    with _connect(proc) as raw:
+        raw.send_frame("BEGIN", {"transaction": "t"})
+        raw.send(encode_batch(f"/queue/{queue}", "t", [([], b"x" * 1024)] * 3000, receipt="big"))
+        error = raw.expect_error()
+    assert error.headers["receipt-id"] == "big"
+    assert "cannot hold these sends" in error.headers["message"]
+    assert "global-max-size" in error.headers["message"]
+    assert _absent(proc, queue)
+    assert proc.http_get("/api/broker")[1]["memory"]["used_bytes"] < 1 << 20  # nothing left staged
