@@ -186,6 +186,9 @@ class Broker:
     def stage_all(self, tx: Transaction, sends: list[PendingSend]) -> None:
         self.transactions.stage_all(tx, sends)
 
+    def check_room(self, tx: Transaction, size: int, sends: int) -> None:
+        self.transactions.check_room(tx, size, sends)
+
     def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
         return self.transactions.commit(tx)
 

@@ -76,16 +76,21 @@ class Transactions:
     def stage_all(self, tx: Transaction, sends: list[PendingSend]) -> None:
         """`stage` for several SENDs at once (a batch SEND): all of them, or none."""
         size = sum([send.memory_size for send in sends]) if len(sends) > 1 else sends[0].memory_size
-        limit = self.memory.max_bytes
-        if limit >= 0 and self.memory.staged_bytes + size > limit:
-            raise TransactionError(
-                f"transaction {tx.name!r} cannot hold {'these sends' if len(sends) > 1 else 'this send'}: "
-                f"pending transactional sends would pass global-max-size ({limit} bytes); commit in "
-                "smaller transactions"
-            )
+        self.check_room(tx, size, len(sends))
         tx.sends += sends
         tx.staged_bytes += size
         self.memory.stage(size)
+
+    def check_room(self, tx: Transaction, size: int, sends: int) -> None:
+        """TransactionError unless `sends` more SENDs of `size` bytes fit beside every open
+        transaction's within the memory budget (a batch SEND is weighed before it is decoded)."""
+        limit = self.memory.max_bytes
+        if limit >= 0 and self.memory.staged_bytes + size > limit:
+            raise TransactionError(
+                f"transaction {tx.name!r} cannot hold {'these sends' if sends > 1 else 'this send'}: "
+                f"pending transactional sends would pass global-max-size ({limit} bytes); commit in "
+                "smaller transactions"
+            )
 
     def hold(self, queue: Queue, refs: list[MessageRef]) -> None:
         """Deliveries ACKed or NACKed inside a transaction: no longer in flight, not settled

@@ -92,10 +92,11 @@ def estimate_memory(headers: dict[str, str], body: bytes) -> int:
             + sum(map(len, headers)) + sum(map(len, headers.values())))
 
 
-def estimate_from_lengths(header_count: int, header_text: int, body_length: int) -> int:
+def estimate_from_lengths(header_count: int, header_text: int, body_length: int, messages: int = 1) -> int:
     """`estimate_memory` of a message known by its lengths only (an encoded one, whose
-    header text is counted in bytes: at least its characters, so the estimate errs high)."""
-    return _FIXED + body_length + header_count * _PER_HEADER + header_text
+    header text is counted in bytes: at least its characters, so the estimate errs high),
+    or of `messages` messages by their lengths' sums."""
+    return messages * _FIXED + body_length + header_count * _PER_HEADER + header_text
 
 
 _FIXED = _OBJECT_OVERHEAD + _BYTES_OVERHEAD + _DICT_BASE + _REF_OVERHEAD

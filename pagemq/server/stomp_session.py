@@ -45,7 +45,7 @@ from pagemq.core.browse import QueueBrowse
 from pagemq.core.consumer import AckMode, Consumer, MessageRef
 from pagemq.core.errors import BrokerError, InvalidDestination, SubscriptionError
 from pagemq.core.management import MANAGEMENT_ADDRESS
-from pagemq.core.message import Message
+from pagemq.core.message import Message, estimate_from_lengths
 from pagemq.core.queue import Queue
 from pagemq.core.selector import compile_filter
 from pagemq.core.transactions import PendingSend, Transaction
@@ -620,6 +620,8 @@ class StompSession:
         if self.access is not None:
             self._require(send_permissions(self.broker, destination), destination.address)
         tx = self._transaction(event.transaction, ev.Send)
+        # Weighed before its messages are made: they may take many times the frame's size.
+        self.broker.check_room(tx, _batch_memory(event), event.message_count)
         address, routing_type = destination.address, destination.routing_type
         sends = [PendingSend(address, routing_type, headers, body, *_send_fields(headers))
                  for headers, body in event.messages]
@@ -1210,7 +1212,7 @@ _OWN_HEADERS = frozenset(
 
 def _size(event: object) -> int:
     """About what a held frame costs in memory: its body, headers, receipt and other fields."""
-    if type(event) is ev.SendBatch:  # its messages' headers and bodies, about
+    if type(event) is ev.SendBatch:  # the frame, and the header text decoded from it
         return 64 + 2 * event.size
     if type(event) is ev.Send:  # most held frames: its fields by name, not by `__slots__`
         headers = event.headers
@@ -1240,6 +1242,11 @@ def _by_queue(pairs: list[tuple[Queue, MessageRef]]) -> list[tuple[Queue, list[M
 
 
 _PRIORITIES = tuple(str(n) for n in range(10))
+
+
+def _batch_memory(batch: ev.SendBatch) -> int:
+    """At least what `estimate_memory` will say of a batch SEND's messages, from its lengths."""
+    return estimate_from_lengths(batch.header_count, batch.header_text, batch.body_bytes, batch.message_count)
 
 
 def _send_fields(headers: dict[str, str]) -> tuple[bool, int, int]:

@@ -192,10 +192,14 @@ def _send_batches(sender: StompSender, template: SendTemplate, bodies: pa.Array,
     head = len(template.batch_head("t" * 20, 1 << 40)) + 16  # the frame's head, and its count
     limit = max(1, min(TRANSACTION_BYTES, sender.max_frame_size - head))
     for start, stop in split_rows(sizes, rows_per_transaction, limit):
-        transaction = sender.next_transaction()
-        frame = encode_batch_send(template, bodies.slice(start, stop - start), own.slice(start, stop - start),
-                                  transaction)
-        sender.send_transaction(transaction, frame, stop - start)
+        transaction, count = sender.next_transaction(), stop - start
+        if count == 1 and sizes[start] > limit:  # too large for a batch: as a SEND it may still fit
+            own_headers = None if headers is None else headers.slice(start, 1)
+            frame = encode_sends(template, bodies.slice(start, 1), own_headers, row + start, transaction)
+        else:
+            frame = encode_batch_send(template, bodies.slice(start, count), own.slice(start, count),
+                                      transaction)
+        sender.send_transaction(transaction, frame, count)
 
 
 def _send_one_by_one(options: SinkOptions, sender: StompSender, record_batch: pa.RecordBatch,

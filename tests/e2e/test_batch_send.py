@@ -6,6 +6,8 @@ its own, exactly as that many SENDs in the transaction would be."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from brokerproc import RawStomp, bodies, unique
 
 from pagemq.protocol.stomp.batch import encode_batch, encode_batch_body
@@ -158,3 +160,19 @@ def test_a_batch_that_would_pass_global_max_size_is_refused_whole(start_broker):
     assert "global-max-size" in error.headers["message"]
     assert _absent(proc, queue)
     assert proc.http_get("/api/broker")[1]["memory"]["used_bytes"] < 1 << 20  # nothing left staged
+
+
+def test_a_batch_of_millions_of_empty_messages_is_weighed_before_it_is_decoded(start_broker):
+    """Two million empty messages fit a 16 MB frame but would take many times that decoded:
+    the batch is refused by its lengths, before any message of it is made."""
+    proc, queue = start_broker({"broker": {"global-max-size": "64MiB"}}), unique("batch")
+    before = proc.rss_bytes()
+    with _connect(proc) as raw:
+        raw.send_frame("BEGIN", {"transaction": "t"})
+        raw.send_while_reading(encode_batch(f"/queue/{queue}", "t", [([], b"")] * 2_000_000, receipt="huge"))
+        error = raw.expect_error()
+    assert "cannot hold these sends" in error.headers["message"]
+    status = Path(f"/proc/{proc.proc.pid}/status").read_text().splitlines()
+    peak = int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) * 1024
+    assert peak - before < 100 << 20, f"RSS grew by {(peak - before) >> 20} MiB for a 16 MB frame"
+    assert _absent(proc, queue)

@@ -199,3 +199,20 @@ def test_write_stream_stamps_the_query_and_batch_ids(spark, broker, stomp_client
     assert {match["job"] for match in stamps.values()} == {first_query}
     assert {stamps[body]["batch"] for body in ("a0", "a1", "a2")} == {"0"}
     assert {stamps[body]["batch"] for body in ("b0", "b1")} == {"1"}
+
+
+def test_a_row_too_large_for_a_batch_send_goes_as_a_plain_send_when_that_fits(start_broker, stomp_client):
+    """A batch adds a few bytes to its rows: a row that fits `max-frame-size` only as a SEND of
+    its own is sent so, not refused (the sink's task code, called directly: no Spark job)."""
+    import pyarrow as pa
+
+    from pagemq.spark.sink import SinkOptions, send_partition
+
+    proc = start_broker({"stomp": {"max-frame-size": "64KiB"}})
+    big = b"b" * (64 * 1024 - 130)  # a SEND frame of it is just under 64 KiB, a batch of it over
+    rows = pa.RecordBatch.from_pydict({"body": pa.array([b"small", big, b"small too"])})
+    options = SinkOptions("127.0.0.1", proc.stomp_port, "/queue/big", None, None, persistent=True, window=100,
+                          timeout=10, job_id=None, has_headers=False)
+    assert send_partition(options, iter([rows]), "job", 0).rows == 3
+    frames = drain(stomp_client(proc, auto_decode=False), "/queue/big", 3)
+    assert sorted(len(frame.body) for frame in frames) == [5, 9, len(big)]

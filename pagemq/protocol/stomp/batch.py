@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from pagemq.protocol.errors import FrameError
 from pagemq.protocol.stomp.events import Send, SendBatch
@@ -59,8 +59,12 @@ def batch_overhead(count: int) -> int:
 
 def decode_batch(send: Send, *, max_headers: int, max_header_length: int) -> SendBatch:
     """The batch a SEND frame with `pagemq-batch` carries (`send` as parsed: this takes its
-    header dict over); FrameError saying what is wrong. The limits are those of a frame's
-    head, applied to each message's headers."""
+    header dict over); FrameError saying what is wrong with the frame as a whole. Its
+    messages are decoded as they are taken from `SendBatch.messages` (which raises
+    FrameError for a bad one), so that a receiver can first weigh the batch by its lengths
+    (`header_count`, `header_text`, `body_bytes`): a frame of millions of empty messages
+    would take many times its size once decoded. The limits are those of a frame's head,
+    applied to each message's headers."""
     headers, body, receipt, transaction = send.headers, send.body, send.receipt, send.transaction
     version = headers.pop(BATCH_HEADER)
 
@@ -88,41 +92,54 @@ def decode_batch(send: Send, *, max_headers: int, max_header_length: int) -> Sen
     if body_at + sum(body_lengths) != size:
         raise refuse(f"lengths describe {body_at + sum(body_lengths)} bytes, the body has {size}")
     try:
-        text = body[text_at:body_at].decode("utf-8", "surrogatepass")
+        text = body[text_at:body_at].decode("utf-8")  # strict, as a frame's head: no lone surrogates
     except UnicodeDecodeError as exc:
         raise refuse(f"message headers are not UTF-8: {exc}") from None
-    ascii_text = len(text) == body_at - text_at
+    common_text = sum(map(len, headers)) + sum(map(len, headers.values()))
+    messages = _messages(headers, body, text, text_lengths, body_lengths, body_at, refuse,
+                         max_headers, max_header_length)
+    return SendBatch(send.destination, transaction, messages, receipt, size, count,
+                     count * len(headers) + text.count("\n"), count * common_text + body_at - text_at,
+                     size - body_at)
+
+
+def _messages(headers: dict[str, str], body: bytes, text: str, text_lengths: array[int],
+              body_lengths: array[int], body_at: int, refuse: Callable[[str], FrameError],
+              max_headers: int, max_header_length: int) -> Iterator[tuple[dict[str, str], bytes]]:
+    """Each message of a batch whose lengths add up: its complete headers and its body."""
+    ascii_text = len(text) == body_at - 4 - 8 * len(text_lengths)
+    raw = b"" if ascii_text else body[body_at - len(text.encode("utf-8")):body_at]
     room = max_headers - len(headers)
-    messages: list[tuple[dict[str, str], bytes]] = []
-    append = messages.append
     at = 0  # in `text`: characters when ASCII, else bytes of `raw`
-    raw = b"" if ascii_text else body[text_at:body_at]
     pos = body_at
-    for index in range(count):
-        length = text_lengths[index]
-        own_text = (text[at:at + length] if ascii_text
-                    else raw[at:at + length].decode("utf-8", "surrogatepass"))
+    for index, length in enumerate(text_lengths):
+        if ascii_text:
+            own_text = text[at:at + length]
+        else:
+            try:
+                own_text = raw[at:at + length].decode("utf-8")
+            except UnicodeDecodeError:
+                raise refuse(f"message {index}'s header text ends inside a UTF-8 sequence") from None
         at += length
         end = pos + body_lengths[index]
         if not own_text:
-            append((headers.copy(), body[pos:end]))
-        elif (own_text.find("\n") == len(own_text) - 1 and "\\" not in own_text
-              and len(own_text) <= max_header_length and room > 0):
+            yield headers.copy(), body[pos:end]
+        elif (ascii_text and own_text.find("\n") == length - 1 and "\\" not in own_text
+              and length <= max_header_length and room > 0):
             # One plain line (the Spark sink's `_AMQ_DUPL_ID`): the general path's checks, inline.
             name, colon, value = own_text.partition(":")
             if not colon or name in _FRAME_ONLY:
                 _own_headers(own_text, index, refuse, max_header_length)  # raises, saying why
             message = headers.copy()
             message[name] = value[:-1]
-            append((message, body[pos:end]))
+            yield message, body[pos:end]
         else:
             own = _own_headers(own_text, index, refuse, max_header_length)
             if len(own) > room:
                 raise refuse(f"message {index} has more than max-headers {max_headers} headers, "
                              "the frame's included")
-            append(({**headers, **own}, body[pos:end]))
+            yield {**headers, **own}, body[pos:end]
         pos = end
-    return SendBatch(send.destination, transaction, messages, receipt, size)
 
 
 def _own_headers(text: str, index: int, refuse: Callable[[str], FrameError], limit: int) -> dict[str, str]:
@@ -134,7 +151,7 @@ def _own_headers(text: str, index: int, refuse: Callable[[str], FrameError], lim
         name, colon, value = line.partition(":")
         if not colon:
             raise refuse(f"message {index}: header line without a colon: {line[:60]!r}")
-        if len(line) > limit:
+        if len(line) > limit or (len(line) * 4 > limit and len(line.encode("utf-8")) > limit):
             raise refuse(f"message {index}: header line exceeds max-header-length of {limit} bytes")
         if "\\" in line:
             try:
@@ -157,7 +174,7 @@ def escape_value(value: str) -> str:
 
 def encode_batch_body(messages: Sequence[tuple[Sequence[tuple[str, str]], bytes]]) -> bytes:
     """The body of a batch SEND of `messages`, each (its own headers, its body)."""
-    texts = [b"".join(f"{escape(name, '1.2')}:{escape_value(value)}\n".encode("utf-8", "surrogatepass")
+    texts = [b"".join(f"{escape(name, '1.2')}:{escape_value(value)}\n".encode()  # no lone surrogates
                       for name, value in own) for own, _body in messages]
     lengths = array("I", [len(text) for text in texts] + [len(body) for _own, body in messages])
     if not _LITTLE:

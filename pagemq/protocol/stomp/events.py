@@ -12,7 +12,7 @@ one of them runs for every SEND.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -65,15 +65,22 @@ class Send(NamedTuple):
 
 
 class SendBatch(NamedTuple):
-    """One batch SEND frame (`protocol.stomp.batch`): `messages` are (headers, body), each
-    header dict complete (the frame's headers with the message's own on top); `size` is the
-    frame body's length."""
+    """One batch SEND frame (`protocol.stomp.batch`). `messages` yields each message as
+    (headers, body), its header dict complete (the frame's headers with its own on top),
+    decoding it then: a bad one raises FrameError there. The rest weighs the batch before
+    that: `size` is the frame body's length; `header_count`, `header_text` and `body_bytes`
+    bound what its messages' headers (entries, and characters of names and values) and
+    bodies add up to."""
 
     destination: str
     transaction: str
-    messages: list[tuple[dict[str, str], bytes]]
+    messages: Iterator[tuple[dict[str, str], bytes]]
     receipt: str | None
     size: int
+    message_count: int
+    header_count: int
+    header_text: int
+    body_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
