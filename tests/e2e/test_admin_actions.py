@@ -114,13 +114,19 @@ def test_purge_while_a_producer_sends_loses_nothing_sent_after_it_and_keeps_orde
             paging.send_all(producer, f"/queue/{name}", paging.numbered("b", 50, n))
             n += 50
 
+    def queued() -> int:  # the queue is made by the first SEND, maybe after the first look
+        status, body = broker.http_get(f"/api/queues/{name}")
+        return int(body["messages"]) if status == 200 else 0
+
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
-    wait_until(lambda: broker.queue(name)["messages"] > 300, timeout=20)
-    for _ in range(3):
-        ok(broker, "POST", path_of("queues", name, "purge"))
-    stop.set()
-    thread.join(20)
+    try:
+        wait_until(lambda: queued() > 300, timeout=20)
+        for _ in range(3):
+            ok(broker, "POST", path_of("queues", name, "purge"))
+    finally:
+        stop.set()  # else a failure leaves it sending into the next test's broker
+        thread.join(20)
     paging.send_all(producer, f"/queue/{name}", paging.numbered("after", 100))
     left = broker.queue(name)["messages"]
     consumer = stomp_client(broker)

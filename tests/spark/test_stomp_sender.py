@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -56,7 +57,7 @@ class RecordingPeer:
     def _serve(self) -> None:
         with self.server:
             conn, _ = self.server.accept()
-        with conn:
+        with conn, contextlib.suppress(OSError):  # the sender may close with a reset
             while data := conn.recv(65536):
                 self._parser.append(data)
                 while self._parser.buffered and (frame := self._parser.next_frame()) is not None:
