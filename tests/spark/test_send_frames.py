@@ -68,13 +68,18 @@ def random_rows(rng: random.Random, count: int) -> tuple[list[bytes | None], Map
     return bodies, maps
 
 
+def random_batch(seed: int) -> tuple[list[bytes | None], Maps, pa.RecordBatch]:
+    """60 random rows (`random_rows`), also as the record batch the sink is given."""
+    bodies, maps = random_rows(random.Random(seed), 60)
+    batch = pa.RecordBatch.from_pydict({"body": pa.array(bodies, pa.binary()),
+                                        "headers": pa.array(maps, HEADERS)})
+    return bodies, maps, batch
+
+
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("persistent", [True, False])
 def test_frames_read_back_as_the_protocol_encoder_writes_them(seed, persistent):
-    rng = random.Random(seed)
-    bodies, maps = random_rows(rng, 60)
-    batch = pa.RecordBatch.from_pydict({"body": pa.array(bodies, pa.binary()),
-                                        "headers": pa.array(maps, HEADERS)})
+    bodies, maps, batch = random_batch(seed)
     template = SendTemplate("/queue/odd:name\\x", persistent=persistent, duplicate_prefix="spark:job:1:3:")
     for start, stop, transaction in [(0, 60, "t1"), (7, 30, None), (59, 60, "tx:2")]:
         sliced = batch.slice(start, stop - start)
@@ -87,10 +92,7 @@ def test_frames_read_back_as_the_protocol_encoder_writes_them(seed, persistent):
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("persistent", [True, False])
 def test_a_batch_send_holds_the_messages_the_plain_sends_would(seed, persistent):
-    rng = random.Random(seed)
-    bodies, maps = random_rows(rng, 60)
-    batch = pa.RecordBatch.from_pydict({"body": pa.array(bodies, pa.binary()),
-                                        "headers": pa.array(maps, HEADERS)})
+    bodies, maps, batch = random_batch(seed)
     template = SendTemplate("/queue/odd:name\\x", persistent=persistent, duplicate_prefix="spark:j\\b:1:3:")
     own = batch_headers(template, batch.column("headers"), 100, 60)
     for start, stop in [(0, 60), (7, 30), (59, 60)]:
