@@ -52,7 +52,7 @@ test: $(TEST_STAMP) browser
 test-slow: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -s -m slow
 
-# The long end-to-end tests alone (about 3.5 minutes): randomized kill -9 loops, restarts of
+# The long end-to-end tests alone (about 3 minutes): randomized kill -9 loops, restarts of
 # every FIFO variant, 600 paging addresses, 15 MiB frames, the randomized dead-letter runs.
 test-long: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/e2e
