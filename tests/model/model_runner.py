@@ -35,6 +35,8 @@ from forkserver import ForkServer
 from model_program import STREAM_QUEUE, Program
 from model_reference import DELIVERABLE, PRESENT, Model, QueueModel, Status, Sub, Violation
 
+from pagemq.protocol.stomp.batch import encode_batch
+
 RECEIPT_WAIT = 10.0  # one RECEIPT (fsync included) on a shared, loaded machine
 SETTLE_WAIT = 5.0  # deliveries the model says are due
 HTTP_WAIT = 3.0  # management counts catching up with a close or an ACK
@@ -106,17 +108,41 @@ def pagemq_cli(*args: str) -> subprocess.CompletedProcess[str]:
 class Client:
     """One slot's STOMP connection and how far the model has read its frames."""
 
-    def __init__(self, slot: int, port: int, client_id: str) -> None:
+    def __init__(self, slot: int, port: int, client_id: str, *, batch_sends: bool = False) -> None:
         self.slot = slot
         self.stomp = StompClient(port, client_id=client_id, timeout=RECEIPT_WAIT).connect()
         self.read = 0  # MESSAGE frames handed to the model
         self.errors_read = 0
         self.sub_ids = (f"s{slot}-{n}" for n in itertools.count(1))
         self.tx: str | None = None
+        # A program's transactional SENDs may go as batch SENDs (docs/stomp.md): held here
+        # until the connection's next frame, or a SEND to another destination, then sent as
+        # one frame. The same messages in the same transaction, so the model is unchanged.
+        self.batch_sends = batch_sends
+        self._batch: list[tuple[str, str, dict[str, str], str]] = []  # (dest, tx, headers, body)
 
     @property
     def conn(self) -> Any:
+        """The connection, every frame of which goes after the batch held (if any)."""
+        if self._batch:
+            self._flush_batch()
         return self.stomp.conn
+
+    def send_in_transaction(self, dest: str, transaction: str, headers: dict[str, str], body: str) -> None:
+        if not self.batch_sends:
+            self.stomp.conn.send(dest, body, headers=headers)
+            return
+        if self._batch and (self._batch[0][0], self._batch[0][1]) != (dest, transaction):
+            self._flush_batch()
+        self._batch.append((dest, transaction, headers, body))
+
+    def _flush_batch(self) -> None:
+        held, self._batch = self._batch, []
+        dest, transaction = held[0][0], held[0][1]
+        messages = [([(k, v) for k, v in headers.items() if k != "transaction"], body.encode())
+                    for _dest, _tx, headers, body in held]
+        with contextlib.suppress(OSError):  # a connection gone: its transaction is gone too
+            self.stomp.conn.transport.send(encode_batch(dest, transaction, messages))
 
 
 class Runner:
@@ -264,7 +290,8 @@ class Runner:
     def client(self, slot: int) -> Client:
         client = self.clients.get(slot)
         if client is None:
-            client = self.clients[slot] = Client(slot, self.broker.stomp_port, f"c{slot}")
+            client = self.clients[slot] = Client(slot, self.broker.stomp_port, f"c{slot}",
+                                                 batch_sends=self.program.seed % 2 == 1)
         return client
 
     def _subs_with_clients(self) -> list[tuple[Client, Sub]]:
@@ -671,7 +698,8 @@ class Runner:
         if client is None:
             return
         message = self.model.new_message(mid, slot, dest, color)
-        self._send_frame(client, message, receipt=False, transaction=client.tx)
+        _receipt, headers, body = self._send_parts(message, False, client.tx)
+        client.send_in_transaction(message.dest, client.tx, headers, body)
         self.model.txs[slot].sends.append(message)
 
     def op_tx_ack(self, slot: int, pick: float, nack: bool = False) -> None:
