@@ -96,7 +96,7 @@ def decode_batch(send: Send, *, max_headers: int, max_header_length: int) -> Sen
     except UnicodeDecodeError as exc:
         raise refuse(f"message headers are not UTF-8: {exc}") from None
     common_text = sum(map(len, headers)) + sum(map(len, headers.values()))
-    messages = _messages(headers, body, text, text_lengths, body_lengths, body_at, refuse,
+    messages = _messages(headers, body, text, text_lengths, body_lengths, text_at, body_at, refuse,
                          max_headers, max_header_length)
     return SendBatch(send.destination, transaction, messages, receipt, size, count,
                      count * len(headers) + text.count("\n"), count * common_text + body_at - text_at,
@@ -104,11 +104,12 @@ def decode_batch(send: Send, *, max_headers: int, max_header_length: int) -> Sen
 
 
 def _messages(headers: dict[str, str], body: bytes, text: str, text_lengths: array[int],
-              body_lengths: array[int], body_at: int, refuse: Callable[[str], FrameError],
+              body_lengths: array[int], text_at: int, body_at: int, refuse: Callable[[str], FrameError],
               max_headers: int, max_header_length: int) -> Iterator[tuple[dict[str, str], bytes]]:
-    """Each message of a batch whose lengths add up: its complete headers and its body."""
-    ascii_text = len(text) == body_at - 4 - 8 * len(text_lengths)
-    raw = b"" if ascii_text else body[body_at - len(text.encode("utf-8")):body_at]
+    """Each message of a batch whose lengths add up: its complete headers and its body.
+    `text` is the header texts (`body[text_at:body_at]`) decoded."""
+    ascii_text = len(text) == body_at - text_at
+    raw = b"" if ascii_text else body[text_at:body_at]
     room = max_headers - len(headers)
     at = 0  # in `text`: characters when ASCII, else bytes of `raw`
     pos = body_at
