@@ -125,6 +125,15 @@ class DuplicateIds:
         skip = {address: count - sizes[address] for address, count in counts.items()}
         groups: dict[tuple[str, bool], tuple[str, list[str], _Group]] = {}
         evicted: dict[int, _Group] = {}
+        first_address, _first_id, first_persistent = sends[0] if sends else ("", "", False)
+        if (len(counts) == 1 and skip[first_address] <= 0
+                and all(persistent is first_persistent for _a, _i, persistent in sends)):
+            # One address, one group, all ids kept (the Spark sink's COMMIT): one pass.
+            group = _Group(self.ids.new_id() if first_persistent else 0)
+            dup_ids = [dup_id for _address, dup_id, _persistent in sends]
+            groups[first_address, first_persistent] = (first_address, dup_ids, group)
+            self._insert_all(first_address, dup_ids, group, sizes[first_address], evicted)
+            sends = ()
         for address, dup_id, persistent in sends:
             if skip[address] > 0:
                 skip[address] -= 1
@@ -265,6 +274,28 @@ class DuplicateIds:
             evicted[id(old)] = old
         while len(cache) > size:
             oldest = cache.popitem(last=False)[1]
+            oldest.live -= 1
+            oldest.gone += 1
+            evicted[id(oldest)] = oldest
+
+    def _insert_all(self, address: str, dup_ids: list[str], group: _Group, size: int,
+                    evicted: dict[int, _Group]) -> None:
+        """`_insert` of each id in turn, as one loop: no more ids than `size` (so evicting
+        the oldest once all are in leaves what evicting as they go would), none repeated."""
+        cache = self.caches.get(address)
+        if cache is None:
+            cache = self.caches[address] = OrderedDict()
+        group.live += len(dup_ids)
+        pop = cache.pop
+        for dup_id in dup_ids:
+            old = pop(dup_id, None)
+            cache[dup_id] = group
+            if old is not None:
+                old.live -= 1
+                evicted[id(old)] = old
+        popitem = cache.popitem
+        for _ in range(len(cache) - size):
+            oldest = popitem(last=False)[1]
             oldest.live -= 1
             oldest.gone += 1
             evicted[id(oldest)] = oldest

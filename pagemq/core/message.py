@@ -86,10 +86,13 @@ def estimate_memory(headers: dict[str, str], body: bytes) -> int:
 
     Header strings are counted at their ASCII size plus object header; an interned key shared
     with other messages is still counted (the estimate errs high, which keeps RSS bounded).
-    Inline sums, not a call of `estimate_from_lengths`: this runs for every SEND.
+    Inline sums, not a call of `estimate_from_lengths`: this runs for every SEND (a plain
+    loop over the items is faster than two `sum(map(len, ...))` up to dozens of headers).
     """
-    return (_FIXED + len(body) + len(headers) * _PER_HEADER
-            + sum(map(len, headers)) + sum(map(len, headers.values())))
+    size = _FIXED + len(body) + len(headers) * _PER_HEADER
+    for name, value in headers.items():
+        size += len(name) + len(value)
+    return size
 
 
 def estimate_from_lengths(header_count: int, header_text: int, body_length: int, messages: int = 1) -> int:

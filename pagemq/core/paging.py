@@ -722,23 +722,37 @@ class AddressPager:
         by `abandon_tx`), and dropped at a restart unless its `PageTxCommit` record is durable.
         """
         records = []
-        routed: list[Queue] = []
-        summary_input = []
+        # How many messages each set of queues took: a transaction's thousand sends to one
+        # queue are counted once, and share one queue-id tuple (which the store groups by).
+        taken: dict[tuple[int, ...], int] = {}
+        queues_of: dict[tuple[int, ...], list[Queue]] = {}
+        queue_ids: tuple[int, ...] = ()
         for message, queues in items:
-            queue_ids = (queues[0].queue_id,) if len(queues) == 1 else tuple([q.queue_id for q in queues])
+            if len(queues) != 1:
+                queue_ids = tuple([q.queue_id for q in queues])
+            elif len(queue_ids) != 1 or queue_ids[0] != queues[0].queue_id:
+                queue_ids = (queues[0].queue_id,)
             records.append(PagedRecord(message.message_id, queue_ids, message.persistent,
                                        encode_message(message), txid))
-            routed += queues
-            summary_input.append(message)
-        appended = self.store.append(records, summary_input=summary_input, atomic=atomic)
+            count = taken.get(queue_ids)
+            if count is None:
+                taken[queue_ids] = 1
+                queues_of[queue_ids] = queues
+            else:
+                taken[queue_ids] = count + 1
+        appended = self.store.append(records, summary_input=[message for message, _queues in items],
+                                     atomic=atomic)
         if txid:
             self.address.undecided[txid] = min(record.message_id for record in records)
         cursors = self.cursors
-        for queue in routed:
-            queue.counters.added += 1
-            if queue.queue_id not in cursors:
-                self.cursor(queue)
-        for queue in dict.fromkeys(routed):
+        woken: dict[Queue, None] = {}
+        for queue_ids, count in taken.items():
+            for queue in queues_of[queue_ids]:
+                queue.counters.added += count
+                if queue.queue_id not in cursors:
+                    self.cursor(queue)
+                woken[queue] = None
+        for queue in woken:
             if queue.consumers:
                 queue.dispatch()
         return appended.durable

@@ -1253,6 +1253,8 @@ def _send_fields(headers: dict[str, str]) -> tuple[bool, int, int]:
     """A SEND's persistence, priority (clamped to 0-9, and the header said so to consumers)
     and expiration, from its headers."""
     persistent = headers.get("persistent", "").lower() == "true"
+    if "priority" not in headers and "expires" not in headers:
+        return persistent, 4, 0  # the common case, without the calls
     priority = _priority(headers.get("priority"))
     if priority != 4 and headers["priority"] != _PRIORITIES[priority]:
         headers["priority"] = _PRIORITIES[priority]

@@ -96,6 +96,18 @@ def _lengths(count: int) -> struct.Struct:
     return layout
 
 
+def _encoding(count: int) -> struct.Struct:
+    """The head and the lengths of a message of `count` headers as one Struct (cached): one
+    pack call for both, as this runs for every message stored."""
+    layout = _ENCODINGS.get(count)
+    if layout is None:
+        layout = _ENCODINGS[count] = struct.Struct(_HEAD.format + "HI" * count)
+    return layout
+
+
+_ENCODINGS: dict[int, struct.Struct] = {}
+
+
 def encode_message(msg: EncodableMessage) -> bytes:
     """The message's bytes; raises CodecError if a field cannot be represented."""
     headers = msg.headers
@@ -111,7 +123,7 @@ def encode_message(msg: EncodableMessage) -> bytes:
     body = msg.body
     count = len(headers)
     try:
-        head = _HEAD.pack(
+        head = _encoding(count).pack(
             CODEC_VERSION,
             _PERSISTENT if msg.persistent else 0,
             msg.priority,
@@ -121,11 +133,11 @@ def encode_message(msg: EncodableMessage) -> bytes:
             count,
             len(blob),
             len(body),
+            *lengths,
         )
-        packed_lengths = _lengths(count).pack(*lengths)
     except struct.error as exc:
         raise CodecError(f"message {msg.message_id} cannot be encoded: {exc}") from exc
-    return b"".join((head, packed_lengths, blob, body))
+    return b"".join((head, blob, body))
 
 
 def decode_fields(data: bytes | memoryview, at: int = 0) -> MessageFields:

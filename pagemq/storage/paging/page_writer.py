@@ -61,7 +61,10 @@ _URGENT_BYTES = 4 * 1024 * 1024
 @dataclass(slots=True)
 class WriteOp:
     page_no: int
-    data: bytearray
+    # The frames in order, joined by the writer thread: appending a frame to a growing
+    # buffer on the event loop cost a copy of every byte written (and of the buffer so far).
+    frames: list[bytes]
+    size: int
     records: int
     non_persistent: int
 
@@ -176,11 +179,12 @@ class PageWriter:
             was_empty = not batch.ops
             last = batch.ops[-1] if batch.ops else None
             if isinstance(last, WriteOp) and last.page_no == page_no:
-                last.data += frame
+                last.frames.append(frame)
+                last.size += len(frame)
                 last.records += records
                 last.non_persistent += records - persistent
             else:
-                batch.ops.append(WriteOp(page_no, bytearray(frame), records, records - persistent))
+                batch.ops.append(WriteOp(page_no, [frame], len(frame), records, records - persistent))
             batch.bytes += len(frame)
             wake = was_empty or (not batch.urgent and batch.bytes >= _URGENT_BYTES)
             batch.urgent = batch.urgent or batch.bytes >= _URGENT_BYTES
@@ -382,11 +386,12 @@ class PageWriter:
                 )
             try:
                 handle = self._handle(op.page_no, before)
-                handle.write(op.data)
+                frames = op.frames
+                handle.write(frames[0] if len(frames) == 1 else b"".join(frames))
             except OSError as exc:
                 raise BatchFailed(
                     exc, set(before) | {op.page_no},
-                    f"write of {len(op.data)} bytes ({op.records} records, {op.non_persistent} of "
+                    f"write of {op.size} bytes ({op.records} records, {op.non_persistent} of "
                     f"them non-persistent) to "
                     f"{self._name(op.page_no)} at offset {self._sizes.get(op.page_no, 0)} failed",
                 ) from exc

@@ -119,7 +119,12 @@ class Simulation:
         """A COMMIT (or, with one id, a plain SEND) of new ids, its write done now or later."""
         rnd = self.rnd
         sends = []
-        for _ in range(rnd.choice([1, 1, 2, 3, 6, 10])):
+        if rnd.random() < 0.3:  # the Spark sink's shape: one address, the same persistence
+            address, persistent = rnd.choice(ADDRESSES), rnd.random() < 0.8
+            for _ in range(rnd.choice([2, 5, 12, 30])):
+                self.counter += 1
+                sends.append((address, f"id{self.counter}", persistent))
+        for _ in range(rnd.choice([1, 1, 2, 3, 6, 10]) if not sends else 0):
             self.counter += 1
             sends.append((rnd.choice(ADDRESSES), f"id{self.counter}", rnd.random() < 0.8))
         records, remembered = self.duplicates.remember_all(sends)
