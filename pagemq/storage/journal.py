@@ -71,6 +71,7 @@ __all__ = [
     "UnknownRecordError",
 ]
 
+_ADD = int(OpKind.ADD)
 IDLE_ROLL_BYTES = 64 << 10  # a spent current file smaller than this is not worth a new file
 CLEANUP_BYTES_MIN = 1 << 20
 CLEANUP_BYTES_MAX = 4 << 20
@@ -592,15 +593,29 @@ class Journal:
         data, payload_offsets = rec.encode_transaction(seq, ops)
         file, offset = self._place(len(data))
         apply = self._apply
+        # An ADD (a COMMIT's held messages, by the thousand) is indexed inline: `_apply_add`
+        # less the calls, its counts added once at the end.
+        records, ids, file_no, added = self._records, file.ids, file.file_no, 0
         for i, ((kind, id, type, payload), rel) in enumerate(zip(ops, payload_offsets, strict=True)):
-            if kind == OpKind.DELETE:
+            if kind == _ADD:
+                records[id] = _Live(_Loc(file_no, seq + i, type, offset + rel, len(payload)))
+                ids.append(id)
+                added += 1
+            elif kind == OpKind.DELETE:
                 apply(file, seq + i, kind, id, 0, offset + rel, 0)
             else:
                 apply(file, seq + i, kind, id, type, offset + rel, len(payload))
+        file.ops += added
+        file.live += added
+        file.last_seq = seq + len(ops) - 1
         return self._append(file, data, seq + len(ops) - 1, sync)
 
     def _check_transaction(self, ops: Sequence[Op]) -> None:
         """Refuse the whole transaction before writing anything if one op is invalid."""
+        if all(op[0] == _ADD for op in ops):  # a COMMIT's held messages: new ids, each once
+            ids = {op[1] for op in ops}
+            if len(ids) == len(ops) and self._records.keys().isdisjoint(ids):
+                return
         added: set[int] = set()
         deleted: set[int] = set()
         for kind, id, _type, _payload in ops:

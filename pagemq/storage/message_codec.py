@@ -108,8 +108,9 @@ def _encoding(count: int) -> struct.Struct:
 _ENCODINGS: dict[int, struct.Struct] = {}
 
 
-def encode_message(msg: EncodableMessage) -> bytes:
-    """The message's bytes; raises CodecError if a field cannot be represented."""
+def encode_message(msg: EncodableMessage, prefix: bytes = b"") -> bytes:
+    """The message's bytes (after `prefix`: what a caller would otherwise join it to,
+    copying it again); raises CodecError if a field cannot be represented."""
     headers = msg.headers
     flat = [*chain.from_iterable(headers.items())]  # name, value, name, value, ...
     text = "".join(flat)
@@ -137,7 +138,7 @@ def encode_message(msg: EncodableMessage) -> bytes:
         )
     except struct.error as exc:
         raise CodecError(f"message {msg.message_id} cannot be encoded: {exc}") from exc
-    return b"".join((head, blob, body))
+    return b"".join((prefix, head, blob, body))
 
 
 def decode_fields(data: bytes | memoryview, at: int = 0) -> MessageFields:

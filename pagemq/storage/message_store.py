@@ -84,11 +84,8 @@ def _address_field(address: str) -> bytes:
 
 def _message_payload(message: Message, queue_ids: tuple[int, ...]) -> bytes:
     """Hot path (every persistent SEND): one pack, one join."""
-    return b"".join((
-        _queue_ids_struct(len(queue_ids)).pack(len(queue_ids), *queue_ids),
-        _address_field(message.address),
-        encode_message(message),
-    ))
+    return encode_message(message, _queue_ids_struct(len(queue_ids)).pack(len(queue_ids), *queue_ids)
+                          + _address_field(message.address))
 
 
 def message_refs(payload: bytes) -> tuple[list[int], str, memoryview]:
