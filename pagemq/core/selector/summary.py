@@ -28,6 +28,9 @@ from pagemq.core.selector.runtime import read_number
 if TYPE_CHECKING:
     from pagemq.core.message import Message
 
+# Headers unique to each message (`_AMQ_DUPL_ID`, the duplicate-detection id): summarised
+# as present with any value, as JMSMessageID is, by `fold`.
+UNIQUE_NAMES: Final = frozenset({"_AMQ_DUPL_ID"})
 MAX_DISTINCT: Final = 16
 MAX_VALUE_CHARS: Final = 256   # longer strings are not listed: they would bloat the summary
 _EXACT: Final = 2 ** 53  # ints up to this are floats exactly
@@ -62,6 +65,9 @@ class PropertyStats:
     # The last value folded (not stored): most properties repeat from message to message,
     # and folding a value again changes nothing, so a repeat costs one comparison.
     last: object = field(default=None, compare=False, repr=False)
+    # Any value, from the first (not stored): an id unique to each message, whose values
+    # would prune nothing; folding one only counts it.
+    any_value: bool = field(default=False, compare=False, repr=False)
 
 
 class PageSummary:
@@ -107,8 +113,11 @@ class PageSummary:
             if stats is None:
                 if name in JMS_NAMES:
                     continue  # the view answers these from the message itself
+                if name in UNIQUE_NAMES:
+                    stats = all_stats[name] = PropertyStats(1, None, -math.inf, math.inf, any_value=True)
+                    continue
                 stats = all_stats[name] = PropertyStats(0, set(), None, None)
-            elif stats.last == value:
+            elif stats.any_value or stats.last == value:
                 stats.present += 1
                 continue
             stats.present += 1

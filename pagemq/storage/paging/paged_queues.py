@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
+from itertools import chain
 
 from pagemq.storage.api import CursorAck, CursorComplete, PageTxCommit
 from pagemq.storage.disk_space import is_no_space
@@ -131,18 +133,15 @@ class PagedQueues:
             self._pending_tx[txid] = (page_no, first, [record.queue_ids for record in records])
         if page_no != self._live_seen:  # appended past the page seen live: it rolled
             self._note_live_page()
-        size = 0
-        routed: list[int] = []
-        for record in records:
-            size += len(record.message)
-            routed += record.queue_ids
+        size = sum([len(record.message) for record in records])
+        routed = [*chain.from_iterable([record.queue_ids for record in records])]
         self._held.routed(page_no, first, records, fanout=len(routed) > len(records))
         self._on_disk(page_no, len(records), size)
         holders = self._open.setdefault(page_no, set())
         cursors = self.cursors
-        for queue_id in routed:
+        for queue_id, count in Counter(routed).items():  # once per queue, not per record
             holders.add(queue_id)
-            (cursors.get(queue_id) or self.queue(queue_id)).on_paged(page_no)
+            (cursors.get(queue_id) or self.queue(queue_id)).on_paged(page_no, count)
         if future is not None:
             self._watch(future, (page_no, routed, len(records), size))
         return Appended(page_no, first, future)

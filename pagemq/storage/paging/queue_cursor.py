@@ -121,12 +121,13 @@ class QueueCursor:
     def read_chunk_bytes(self, size: int) -> None:
         self._read_size.bytes = size  # the next read of the reader and read-ahead use it
 
-    def on_paged(self, page_no: int) -> None:
+    def on_paged(self, page_no: int, count: int = 1) -> None:
+        """`count` records for this queue were appended to page `page_no`."""
         page = self.pages.get(page_no)
         if page is None:
             page = self.pages[page_no] = CursorPage()
-        page.count += 1
-        self.unread += 1
+        page.count += count
+        self.unread += count
         self._reader_saw_all = False
 
     # -- reading in order -----------------------------------------------------------------

@@ -269,3 +269,18 @@ def test_folded_messages_record_message_ids_as_present_with_any_value() -> None:
         assert compile("JMSMessageID > 100").may_match(candidate)
         assert not compile("JMSMessageID IS NULL").may_match(candidate)
         assert not compile("color = 'red'").may_match(candidate)
+
+
+def test_folded_duplicate_ids_are_present_with_any_value() -> None:
+    summary = PageSummary()
+    for i in range(40):
+        summary.fold(Message(i, "a", {"_AMQ_DUPL_ID": f"spark:job:0:1:{i}", "n": str(i)}, b""))
+    summary.fold(Message(40, "a", {"n": "40"}, b""))
+    assert summary.stats("_AMQ_DUPL_ID") == PropertyStats(40, None, -math.inf, math.inf)
+    restored = PageSummary.from_bytes(summary.to_bytes())
+    for candidate in (summary, restored):
+        assert compile("_AMQ_DUPL_ID = 'spark:job:0:1:7'").may_match(candidate)
+        assert compile("_AMQ_DUPL_ID = 'anything else'").may_match(candidate)
+        assert compile("_AMQ_DUPL_ID > 1000").may_match(candidate)
+        assert compile("_AMQ_DUPL_ID IS NULL").may_match(candidate)  # the last message has none
+        assert not compile("n > 40").may_match(candidate)
