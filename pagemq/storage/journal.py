@@ -161,7 +161,9 @@ class _Live:
 
     def __init__(self, add: _Loc) -> None:
         self.add = add
-        self.updates: list[_Loc] = []
+        # A list once updated: most records (a held message) never are, and an empty list
+        # each would be one more object per message held.
+        self.updates: list[_Loc] | tuple[()] = ()
 
 
 class _DataFile:
@@ -689,7 +691,12 @@ class Journal:
 
     def _apply_update(self, file: _DataFile, seq: int, id: int, type: int, offset: int, length: int,
                       payload: bytes | None = None) -> None:
-        self._records[id].updates.append(_Loc(file.file_no, seq, type, offset, length, payload))
+        live = self._records[id]
+        loc = _Loc(file.file_no, seq, type, offset, length, payload)
+        if isinstance(live.updates, list):
+            live.updates.append(loc)
+        else:
+            live.updates = [loc]
         file.ops += 1
         file.live += 1
         file.ids.append(id)
