@@ -42,6 +42,7 @@ DEFAULT_MAX_HEADER_LENGTH = 64 * 1024
 
 # Longest command plus a CR: a longer unfinished first line cannot become a valid command.
 _MAX_COMMAND_LINE = max(len(command) for command in COMMANDS) + 1
+_LARGE_BODY = 64 * 1024  # a body this large is copied out of the buffer through a memoryview
 
 
 def _shorten(text: str, limit: int = 60) -> str:
@@ -196,7 +197,11 @@ class FrameParser:
                 return None
             if stop > self.max_frame_size:
                 raise self._too_large(headers)
-        body = bytes(buf[start:stop])
+        if stop - start < _LARGE_BODY:
+            body = bytes(buf[start:stop])
+        else:  # one copy, not two (a slice of the buffer, then bytes of it): each a fresh megabyte
+            with memoryview(buf) as view:
+                body = bytes(view[start:stop])
         del buf[: stop + 1]
         self._pending = None
         self._reset_scans()
