@@ -217,6 +217,17 @@ def test_large_body_split_into_many_reads():
     assert frames == [Frame("SEND", {"content-length": str(len(body))}, body)]
 
 
+def test_large_bodies_come_out_as_bytes_and_the_frames_after_them_still_parse():
+    body = bytes(range(1, 256)) * 400  # past 64 KiB, no NUL: also without content-length
+    with_length = b"SEND\ncontent-length:%d\n\n" % len(body) + body + b"\x00"
+    without = b"SEND\n\n" + body + b"\x00"
+    frames, parser = _parse("1.2", [with_length + without + b"ABORT\ntransaction:t\n\n\x00"])
+    assert frames == [Frame("SEND", {"content-length": str(len(body))}, body), Frame("SEND", {}, body),
+                      Frame("ABORT", {"transaction": "t"})]
+    assert all(type(frame.body) is bytes for frame in frames)
+    assert parser.buffered == 0
+
+
 @contextmanager
 def _raises_message(message: str) -> Iterator[None]:
     """Expect a FrameError whose message is exactly `message`."""
