@@ -46,6 +46,23 @@ def test_queue_pages_list_each_page_file_with_its_message_id_range(broker, stomp
     assert ok(broker, "GET", path_of("queues", name, "pages"))["pages"] == []
 
 
+def test_page_records_after_a_restart_count_the_persistent_messages_only(start_broker, stomp_client):
+    broker = start_broker(BROKER_CONFIG)
+    name = "zero." + unique("mixed")
+    client = stomp_client(broker)
+    paging.send_all(client, f"/queue/{name}", paging.numbered("p", 30))
+    paging.send_all(client, f"/queue/{name}", paging.numbered("n", 20), persistent=False)
+    paging.send_all(client, f"/queue/{name}", paging.numbered("q", 30))
+    before = ok(broker, "GET", path_of("addresses", name, "pages"))["pages"]
+    assert sum(p["records"] for p in before) == 80
+    client.drop()
+    broker.restart()
+    pages = ok(broker, "GET", path_of("addresses", name, "pages"))["pages"]
+    assert sum(p["records"] for p in pages) == 60  # docs/http-api.md: non-persistent ones are gone
+    assert sum(p["queue_records"] for p in ok(broker, "GET", path_of("queues", name, "pages"))["pages"]) == 60
+    assert ok(broker, "GET", path_of("queues", name))["messages"] == 60
+
+
 def _browse_all(broker, name):
     return ok(broker, "GET", path_of("queues", name, "messages") + "?limit=1000")["messages"]
 

@@ -111,6 +111,8 @@ class PageInfo:
     closed: bool
     # (transaction id, first ordinal, records) of each transactional batch on the page
     tx_batches: list[tuple[int, int, int]] = field(default_factory=list)
+    # Written before this start: only its persistent records are messages now.
+    previous_run: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,7 @@ class PageState:
         return PageInfo(
             self.page_no, stats.count, stats.persistent_count, stats.first_id, stats.last_id,
             dict(queue_counts), stats.good_size, self.selector_summary, self.closed,
-            list(stats.tx_batches),
+            list(stats.tx_batches), self.previous_run,
         )
 
 

@@ -296,7 +296,8 @@ class PagedQueues:
             if cursor is not None and share is None:
                 continue  # the queue is done with it (or never had a record in it)
             views.append(PageView(
-                page_no, page_file_name(page_no), info.first_id, info.last_id, info.count, info.size,
+                page_no, page_file_name(page_no), info.first_id, info.last_id,
+                info.persistent_count if info.previous_run else info.count, info.size,
                 page_no == live and not info.closed, len(self._open.get(page_no, ())),
                 share.count if share is not None else None,
                 len(share.acked) if share is not None else None,
