@@ -72,9 +72,7 @@ class RecordType(enum.IntEnum):
 
 
 @functools.lru_cache(maxsize=64)
-@functools.lru_cache(maxsize=256)
 def _queue_ids_struct(count: int) -> struct.Struct:
-    """Cached: made for every message journaled and every one recovered."""
     return struct.Struct(f"<H{count}Q")
 
 
