@@ -8,7 +8,9 @@ commits, durable subscriptions for a stream. What the Spark streaming source cal
 - `GET  /api/streams/{queue}/splits?after=S&upto=E&size=K`: the range cut into slices of
   about K messages: `[after, upto, from_page]` each.
 - `GET  /api/streams/{queue}/read?reader=R&after=S&upto=E[&from_page=P][&selector=..]
-  [&headers=false]`: the range's messages, as an Arrow IPC stream of the read schema.
+  [&headers=false][&pages=raw]`: the range's messages, as an Arrow IPC stream of the read
+  schema; with `pages=raw`, as parts (`spark/range_parts.py`) where the spans of page
+  files that are all the queue's go as they are, for the reader to decode.
 - `POST /api/streams/{queue}/commit` `{"reader": R, "offset": E, "selector": ..}`:
   acknowledge the reader's messages up to E (idempotent; an older offset is a no-op).
 - `POST /api/streams/subscriptions` `{"address", "subscription", "client_id", "selector"}`:
@@ -223,8 +225,56 @@ class _Served:
             reader.note_served_page(page_no, ordinals, last_id)
 
 
-_BLOCK = -1  # the ordinal slot of a merged item that is a whole block of paged rows
-_Item = tuple[int, int, int, "Message | bytes | tuple[PagedBlock, pa.RecordBatch]", bool]
+_BLOCK = -1  # the ordinal slot of a merged item that is a block of paged rows, built
+_SPAN = -2  # ... or a whole span of a page, to ship as it is (`pages=raw`)
+_Item = tuple[int, int, int, "Message | bytes | tuple[PagedBlock, pa.RecordBatch] | PagedBlock", bool]
+
+
+class _ArrowAnswer:
+    """A range read's answer as one Arrow IPC stream (the default)."""
+
+    content_type = ARROW_STREAM
+    ships_spans = False
+
+    def start(self) -> bytes:
+        return _schema_bytes()
+
+    def batch(self, batch: pa.RecordBatch) -> list[memoryview]:
+        return [memoryview(batch.serialize())]  # (a view of Arrow's buffer: no copy)
+
+    def span(self, block: PagedBlock) -> list[memoryview]:
+        raise AssertionError("an Arrow answer ships no spans")
+
+    def end(self) -> bytes:
+        return _EOS
+
+
+class _PartsAnswer(_ArrowAnswer):
+    """A range read's answer as parts, whole page spans shipped as they are (`pages=raw`)."""
+
+    ships_spans = True
+
+    def __init__(self, address: str, queue: str) -> None:
+        from pagemq.spark import range_parts
+
+        self.parts = range_parts
+        self.content_type = range_parts.CONTENT_TYPE
+        self.address, self.queue = address, queue
+
+    def start(self) -> bytes:
+        return self.parts.hello_part(self.address, self.queue)
+
+    def batch(self, batch: pa.RecordBatch) -> list[memoryview]:
+        payload = batch.serialize()
+        return [memoryview(self.parts.batch_head(payload.size)), memoryview(payload)]
+
+    def span(self, block: PagedBlock) -> list[memoryview]:
+        span = self.parts.Span(block.page_no, block.version, block.ordinal, len(block.ids), block.first_id,
+                               block.last_id, block.txids)
+        return [memoryview(self.parts.span_head(span, len(block.data))), memoryview(block.data)]
+
+    def end(self) -> bytes:
+        return self.parts.end_part()
 
 
 class _RangeRows:
@@ -237,11 +287,13 @@ class _RangeRows:
     does not decode) is read record by record."""
 
     def __init__(self, queue: Queue, memory: list[Message], paged: PagedRange | None, after: int,
-                 upto: int, from_page: int, selector: Selector | None, include_headers: bool) -> None:
+                 upto: int, from_page: int, selector: Selector | None, include_headers: bool,
+                 answer: _ArrowAnswer) -> None:
         from pagemq.core.message_codec import decode_message
         from pagemq.spark.encoded_rows import EncodedRows
 
         self._decode = decode_message
+        self.answer = answer
         self.address = queue.address_name
         self.queue_name = queue.name
         self.selector = selector
@@ -272,6 +324,8 @@ class _RangeRows:
                 if block.rows and self._interleaved(block):  # the merge must keep id order
                     for message_id, ordinal, message, persistent in block.messages():
                         yield message_id, page_no, ordinal, bytes(message), persistent
+                elif block.rows and block.whole and self.answer.ships_spans:
+                    yield block.first_id, page_no, _SPAN, block, True
                 elif block.rows:
                     batch = block.batch(self.address, self.queue_name, self.include_headers)
                     if batch is None:  # a message does not decode: as the record path has it
@@ -301,22 +355,27 @@ class _RangeRows:
         return True
 
     def chunk(self) -> tuple[list[memoryview], _Served] | None:
-        """The next record batches as IPC messages (views of Arrow's buffers: no copy) and
-        what they served; None at the end. Rows are built from the stored bytes in bulk
-        (`EncodedRows`, or a page span's `PagedBlock`); a message in memory is encoded
-        first, and a record is decoded only for a selector to look at."""
+        """The answer's next parts (record batches as IPC messages, or a span of a page as
+        it is) and what they served; None at the end. Rows are built from the stored bytes
+        in bulk (`EncodedRows`, or a page span's `PagedBlock`); a message in memory is
+        encoded first, and a record is decoded only for a selector to look at."""
         from pagemq.storage.message_codec import encode_message
 
         rows = self.rows
         served = _Served()
         selector = self.selector
+        answer = self.answer
         out: list[memoryview] = []
         for message_id, page_no, ordinal, item, persistent in self._merged:
-            if ordinal == _BLOCK:
-                block, batch = cast("tuple[PagedBlock, pa.RecordBatch]", item)
+            if ordinal in (_BLOCK, _SPAN):
                 if rows.count:
-                    out.append(memoryview(rows.batch().serialize()))
-                out.append(memoryview(batch.serialize()))
+                    out += answer.batch(rows.batch())
+                if ordinal == _SPAN:
+                    block = cast("PagedBlock", item)
+                    out += answer.span(block)
+                else:
+                    block, batch = cast("tuple[PagedBlock, pa.RecordBatch]", item)
+                    out += answer.batch(batch)
                 served.block(block)
                 return out, served
             if isinstance(item, Message):
@@ -334,7 +393,7 @@ class _RangeRows:
             if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
                 break
         if rows.count:
-            out.append(memoryview(rows.batch().serialize()))
+            out += answer.batch(rows.batch())
         return (out, served) if out else None
 
 
@@ -361,15 +420,19 @@ async def read_range(request: web.Request) -> web.StreamResponse:
     if upto is None or upto < after:
         return _json_error(400, "upto: required, and not below after")
     include_headers = request.query.get("headers", "true").lower() != "false"
+    pages = request.query.get("pages", "arrow").lower()
+    if pages not in ("arrow", "raw"):
+        return _json_error(400, f"pages: arrow or raw, not {pages!r}")
+    answer = _PartsAnswer(queue.address_name, queue.name) if pages == "raw" else _ArrowAnswer()
     reader = reader_of(queue, request.query.get("reader") or DEFAULT_READER)
     reader.note_read(after, upto)
     rows = _RangeRows(queue, memory_messages(queue, after, upto), paged_range(queue.cursor), after, upto,
-                      from_page, selector, include_headers)
-    response = web.StreamResponse(headers={"Content-Type": ARROW_STREAM})
+                      from_page, selector, include_headers, answer)
+    response = web.StreamResponse(headers={"Content-Type": answer.content_type})
     await response.prepare(request)
     loop = asyncio.get_running_loop()
     try:
-        await response.write(_schema_bytes())
+        await response.write(answer.start())
         while (chunk := await _built(request.app[_BUILDERS_KEY], loop, rows)) is not None:
             batches, served = chunk
             del chunk
@@ -377,7 +440,7 @@ async def read_range(request: web.Request) -> web.StreamResponse:
                 await response.write(batches.pop(0))  # (each let go once written)
             served.note(reader)  # written out (not necessarily read: a commit says so)
             del batches, served
-        await response.write(_EOS)
+        await response.write(answer.end())
         await response.write_eof()
     except ConnectionResetError:
         log.debug("range read of %r (%d, %d] ended by the client", queue.name, after, upto)

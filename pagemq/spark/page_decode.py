@@ -227,11 +227,15 @@ def build_batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[
     range's offsets); `queue_name` names a row's `QUEUE` (an id, or a tuple of ids), called
     once per distinct value. Without `include_headers` the `headers` column is null and the
     header bytes are not read (nor checked)."""
+    if not rows:
+        return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA), []
     columns = _transposed(rows)
     parts_at = _parts_at(columns, ends)
     problems = [] if _all_decode(columns, ends, parts_at) else _problems(rows)
     if problems:
         rows, ends = _without(rows, ends, problems)
+        if not rows:
+            return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA), problems
         columns = _transposed(rows)
         parts_at = _parts_at(columns, ends)
     try:

@@ -47,7 +47,10 @@ class PagedBlock:
     """Rows of one span of one page for a range read: located rows (`page_decode.Located`
     tuples and where each message ends in `data`), their ids and ordinals; `ends_range`:
     an id above the range's end came after them (nothing further is to be read);
-    `ordinal`: the span's first, where a `Fallback` for it would read from."""
+    `ordinal`: the span's first, where a `Fallback` for it would read from. `whole`: every
+    record `locate` finds in `data` (with the page's frame format `version`, from `ordinal`,
+    keeping the transactions `txids`) is a row: a reader may ship the span as it is
+    (`spark/range_parts.py`)."""
 
     page_no: int
     ordinal: int
@@ -57,6 +60,9 @@ class PagedBlock:
     ids: list[int]
     ordinals: list[int]
     ends_range: bool
+    whole: bool = False
+    version: int = 0
+    txids: tuple[int, ...] = ()
 
     @property
     def first_id(self) -> int:
@@ -141,7 +147,8 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
         if whole is not None:
             rows = located.rows
             yield PagedBlock(frames.page_no, first, data, rows, located.ends, whole,
-                             list(map(_ordinal, rows)), False)
+                             list(map(_ordinal, rows)), False, True, frames.version,
+                             tuple(sorted(set(located.txids.values()))))
             del data, located, rows, whole
             continue
         rows = []

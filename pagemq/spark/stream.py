@@ -40,6 +40,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from pagemq.spark import range_parts
 from pagemq.spark.options import MAX_TIMEOUT, PagemqOptionError, check_known, flag, number, required, text
 from pagemq.spark.options import selector as option_selector
 from pagemq.spark.schema import ARROW_SCHEMA
@@ -455,7 +456,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self.options
         params = {"reader": options.reader, "after": partition.after, "upto": partition.upto,
                   "from_page": partition.from_page, "selector": options.selector,
-                  "headers": "true" if options.include_headers else "false"}
+                  "headers": "true" if options.include_headers else "false", "pages": "raw"}
         path = f"/api/streams/{_quoted(options.queue_name)}/read"
         deadline = time.monotonic() + options.timeout
         last_cut = params["after"]
@@ -467,16 +468,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return
             try:
                 with response:
-                    stream = pa.ipc.open_stream(response)
-                    if stream.schema != ARROW_SCHEMA:
-                        raise BrokerStreamError(f"broker {partition.url} sent rows of another schema: "
-                                                f"{stream.schema}")
-                    for batch in stream:
+                    for batch in self._batches(partition.url, response):
                         yield batch
                         if batch.num_rows:  # a cut answer is asked again after the last row given
                             params["after"] = batch.column("seq")[-1].as_py()
                 return
-            except (http.client.HTTPException, OSError, pa.ArrowInvalid) as exc:
+            except (http.client.HTTPException, OSError, EOFError, pa.ArrowInvalid) as exc:
                 # The answer was cut (a broker killed or restarting mid-read): the rest of
                 # the slice is asked for again, after the rows already given to Spark (each
                 # cut that came after progress gets a `timeout` of its own).
@@ -489,6 +486,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.info("pagemq stream: read from %s cut after %s (%r); asking again",
                          partition.url, params["after"], exc)
                 time.sleep(0.2)
+
+    def _batches(self, url: str, response: Any) -> Iterator[pa.RecordBatch]:
+        """A read's record batches: of parts, page spans decoded here (`pages=raw`, which a
+        broker that predates it ignores), or of one Arrow IPC stream."""
+        if response.headers.get("Content-Type", "").startswith(range_parts.CONTENT_TYPE):
+            try:
+                yield from range_parts.read_parts(response, self.options.include_headers)
+            except range_parts.RangeDecodeError as exc:
+                raise BrokerStreamError(f"broker {url}: {exc}") from None
+            return
+        stream = pa.ipc.open_stream(response)
+        if stream.schema != ARROW_SCHEMA:
+            raise BrokerStreamError(f"broker {url} sent rows of another schema: {stream.schema}")
+        yield from stream
 
     # -- acknowledging ----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ ranges kept across a restart, sharing a queue with a STOMP consumer, and lag fig
 
 from __future__ import annotations
 
+import io
 import json
 import urllib.error
 import urllib.request
@@ -14,6 +15,7 @@ from brokerproc import BrokerProcess, StompClient, unique, wait_until
 
 pa = pytest.importorskip("pyarrow")
 
+from pagemq.spark.range_parts import CONTENT_TYPE, read_parts  # noqa: E402
 from pagemq.spark.schema import ARROW_SCHEMA  # noqa: E402
 from pagemq.spark.stomp_sender import StompSender  # noqa: E402
 
@@ -33,6 +35,9 @@ def api(proc: BrokerProcess, path: str, body: dict[str, Any] | None = None) -> t
         return exc.code, json.loads(exc.read())
     if kind.startswith("application/vnd.apache.arrow.stream"):
         return status, pa.ipc.open_stream(raw).read_all()
+    if kind.startswith(CONTENT_TYPE):
+        return status, pa.Table.from_batches(list(read_parts(io.BytesIO(raw), "headers=false" not in path)),
+                                             ARROW_SCHEMA)
     return status, json.loads(raw)
 
 
@@ -191,6 +196,30 @@ def test_a_commit_completes_whole_served_pages_and_keeps_a_record_a_selective_co
     wait_until(lambda: proc.address(name)["page_files"] == 0, timeout=10)
 
 
+def test_raw_pages_answer_the_same_rows_as_arrow_with_page_spans_decoded_by_the_reader(
+        broker, stomp_client):
+    name = f"paged.{unique()}"
+    send(broker, f"/queue/{name}", 2000, headers=[("pad", "x" * 1500)])
+    consumer: StompClient = stomp_client(broker)  # takes some records out of the middle of spans
+    consumer.subscribe(f"/queue/{name}", ack="client-individual", headers={"activemq.prefetchSize": 7})
+    for frame in consumer.wait_for(7)[::2]:
+        consumer.ack(frame)
+    consumer.wait_for(11)  # four more, in the place of the four acknowledged
+    _, figures = api(broker, f"/api/streams/{name}/offsets?after=0")
+    _, sliced = api(broker, f"/api/streams/{name}/splits?after=0&upto={figures['latest']}&size=600")
+    assert len(sliced["splits"]) >= 3
+    for low, high, from_page in [*sliced["splits"], [0, figures["latest"], 0], [5, 1500, 0]]:
+        for headers in ("true", "false"):
+            query = f"after={low}&upto={high}&from_page={from_page}&headers={headers}"
+            status, raw = api(broker, f"/api/streams/{name}/read?{query}&pages=raw")
+            assert status == 200 and raw.schema == ARROW_SCHEMA
+            arrow = read(broker, name, low, high, from_page=from_page, headers=headers)
+            assert raw.equals(arrow), (low, high, from_page, headers)
+    whole = read(broker, name, 0, figures["latest"], pages="raw")
+    assert bodies(whole) == [f"m{n}" for n in range(11, 2000)]  # the consumer holds m0-m10 or took them
+    consumer.disconnect()
+
+
 def test_an_uncommitted_range_reads_the_same_after_a_broker_restart(start_broker):
     proc = start_broker(BROKER_CONFIG)
     send(proc, "/queue/paged.r", 400, headers=[("pad", "y" * 1000)])
@@ -252,6 +281,7 @@ def test_durable_subscription_queue_is_made_on_demand_and_receives_the_address(b
     ("/api/streams/{q}/offsets?after=x", None, 400, "after"),
     ("/api/streams/{q}/read?after=0&upto=5&selector=a%3D", None, 400, "selector"),
     ("/api/streams/{q}/read?after=9&upto=5", None, 400, "upto"),
+    ("/api/streams/{q}/read?after=0&upto=5&pages=cooked", None, 400, "pages"),
     ("/api/streams/{q}/commit", {"offset": "ten"}, 400, "offset"),
     ("/api/streams/{q}/commit", {"offset": 2 ** 70}, 400, "offset"),  # past a message id's range
     ("/api/streams/{q}/read?after=0&upto=99999999999999999999999", None, 400, "upto"),

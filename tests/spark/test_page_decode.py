@@ -291,3 +291,14 @@ def test_a_damaged_batch_frame_is_read_past_and_a_batch_with_a_short_record_goes
                                   queue_name=queue_name)
     assert batch.column("seq").to_pylist() == [0, 1, 2, 6, 7, 8]
     assert [(p.ordinal, p.message_id) for p in problems] == [(9, 609)]
+
+
+def test_a_batch_of_rows_none_of_which_decodes_is_empty_with_every_row_a_problem() -> None:
+    data = encode_file_header(1) + encode_frame([PagedRecord(5, (1,), True, b"\x01" * 40)], 0)
+    located = locate(data, FILE_HEADER.size, len(data))
+    batch, problems = build_batch(data, located.rows, located.ends, address="a", seq_base=0,
+                                  queue_name=lambda _queue: "q")
+    assert batch.num_rows == 0 and batch.schema == ARROW_SCHEMA
+    assert [problem.message_id for problem in problems] == [5]
+    empty, none = build_batch(data, [], [], address="a", seq_base=0, queue_name=lambda _queue: "q")
+    assert (empty.num_rows, none) == (0, [])

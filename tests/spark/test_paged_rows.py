@@ -7,16 +7,20 @@ non-persistent records, an earlier run's pages) and a queue's bookkeeping of eve
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import random
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from pagemq.core.message import Message
 from pagemq.core.stream import PagedRange
 from pagemq.spark.encoded_rows import EncodedRows
 from pagemq.spark.paged_rows import Fallback, PagedBlock, page_blocks
+from pagemq.spark.range_parts import CONTENT_TYPE, Span, read_parts, span_batches
+from pagemq.spark.schema import ARROW_SCHEMA
 from pagemq.storage.message_codec import encode_message
 from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
 from pagemq.storage.paging.memory_queue_store import MemoryCursorLog
@@ -100,7 +104,20 @@ def rows_of_blocks(paged: PagedRange, page_no: int, ordinal: int, after: int, up
             assert batch is not None
             assert batch.column("seq").to_pylist() == block.ids
             found += batch.to_pylist()
+            if block.whole:  # shipped as it is (`pages=raw`), the reader decodes the same rows
+                assert rows_of_span(block) == batch.to_pylist()
+                WHOLE_SPANS.append((len(block.ids), len(block.txids)))
     return found
+
+
+WHOLE_SPANS: list[tuple[int, int]] = []  # (rows, transactions) of each whole span met
+
+
+def rows_of_span(block: PagedBlock) -> list[dict[str, object]]:
+    """A whole block's rows as the reader of a `pages=raw` answer decodes its span."""
+    span = Span(block.page_no, block.version, block.ordinal, len(block.ids), block.first_id, block.last_id,
+                block.txids)
+    return [row for batch in span_batches(block.data, span, ADDRESS, "q", True) for row in batch.to_pylist()]
 
 
 @pytest.mark.parametrize("seed", range(18))
@@ -147,6 +164,27 @@ def test_bulk_rows_of_a_page_equal_its_records_rows(tmp_path: Path, seed: int) -
     asyncio.run(main())
 
 
+def test_a_backlog_of_one_queue_is_shipped_as_whole_spans_decoded_to_the_same_rows(tmp_path: Path) -> None:
+    """One queue's records, transactions decided and not among them: the spans a
+    `pages=raw` answer ships as they are, decoded by its reader to the records' rows."""
+    rnd = random.Random(7)
+
+    async def main() -> None:
+        pages = Pages(tmp_path, rnd)
+        pages.fill(300, ((A,),))
+        await pages.pages.flush()
+        paged = PagedRange(*queue_plan(pages.store, A))
+        WHOLE_SPANS.clear()
+        for page_no, first in paged.pages:
+            expected = rows_of_records(paged, page_no, first, 0, None)
+            assert rows_of_blocks(paged, page_no, first, 0, None) == expected
+        assert sum(rows for rows, _txs in WHOLE_SPANS) >= 200, WHOLE_SPANS
+        assert any(txs for _rows, txs in WHOLE_SPANS), "spans holding a transaction's records"
+        await pages.pages.close()
+
+    asyncio.run(main())
+
+
 def queue_plan(store: FilePagedQueueStore, queue_id: int) -> tuple[object, ...]:
     """What `AddressPager.stream_plan` hands a range read, for one queue of the store."""
     book = store.queue(queue_id)
@@ -163,7 +201,7 @@ class _Queue:
 
 
 def test_a_range_merges_messages_in_memory_among_a_pages_ids_in_id_order(tmp_path: Path) -> None:
-    from pagemq.integrations.stream_api import _RangeRows
+    from pagemq.integrations.stream_api import _ArrowAnswer, _PartsAnswer, _RangeRows
 
     rnd = random.Random(5)
 
@@ -179,25 +217,29 @@ def test_a_range_merges_messages_in_memory_among_a_pages_ids_in_id_order(tmp_pat
         await pages.pages.flush()
         paged = PagedRange(*queue_plan(pages.store, A))
         for held in (memory, [m for m in memory if m.message_id < 3], []):
-            rows = _RangeRows(_Queue(), held, paged, 0, 1000, 0, None, True)  # type: ignore[arg-type]
-            ids: list[int] = []
-            served: list[int] = []
-            while (chunk := rows.chunk()) is not None:
-                batches, got = chunk
-                for data in batches:
-                    ids += pa_table(data).column("seq").to_pylist()
-                served += list(got.ids)
-            expected = sorted([m.message_id for m in held]
-                              + [r.message_id for _p, _n, r in paged.records(0, None)])
-            assert ids == expected == served
+            answers = []
+            for answer in (_ArrowAnswer(), _PartsAnswer(ADDRESS, "q")):
+                rows = _RangeRows(_Queue(), held, paged, 0, 1000, 0, None, True, answer)  # type: ignore[arg-type]
+                parts = [answer.start()]
+                served: list[int] = []
+                while (chunk := rows.chunk()) is not None:
+                    batches, got = chunk
+                    parts += [bytes(data) for data in batches]
+                    served += list(got.ids)
+                parts.append(answer.end())
+                table = answer_table(b"".join(parts), answer.content_type)
+                expected = sorted([m.message_id for m in held]
+                                  + [r.message_id for _p, _n, r in paged.records(0, None)])
+                assert table.column("seq").to_pylist() == expected == served
+                answers.append(table)
+            assert answers[0].equals(answers[1])
         await pages.pages.close()
 
     asyncio.run(main())
 
 
-def pa_table(data: memoryview) -> object:
-    import pyarrow as pa
-
-    from pagemq.spark.schema import ARROW_SCHEMA
-
-    return pa.ipc.read_record_batch(pa.py_buffer(data), ARROW_SCHEMA)
+def answer_table(data: bytes, content_type: str) -> pa.Table:
+    """A whole range answer as a table: an Arrow IPC stream, or parts (spans decoded)."""
+    if content_type == CONTENT_TYPE:
+        return pa.Table.from_batches(list(read_parts(io.BytesIO(data), True)), ARROW_SCHEMA)
+    return pa.ipc.open_stream(data).read_all()
