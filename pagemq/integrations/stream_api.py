@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector
 from pagemq.core.address import MULTICAST
 from pagemq.core.errors import BrokerError, InvalidSelector
 from pagemq.core.message import Message
+from pagemq.core.message_codec import CodecError
 from pagemq.core.selector import compile_filter
 from pagemq.core.selector.properties import message_view
 from pagemq.core.stream import PagedRange, commit_step, memory_messages, paged_range, reader_of
@@ -248,6 +249,10 @@ class _ArrowAnswer:
     def end(self) -> bytes:
         return _EOS
 
+    def failure(self, problem: str) -> bytes | None:
+        """What ends an answer that cannot go on; None: cut it (an Arrow stream cannot say)."""
+        return None
+
 
 class _PartsAnswer(_ArrowAnswer):
     """A range read's answer as parts, whole page spans shipped as they are (`pages=raw`)."""
@@ -275,6 +280,9 @@ class _PartsAnswer(_ArrowAnswer):
 
     def end(self) -> bytes:
         return self.parts.end_part()
+
+    def failure(self, problem: str) -> bytes | None:
+        return self.parts.failure_part(problem)
 
 
 class _RangeRows:
@@ -385,10 +393,14 @@ class _RangeRows:
                 served.ids.append(message_id)
             else:
                 assert isinstance(item, bytes | memoryview)
-                if selector is not None and not selector.matches_headers(
-                        message_view(self._decode(item, self.address))):
-                    continue
-                rows.add(message_id, item, persistent)
+                try:
+                    if selector is not None and not selector.matches_headers(
+                            message_view(self._decode(item, self.address))):
+                        continue
+                    rows.add(message_id, item, persistent)
+                except CodecError as exc:
+                    raise CodecError(f"message {message_id} on page {page_no} does not decode: "
+                                     f"{exc}") from exc
                 served.paged(page_no, ordinal, message_id)
             if rows.count >= CHUNK_ROWS or rows.bytes >= CHUNK_BYTES:
                 break
@@ -444,6 +456,13 @@ async def read_range(request: web.Request) -> web.StreamResponse:
         await response.write_eof()
     except ConnectionResetError:
         log.debug("range read of %r (%d, %d] ended by the client", queue.name, after, upto)
+    except CodecError as exc:  # a stored message that does not decode: no read of it can go on
+        log.error("range read of %r (%d, %d] failed: %s", queue.name, after, upto, exc)
+        ending = answer.failure(str(exc))
+        if ending is None:
+            raise
+        await response.write(ending)
+        await response.write_eof()
     return response
 
 

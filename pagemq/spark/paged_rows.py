@@ -103,17 +103,26 @@ class _Decided:
 _message_id, _ordinal, _queue = itemgetter(MESSAGE_ID), itemgetter(ORDINAL), itemgetter(QUEUE)
 
 
+def _routed_to(queue: object, queue_id: int) -> bool:
+    """Whether a row's `QUEUE` (an id, or the ids of a record routed to several queues of a
+    multicast address) names the queue."""
+    return queue == queue_id or (type(queue) is tuple and queue_id in queue)
+
+
 def _all_served(rows: list[tuple], frames: PageFrames, ordinal: int, after: int,  # type: ignore[type-arg]
                 upto: int | None) -> list[int] | None:
     """The ids of a span's rows when they are all the queue's to serve, as the row-by-row
-    test in `page_blocks` would find one by one (the usual span of a backlog: one queue's
-    records, none acknowledged, claimed or lost, all in the range), checked column-wise: a
+    test in `page_blocks` would find one by one (the usual span of a backlog: records routed
+    to the queue, alone or with other queues of a multicast address, none acknowledged,
+    claimed or lost, all in the range), checked column-wise: a
     few calls instead of several per row. None when some row is not."""
     if not rows or frames.shown_from is None:
         return None
     if rows[0][ORDINAL] < ordinal or not frames.shown_from(rows[0][ORDINAL]):
         return None  # (ordinals only grow along a span)
-    if set(map(_queue, rows)) != {frames.queue_id}:
+    queue_id = frames.queue_id
+    queues = set(map(_queue, rows))  # (a few distinct values: the span's routes)
+    if queues != {queue_id} and not all(_routed_to(queue, queue_id) for queue in queues):
         return None
     ids = list(map(_message_id, rows))
     if min(ids) <= after or (upto is not None and max(ids) > upto):

@@ -20,7 +20,9 @@ then the payload:
   "first_id", "last_id", "txids"}`: the page's frame format, the span's first ordinal, how
   many records of it the broker serves, their first and last ids, and the transactions
   (TX_BATCH records) whose records it serves;
-- `E` (end, last): a read without it was cut.
+- `E` (end, last): a read without it was cut;
+- `X` (instead of `E`): meta `{"error"}`, the broker cannot go on (a stored message that
+  does not decode): the read fails naming it, where a cut read would be asked again.
 
 The reader trusts nothing it cannot check: a span that does not locate to exactly the rows
 the broker announced (count, first and last id, no damage) fails the read.
@@ -42,8 +44,8 @@ from pagemq.spark.schema import ARROW_SCHEMA
 from pagemq.storage.message_codec import CodecError
 from pagemq.storage.paging.page_format import FrameDamage
 
-__all__ = ["CONTENT_TYPE", "RangeDecodeError", "Span", "batch_head", "end_part", "hello_part", "read_parts",
-           "span_batches", "span_head"]
+__all__ = ["CONTENT_TYPE", "RangeDecodeError", "Span", "batch_head", "end_part", "failure_part", "hello_part",
+           "read_parts", "span_batches", "span_head"]
 
 CONTENT_TYPE = "application/x-pagemq-range"
 _HEAD = struct.Struct("<cIQ")  # kind, meta length, payload length
@@ -94,6 +96,12 @@ def end_part() -> bytes:
     return _head(b"E", None, 0)
 
 
+def failure_part(problem: str) -> bytes:
+    """The last part of an answer the broker cannot go on with (a stored message that does
+    not decode): the reader fails at once, naming it, instead of asking again."""
+    return _head(b"X", {"error": problem}, 0)
+
+
 class _Readable(Protocol):
     def read(self, amount: int, /) -> bytes: ...
 
@@ -129,6 +137,8 @@ def read_parts(stream: _Readable | BinaryIO, include_headers: bool) -> Iterator[
             continue
         if kind == b"E":
             return
+        if kind == b"X":
+            raise RangeDecodeError(f"the broker cannot serve the range: {(meta or {}).get('error')}")
         payload = _exactly(stream, payload_length)
         if kind == b"B":
             yield pa.ipc.read_record_batch(pa.py_buffer(payload), ARROW_SCHEMA)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import urllib.error
 import urllib.request
+import zlib
 from typing import Any
 
 import pytest
@@ -15,9 +17,10 @@ from brokerproc import BrokerProcess, StompClient, unique, wait_until
 
 pa = pytest.importorskip("pyarrow")
 
-from pagemq.spark.range_parts import CONTENT_TYPE, read_parts  # noqa: E402
+from pagemq.spark.range_parts import CONTENT_TYPE, RangeDecodeError, read_parts  # noqa: E402
 from pagemq.spark.schema import ARROW_SCHEMA  # noqa: E402
 from pagemq.spark.stomp_sender import StompSender  # noqa: E402
+from pagemq.storage.paging.page_format import ENTRY_HEAD, FILE_HEADER, FRAME_HEADER, read_frames  # noqa: E402
 
 BROKER_CONFIG = {"address-settings": {"paged.#": {"max-size-bytes": 0}}}
 
@@ -218,6 +221,29 @@ def test_raw_pages_answer_the_same_rows_as_arrow_with_page_spans_decoded_by_the_
     whole = read(broker, name, 0, figures["latest"], pages="raw")
     assert bodies(whole) == [f"m{n}" for n in range(11, 2000)]  # the consumer holds m0-m10 or took them
     consumer.disconnect()
+
+
+def test_a_stored_message_that_does_not_decode_fails_a_raw_read_at_once_naming_it(start_broker):
+    proc = start_broker(BROKER_CONFIG)
+    send(proc, "/queue/paged.bad", 300, headers=[("pad", "p" * 300)])
+    _, figures = api(proc, "/api/streams/paged.bad/offsets?after=0")
+    proc.stop()
+    page = sorted((proc.data_dir / "paging").glob("paged.bad*/*.page"))[0]
+    data = bytearray(page.read_bytes())
+    frames = list(read_frames(memoryview(bytes(data)), FILE_HEADER.size, len(data), damage=[]))
+    offset, size, _first, _entries = frames[10]
+    data[offset + FRAME_HEADER.size + 1 + ENTRY_HEAD.size + 8] = 7  # a codec version no one reads
+    struct.pack_into("<I", data, offset + 4, zlib.crc32(data[offset + 8:offset + size]))  # its frame intact
+    page.write_bytes(bytes(data))
+    proc.start()
+    earliest, latest = figures["earliest"], figures["latest"]
+    for query, by_broker in ((f"after=0&upto={latest}", False),  # a whole span: the reader decodes it
+                             (f"after={earliest + 3}&upto={latest}", True),  # the broker picks rows
+                             (f"after=0&upto={latest}&selector=n%3C%3E%27x%27", True)):  # ... one by one
+        with pytest.raises(RangeDecodeError, match=r"message \d+ on page \d+ does not decode") as caught:
+            api(proc, f"/api/streams/paged.bad/read?{query}&pages=raw")
+        assert str(caught.value).startswith("the broker cannot serve the range") == by_broker, query
+    assert "does not decode" in proc.log_tail(20)
 
 
 def test_an_uncommitted_range_reads_the_same_after_a_broker_restart(start_broker):

@@ -164,20 +164,24 @@ def test_bulk_rows_of_a_page_equal_its_records_rows(tmp_path: Path, seed: int) -
     asyncio.run(main())
 
 
-def test_a_backlog_of_one_queue_is_shipped_as_whole_spans_decoded_to_the_same_rows(tmp_path: Path) -> None:
-    """One queue's records, transactions decided and not among them: the spans a
-    `pages=raw` answer ships as they are, decoded by its reader to the records' rows."""
+@pytest.mark.parametrize("routes", [((A,),), ((A, B),), ((A,), (A, B))])
+def test_a_backlog_of_one_queue_is_shipped_as_whole_spans_decoded_to_the_same_rows(
+        tmp_path: Path, routes: tuple[tuple[int, ...], ...]) -> None:
+    """Records routed to one queue (alone, or with another queue of a multicast address),
+    transactions decided and not among them: the spans a `pages=raw` answer ships as they
+    are, decoded by its reader to the records' rows."""
     rnd = random.Random(7)
 
     async def main() -> None:
         pages = Pages(tmp_path, rnd)
-        pages.fill(300, ((A,),))
+        pages.fill(300, routes)
         await pages.pages.flush()
-        paged = PagedRange(*queue_plan(pages.store, A))
         WHOLE_SPANS.clear()
-        for page_no, first in paged.pages:
-            expected = rows_of_records(paged, page_no, first, 0, None)
-            assert rows_of_blocks(paged, page_no, first, 0, None) == expected
+        for queue_id in {queue for route in routes for queue in route}:
+            paged = PagedRange(*queue_plan(pages.store, queue_id))
+            for page_no, first in paged.pages:
+                expected = rows_of_records(paged, page_no, first, 0, None)
+                assert rows_of_blocks(paged, page_no, first, 0, None) == expected
         assert sum(rows for rows, _txs in WHOLE_SPANS) >= 200, WHOLE_SPANS
         assert any(txs for _rows, txs in WHOLE_SPANS), "spans holding a transaction's records"
         await pages.pages.close()

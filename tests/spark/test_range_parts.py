@@ -16,6 +16,7 @@ from pagemq.spark.range_parts import (
     Span,
     batch_head,
     end_part,
+    failure_part,
     hello_part,
     read_parts,
     span_head,
@@ -107,5 +108,15 @@ def test_a_message_that_does_not_decode_fails_the_read_naming_it() -> None:
 
 def test_what_is_not_a_parts_answer_is_refused() -> None:
     with pytest.raises(RangeDecodeError, match="unknown part"):
-        list(read_parts(io.BytesIO(b"X" + bytes(12)), True))
+        list(read_parts(io.BytesIO(b"Q" + bytes(12)), True))
     assert CONTENT_TYPE == "application/x-pagemq-range"
+
+
+def test_a_failure_part_fails_the_read_at_once_with_the_brokers_words() -> None:
+    data = span_bytes(range(1, 5))
+    failed = failure_part("message 9 on page 3 does not decode")
+    stream = answer(shipped(data, Span(3, 2, 0, 4, 1, 4, ())), failed)
+    batches = read_parts(stream, True)
+    assert next(batches).num_rows == 4
+    with pytest.raises(RangeDecodeError, match="the broker cannot serve the range: message 9 on page 3"):
+        next(batches)
