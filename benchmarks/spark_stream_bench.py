@@ -9,15 +9,18 @@ What it does:
 2. endpoint: the broker's side alone, over plain HTTP from this process, for the first
    `--per-trigger` messages: `offsets` (the end of the range: a scan of record ids), `splits`
    (the range cut into partitions: another scan), `read` of the whole range as Arrow IPC
-   (page reads, decode, Arrow encoding), nothing committed;
+   (page reads, decode, Arrow encoding), then again with `pages=raw` (as the source reads:
+   whole page spans shipped, decoded here), each with the broker's CPU per message, nothing
+   committed;
 3. stream: `spark.readStream.format("pagemq")` with `maxMessagesPerTrigger = --per-trigger`
    into `foreachBatch` (each micro-batch counted), until the queue is empty; msg/s is
    messages / the time from start() to the empty queue (every range read and acknowledged),
    and the steady rate: the rows of the batches after the first over their trigger times
    (the first batch also pays for starting Spark's Python workers);
-   offsets-behind-latest (the broker's `stream_readers` lag) is sampled every 0.5 s, and
-   Spark's per-batch durations (latestOffset: includes acknowledging the previous batch;
-   addBatch: the reads) are summed.
+   offsets-behind-latest (the broker's `stream_readers` lag) is sampled every 0.5 s, with the
+   CPU of the broker, Spark's JVM and its Python workers (per message after the first
+   batch: what a steady batch costs each), and Spark's per-batch durations (latestOffset:
+   includes acknowledging the previous batch; addBatch: the reads) are summed.
 `--warm-up N`: before step 3, the same kind of query streams N messages of another queue
 (`Trigger.AvailableNow`) in the same SparkSession, so the timed query starts in a warm JVM
 (classes loaded, code generated and JIT-compiled, Python workers up), as a query of a
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_batch_bench import HOST, SOURCE, Broker, fill
+from spark_batch_bench import HOST, SOURCE, Broker, broker_cpu, fill, spark_cpu
 
 
 def get(url: str) -> bytes:
@@ -55,9 +58,14 @@ def get(url: str) -> bytes:
         return bytes(response.read())
 
 
-def endpoint_figures(base: str, per_trigger: int, partition_size: int) -> dict[str, float]:
-    """Seconds each broker call takes for the first range (nothing is committed)."""
+def endpoint_figures(broker: Broker, base: str, per_trigger: int, partition_size: int) -> dict[str, float]:
+    """Seconds each broker call takes for the first range (nothing is committed), and the
+    broker's CPU per message of its reads, as Arrow (the broker decodes every page record)
+    and with `pages=raw` (whole page spans shipped as they are, decoded here, in this one
+    process: its rate is this reader's, the broker's CPU is the figure)."""
     import pyarrow as pa
+
+    from pagemq.spark.range_parts import read_parts
 
     figures: dict[str, float] = {}
     started = time.monotonic()
@@ -66,25 +74,32 @@ def endpoint_figures(base: str, per_trigger: int, partition_size: int) -> dict[s
     started = time.monotonic()
     splits = json.loads(get(f"{base}/splits?after=0&upto={offsets['end']}&size={partition_size}"))
     figures["splits_s"] = time.monotonic() - started
-    started = time.monotonic()
-    rows = 0
-    for low, high, page in splits["splits"]:
-        with urllib.request.urlopen(f"{base}/read?after={low}&upto={high}&from_page={page}",
-                                    timeout=600) as response:
-            rows += pa.ipc.open_stream(response).read_all().num_rows
-    figures["read_s"] = time.monotonic() - started
-    figures["read_rows"] = rows
-    figures["read_msg_per_s"] = round(rows / figures["read_s"])
+    for pages, prefix in (("arrow", "read"), ("raw", "raw_read")):
+        started, cpu = time.monotonic(), broker_cpu(broker)
+        rows = 0
+        for low, high, page in splits["splits"]:
+            with urllib.request.urlopen(f"{base}/read?after={low}&upto={high}&from_page={page}&pages={pages}",
+                                        timeout=600) as response:
+                if pages == "raw":
+                    rows += sum(batch.num_rows for batch in read_parts(response, True))
+                else:
+                    rows += pa.ipc.open_stream(response).read_all().num_rows
+        figures[f"{prefix}_s"] = time.monotonic() - started
+        figures[f"{prefix}_rows"] = rows
+        figures[f"{prefix}_msg_per_s"] = round(rows / figures[f"{prefix}_s"])
+        figures[f"{prefix}_broker_us_per_msg"] = round((broker_cpu(broker) - cpu) / max(1, rows) * 1e6, 2)
     return figures
 
 
 class LagSampler(threading.Thread):
-    """Samples the stream reader's offsets-behind-latest every half second."""
+    """Samples the stream reader's offsets-behind-latest every half second, and the CPU
+    seconds so far of the broker and of Spark (its JVM, its Python workers)."""
 
     def __init__(self, broker: Broker) -> None:
         super().__init__(daemon=True)
         self.broker = broker
         self.samples: list[tuple[float, int]] = []
+        self.cpu: list[tuple[float, float, float]] = []  # (broker, jvm, python) at each sample
         self.started = time.monotonic()
         self.stopped = threading.Event()
 
@@ -92,8 +107,21 @@ class LagSampler(threading.Thread):
         while not self.stopped.wait(0.5):
             readers = self.broker.queue(SOURCE).get("stream_readers") or []
             if readers:
+                spark = spark_cpu()
+                self.cpu.append((broker_cpu(self.broker), spark["jvm"], spark["python"]))
                 self.samples.append((round(time.monotonic() - self.started, 1),
                                      int(readers[0]["offsets_behind_latest"])))
+
+    def steady_cpu(self) -> dict[str, float] | None:
+        """CPU µs per message of each process after the first batch was acknowledged (from
+        the first sample below the whole backlog to the last one): what the steady batches
+        cost, Spark's start-up aside."""
+        first = next((i for i, (_t, lag) in enumerate(self.samples) if lag < self.samples[0][1]), None)
+        if first is None or self.samples[first][1] == self.samples[-1][1]:
+            return None
+        served = self.samples[first][1] - self.samples[-1][1]
+        return {name: round((self.cpu[-1][n] - self.cpu[first][n]) / served * 1e6, 2)
+                for n, name in enumerate(("broker", "jvm", "python"))}
 
 
 def batch_figures(progress: list[dict[str, Any]]) -> tuple[dict[str, int], list[tuple[int, int]], int | None]:
@@ -155,7 +183,7 @@ def main() -> None:
     try:
         fill_rate = fill(broker, args.messages, args.size)
         base = f"http://{HOST}:{broker.http_port}/api/streams/{SOURCE}"
-        endpoint = endpoint_figures(base, args.per_trigger, args.partition_size)
+        endpoint = endpoint_figures(broker, base, args.per_trigger, args.partition_size)
         spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         if args.profile is not None and Path(spy).exists():
             command = [spy, "record", "-p", str(broker.proc.pid), "-o", str(args.profile),
@@ -202,20 +230,32 @@ def main() -> None:
         "endpoint": {k: round(v, 3) if isinstance(v, float) else v for k, v in endpoint.items()},
         "spark_duration_ms": durations,
         "batch_ms": batches, "steady_msg_per_s": steady, "offsets_behind_latest": sampler.samples,
+        "steady_cpu_us_per_msg": sampler.steady_cpu(),
     }
     if args.json:
         print(json.dumps(figures))
-        return
-    print(f"{args.messages} paged messages of {args.size} B (fill {fill_rate:,.0f} msg/s)"
-          f"{'' if args.warm_up else '; a fresh SparkSession (no --warm-up)'}")
-    print(f"broker alone, first {args.per_trigger} messages: offsets {endpoint['offsets_s']:.2f}s, "
+    else:
+        report(figures)
+
+
+def report(figures: dict[str, Any]) -> None:
+    endpoint = figures["endpoint"]
+    print(f"{figures['messages']} paged messages of {figures['size']} B "
+          f"(fill {figures['fill_msg_per_s']:,} msg/s)"
+          f"{'' if figures['warm_up'] else '; a fresh SparkSession (no --warm-up)'}")
+    print(f"broker alone, first {figures['per_trigger']} messages: offsets {endpoint['offsets_s']:.2f}s, "
           f"splits {endpoint['splits_s']:.2f}s, read {endpoint['read_s']:.2f}s "
-          f"({endpoint['read_msg_per_s']:,} msg/s over HTTP + Arrow)")
-    print(f"stream into foreachBatch: {figures['stream_msg_per_s']:,} msg/s ({elapsed:.1f}s, "
+          f"({endpoint['read_msg_per_s']:,} msg/s over HTTP + Arrow, broker "
+          f"{endpoint['read_broker_us_per_msg']} µs CPU/msg); pages=raw: {endpoint['raw_read_s']:.2f}s "
+          f"({endpoint['raw_read_msg_per_s']:,} msg/s, decoded by this one reader; broker "
+          f"{endpoint['raw_read_broker_us_per_msg']} µs CPU/msg)")
+    print(f"stream into foreachBatch: {figures['stream_msg_per_s']:,} msg/s ({figures['stream_s']:.1f}s, "
           f"{figures['batches']} batches, {figures['counted']} rows counted)  (target >= 100,000)")
-    print(f"Spark's time per phase (ms, summed over batches): {durations}")
-    print(f"per batch (rows, ms): {batches}; after the first: {steady} msg/s")
-    print(f"offsets behind latest (s, messages): {sampler.samples}")
+    print(f"Spark's time per phase (ms, summed over batches): {figures['spark_duration_ms']}")
+    print(f"per batch (rows, ms): {figures['batch_ms']}; "
+          f"after the first: {figures['steady_msg_per_s']} msg/s")
+    print(f"CPU µs per message after the first batch: {figures['steady_cpu_us_per_msg']}")
+    print(f"offsets behind latest (s, messages): {figures['offsets_behind_latest']}")
 
 
 if __name__ == "__main__":
