@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_batch_bench import HOST, SOURCE, Broker, broker_cpu, fill, spark_cpu
+from spark_batch_bench import _NOT_SPARK, HOST, SOURCE, Broker, broker_cpu, fill, spark_cpu
 
 
 def get(url: str) -> bytes:
@@ -179,6 +179,7 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="spark-stream-bench-"))
     broker = Broker(workdir, "10MiB")
+    _NOT_SPARK.add(broker.proc.pid)  # (its CPU is counted on its own)
     profiler = None
     try:
         fill_rate = fill(broker, args.messages, args.size)

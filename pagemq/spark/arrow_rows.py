@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from pagemq.spark.schema import ARROW_SCHEMA
+from pagemq.spark.schema import ARROW_SCHEMA, timestamps
 from pagemq.storage.message_codec import decode_headers, read_head
 
 if TYPE_CHECKING:
@@ -102,7 +101,7 @@ class ArrowRows:
             pa.array([self.address] * self.count, pa.string()),
             pa.array(self.queues, pa.string()),
             pa.array(self.seqs, pa.int64()),
-            pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+            timestamps(millis),
             pa.array(self.priorities, pa.int32()),
             pa.array(self.persistent, pa.bool_()),
             headers,

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from pagemq.spark.arrow_rows import ArrowRows
 from pagemq.spark.page_decode import HEADERS_TYPE, header_map
-from pagemq.spark.schema import ARROW_SCHEMA
+from pagemq.spark.schema import ARROW_SCHEMA, timestamps
 from pagemq.storage.message_codec import read_head
 
 __all__ = ["EncodedRows"]
@@ -91,7 +91,7 @@ class EncodedRows:
             pa.repeat(pa.scalar(self.address, pa.string()), count),
             pa.repeat(pa.scalar(self.queue, pa.string()), count),
             ids,
-            pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+            timestamps(millis),
             pa.array(self._priorities, pa.int32()),
             pa.array(self._persistent, pa.bool_()),
             headers,

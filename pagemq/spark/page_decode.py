@@ -36,7 +36,7 @@ from operator import mul, sub
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pagemq.spark.schema import ARROW_SCHEMA
+from pagemq.spark.schema import ARROW_SCHEMA, timestamps
 from pagemq.storage.message_codec import CodecError, decode_headers, read_head
 from pagemq.storage.paging.page_format import (
     BATCH_COUNT,
@@ -72,6 +72,8 @@ _ENTRY_MESSAGE_AT = _MESSAGE_AT - _ENTRY_AT  # an entry's message, when routed t
 _NO_FRAME = (None,) * ORDINAL  # stands for the frame-header fields of a row found the slow way
 _BAD = -1  # VERSION of a row whose message is too short to hold a codec head
 _PERSISTENT = 0x01
+# typed scalars for compute calls (see schema.timestamps)
+_PERSISTENT_FLAG, _ZERO_FLAGS = pa.scalar(_PERSISTENT, pa.uint8()), pa.scalar(0, pa.uint8())
 _CODEC_VERSION = 1
 
 
@@ -303,15 +305,15 @@ def _batch(data: bytes | memoryview, columns: list[tuple], ends: Sequence[int], 
         seqs = ids
     else:
         seqs = pa.array(columns[ORDINAL], pa.int64())
-        seqs = pc.add(seqs, seq_base) if seq_base else seqs
+        seqs = pc.add(seqs, pa.scalar(seq_base, pa.int64())) if seq_base else seqs
     arrays = [
         ids.cast(pa.string()),
         pa.repeat(pa.scalar(address, pa.string()), count),
         _queue_column(columns[QUEUE], queue_name),
         seqs,
-        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
+        timestamps(millis),
         pa.array(columns[PRIORITY], pa.int32()),
-        pc.not_equal(pc.bit_wise_and(pa.array(columns[FLAGS], pa.uint8()), _PERSISTENT), 0),
+        pc.not_equal(pc.bit_wise_and(pa.array(columns[FLAGS], pa.uint8()), _PERSISTENT_FLAG), _ZERO_FLAGS),
         headers,
         bodies,
     ]

@@ -32,6 +32,8 @@ __all__ = ["OWN_HEADERS", "SendTemplate", "batch_headers", "body_column", "encod
 OWN_HEADERS = ("destination", "receipt", "content-length", "transaction", "_AMQ_DUPL_ID", BATCH_HEADER)
 _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), (":", "\\c"))
 _LITTLE = sys.byteorder == "little"
+# Typed scalars for compute calls (a Python str costs pyarrow a failed import per call: schema.timestamps).
+_COLON, _NEWLINE, _EMPTY = (pa.scalar(text, pa.string()) for text in (":", "\n", ""))
 
 
 def escape(text: str) -> str:
@@ -134,11 +136,12 @@ def _header_lines(headers: pa.Array) -> pa.Array:
     start = offsets[0].as_py()
     size = offsets[-1].as_py() - start
     keys, values = headers.keys.slice(start, size), headers.items.slice(start, size)
-    lines = pc.binary_join_element_wise(_escaped(keys), ":", _escaped(values.fill_null("")), "\n", "")
+    lines = pc.binary_join_element_wise(_escaped(keys), _COLON, _escaped(values.fill_null(_EMPTY)), _NEWLINE,
+                                        _EMPTY)
     dropped = pc.or_(pc.is_null(values), pc.is_in(keys, pa.array(OWN_HEADERS, pa.string())))
-    lines = pc.if_else(dropped, pa.scalar("", pa.string()), lines)
-    per_row = pa.ListArray.from_arrays(pc.subtract(offsets, start), lines)
-    joined = pc.binary_join(per_row, "")
+    lines = pc.if_else(dropped, _EMPTY, lines)
+    per_row = pa.ListArray.from_arrays(pc.subtract(offsets, pa.scalar(start, offsets.type)), lines)
+    joined = pc.binary_join(per_row, _EMPTY)
     return joined.fill_null("").cast(pa.binary())
 
 

@@ -61,6 +61,7 @@ log = logging.getLogger("pagemq.spark")
 
 DUPLICATE_ID_HEADER = "_AMQ_DUPL_ID"
 _OWN_HEADERS = frozenset(OWN_HEADERS)
+_FRAMING = pa.scalar(8, pa.int32())  # a row's bytes besides body and headers (typed: schema.timestamps)
 TRANSACTION_BYTES = 1 << 20  # bodies per transaction: what the broker stages until COMMIT
 SINK_OPTIONS = ("url", "address", "destination", "user", "password", "persistent", "receiptWindow",
                 "transactionSize", "receiptTimeout", "jobId", "batchSends")
@@ -188,7 +189,7 @@ def _send_batches(sender: StompSender, template: SendTemplate, bodies: pa.Array,
     """Rows `row`, `row + 1`, ... in transactions of one batch SEND each (a pagemq broker),
     each frame within the broker's max-frame-size."""
     own = batch_headers(template, headers, row, len(bodies))
-    sizes = pc.add(pc.add(pc.binary_length(bodies), pc.binary_length(own)), 8).to_pylist()
+    sizes = pc.add(pc.add(pc.binary_length(bodies), pc.binary_length(own)), _FRAMING).to_pylist()
     head = len(template.batch_head("t" * 20, 1 << 40)) + 16  # the frame's head, and its count
     limit = max(1, min(TRANSACTION_BYTES, sender.max_frame_size - head))
     for start, stop in split_rows(sizes, rows_per_transaction, limit):
