@@ -114,8 +114,8 @@ def _all_served(rows: list[tuple], frames: PageFrames, ordinal: int, after: int,
     """The ids of a span's rows when they are all the queue's to serve, as the row-by-row
     test in `page_blocks` would find one by one (the usual span of a backlog: records routed
     to the queue, alone or with other queues of a multicast address, none acknowledged,
-    claimed or lost, all in the range), checked column-wise: a
-    few calls instead of several per row. None when some row is not."""
+    claimed or lost, all in the range), checked column-wise: a few calls instead of several
+    per row. None when some row is not."""
     if not rows or frames.shown_from is None:
         return None
     if rows[0][ORDINAL] < ordinal or not frames.shown_from(rows[0][ORDINAL]):
