@@ -26,6 +26,7 @@ source (`page_scan`) uses it, and any reader of page-file bytes may.
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Callable, Container, Hashable, Sequence
@@ -129,6 +130,15 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
                 ordinal = row[ORDINAL] + 1
                 pos = stop
                 continue
+            if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] > 1
+                    and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
+                    and (multi := _multi_queue_row(view, pos, stop, row[QUEUE_COUNT])) is not None
+                    and crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1]):
+                append_row(multi)  # (a multicast address's record, routed to several queues)
+                append_end(stop)
+                ordinal = row[ORDINAL] + 1
+                pos = stop
+                continue
             if (row[0] == FRAME_MAGIC and row[KIND] == _BATCH_KIND and stop <= end
                     and row[ORDINAL] >= ordinal and 0 < row[2] < MAX_FRAME
                     and crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1]
@@ -144,6 +154,32 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
         _add_frame(found, view, offset, version, first, committed)
         pos, ordinal = offset + size, first + len(entries)
     return found
+
+
+def _multi_queue_row(view: memoryview, pos: int, stop: int, queues: int) -> tuple | None:  # type: ignore[type-arg]
+    """The row of the MESSAGE frame at `pos` (ending at `stop`) routed to `queues` queues,
+    laid out as `_FAST`'s with `QUEUE` the tuple of their ids, when its entry fills the
+    frame exactly and holds a codec head (one `struct` call, as for one queue); None for
+    anything else (the general path reads it)."""
+    if queues > _MAX_FAST_QUEUES:
+        return None
+    layout = _multi_queue_layout(queues)
+    if pos + layout.size > stop:
+        return None
+    message_at = _MESSAGE_AT + 8 * (queues - 1)
+    fields = layout.unpack_from(view, pos)
+    if fields[MESSAGE_LENGTH] != stop - pos - message_at or fields[MESSAGE_LENGTH] < CODEC_HEAD.size:
+        return None
+    return (*fields[:QUEUE], fields[QUEUE:QUEUE + queues], *fields[QUEUE + queues:])
+
+
+_MAX_FAST_QUEUES = 256  # a record routed to more takes the general path
+
+
+@functools.lru_cache(maxsize=_MAX_FAST_QUEUES)
+def _multi_queue_layout(queues: int) -> struct.Struct:
+    return struct.Struct(_FAST.format.replace("Q" + CODEC_HEAD.format.lstrip("<"),
+                                              "Q" * queues + CODEC_HEAD.format.lstrip("<"), 1))
 
 
 def _batch_rows(view: memoryview, pos: int, stop: int, first: int,
