@@ -57,9 +57,19 @@ from pagemq.storage.paging.page_format import (
 __all__ = ["CODEC_HEAD", "HEADERS_TYPE", "Located", "RowProblem", "build_batch", "header_map", "locate"]
 
 CODEC_HEAD = struct.Struct("<BBBBQqqHII")  # message_codec's fixed head (docs/formats/page.md)
+_MAX_FAST_QUEUES = 256  # a MESSAGE frame routed to more queues takes the general path
+
+
+@functools.lru_cache(maxsize=_MAX_FAST_QUEUES)
+def _message_frame(queues: int) -> struct.Struct:
+    """A MESSAGE frame of one entry routed to `queues` queues, up to its message's codec head."""
+    return struct.Struct("<4sIII" + "B" + ENTRY_HEAD.format.lstrip("<") + "Q" * queues
+                         + CODEC_HEAD.format.lstrip("<"))
+
+
 # One MESSAGE frame of one entry routed to one queue: frame header, record type, entry head,
 # the queue id, the message's codec head. Field indices below name what `Located.rows` hold.
-_FAST = struct.Struct("<4sIII" + "B" + ENTRY_HEAD.format.lstrip("<") + "Q" + CODEC_HEAD.format.lstrip("<"))
+_FAST = _message_frame(1)
 ORDINAL, KIND, FLAGS, MESSAGE_ID, QUEUE_COUNT, MESSAGE_LENGTH, QUEUE = 3, 4, 5, 6, 7, 8, 9
 VERSION, PRIORITY, TIMESTAMP, HEADER_COUNT, HEADER_BYTES, BODY_LENGTH = 10, 12, 16, 17, 18, 19
 _ENTRY_AT = FRAME_HEADER.size + 1  # a MESSAGE frame's entry
@@ -163,7 +173,7 @@ def _multi_queue_row(view: memoryview, pos: int, stop: int, queues: int) -> tupl
     anything else (the general path reads it)."""
     if queues > _MAX_FAST_QUEUES:
         return None
-    layout = _multi_queue_layout(queues)
+    layout = _message_frame(queues)
     if pos + layout.size > stop:
         return None
     message_at = _MESSAGE_AT + 8 * (queues - 1)
@@ -171,15 +181,6 @@ def _multi_queue_row(view: memoryview, pos: int, stop: int, queues: int) -> tupl
     if fields[MESSAGE_LENGTH] != stop - pos - message_at or fields[MESSAGE_LENGTH] < CODEC_HEAD.size:
         return None
     return (*fields[:QUEUE], fields[QUEUE:QUEUE + queues], *fields[QUEUE + queues:])
-
-
-_MAX_FAST_QUEUES = 256  # a record routed to more takes the general path
-
-
-@functools.lru_cache(maxsize=_MAX_FAST_QUEUES)
-def _multi_queue_layout(queues: int) -> struct.Struct:
-    return struct.Struct(_FAST.format.replace("Q" + CODEC_HEAD.format.lstrip("<"),
-                                              "Q" * queues + CODEC_HEAD.format.lstrip("<"), 1))
 
 
 def _batch_rows(view: memoryview, pos: int, stop: int, first: int,

@@ -42,7 +42,7 @@ from pagemq.spark.encoded_rows import EncodedRows
 from pagemq.spark.page_decode import FLAGS, MESSAGE_ID, build_batch, locate
 from pagemq.spark.schema import ARROW_SCHEMA
 from pagemq.storage.message_codec import CodecError
-from pagemq.storage.paging.page_format import FrameDamage
+from pagemq.storage.paging.page_format import PERSISTENT, FrameDamage
 
 __all__ = ["CONTENT_TYPE", "RangeDecodeError", "Span", "batch_head", "end_part", "failure_part", "hello_part",
            "read_parts", "span_batches", "span_head"]
@@ -50,7 +50,6 @@ __all__ = ["CONTENT_TYPE", "RangeDecodeError", "Span", "batch_head", "end_part",
 CONTENT_TYPE = "application/x-pagemq-range"
 _HEAD = struct.Struct("<cIQ")  # kind, meta length, payload length
 _MAX_META = 1 << 20
-_PERSISTENT = 0x01
 _BATCH_ROWS = 8192  # rows per batch when a span's messages are built one by one
 
 
@@ -181,7 +180,7 @@ def span_batches(data: bytes, span: Span, address: str, queue: str,
     encoded = EncodedRows(address, queue, include_headers=include_headers)
     for i, row in enumerate(rows):
         try:
-            encoded.add(row[MESSAGE_ID], bytes(located.message(i)), bool(row[FLAGS] & _PERSISTENT))
+            encoded.add(row[MESSAGE_ID], bytes(located.message(i)), bool(row[FLAGS] & PERSISTENT))
         except CodecError as exc:
             raise RangeDecodeError(f"message {row[MESSAGE_ID]} on page {span.page} does not decode: "
                                    f"{exc}") from exc

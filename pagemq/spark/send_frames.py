@@ -142,7 +142,7 @@ def _header_lines(headers: pa.Array) -> pa.Array:
     lines = pc.if_else(dropped, _EMPTY, lines)
     per_row = pa.ListArray.from_arrays(pc.subtract(offsets, pa.scalar(start, offsets.type)), lines)
     joined = pc.binary_join(per_row, _EMPTY)
-    return joined.fill_null("").cast(pa.binary())
+    return joined.fill_null(_EMPTY).cast(pa.binary())
 
 
 def _escaped(texts: pa.Array) -> pa.Array:
