@@ -5,11 +5,11 @@ object per column value) costs ~10 µs a row, several times what Spark's Python 
 API itself costs. Here a page's bytes are read once and:
 
 1. `locate` walks the frames with one `struct` call per record: the usual frame (a MESSAGE
-   frame of one entry routed to one queue) is checked (magic, length, ordinal, CRC, entry
-   length) and its fixed fields (frame header, entry head, queue id, message codec head)
-   are taken in that one call; a BATCH frame (a COMMIT's sends to one address) is checked
-   once and each entry routed to one queue takes one call too.
-   Anything else (TX_BATCH frames, several queues,
+   frame of one entry, routed to one queue or to several of a multicast address) is
+   checked (magic, length, ordinal, CRC, entry length) and its fixed fields (frame header,
+   entry head, queue ids, message codec head) are taken in that one call; a BATCH frame (a
+   COMMIT's sends to one address) is checked once and each entry routed to one queue takes
+   one call too. Anything else (TX_BATCH frames, BATCH entries routed to several queues,
    format-1 pages, damage, a torn tail) goes through `page_format.read_frames`, which
    reads past damage and notes it exactly as every other page reader does; the walk then
    goes on at the next frame.
