@@ -318,18 +318,21 @@ class _RangeRows:
         if paged is None:
             return
         bulk = paged.frames if self.selector is None else None
+        # a whole span goes as it is unless a message in memory falls among its ids (below)
+        shipped_as_is = self._apart if self.answer.ships_spans else None
         for page_no, first in paged.pages_from(from_page):
             frames = bulk(page_no, first) if bulk is not None else None
             if frames is None:
                 if not (yield from self._records(paged, page_no, first, after, upto)):
                     return
                 continue
-            for block in page_blocks(frames, first, after, upto, paged.pending_tx):
+            for block in page_blocks(frames, first, after, upto, paged.pending_tx,
+                                     shipped_as_is=shipped_as_is):
                 if isinstance(block, Fallback):
                     if not (yield from self._records(paged, page_no, block.ordinal, after, upto)):
                         return
                     break
-                if block.rows and self._interleaved(block):  # the merge must keep id order
+                if block.rows and not self._apart(block.first_id, block.last_id):  # (merged in id order)
                     for message_id, ordinal, message, persistent in block.messages():
                         yield message_id, page_no, ordinal, bytes(message), persistent
                 elif block.rows and block.whole and self.answer.ships_spans:
@@ -346,10 +349,10 @@ class _RangeRows:
                     return
                 del block
 
-    def _interleaved(self, block: PagedBlock) -> bool:
-        """Whether a message in memory falls among the block's ids."""
-        at = bisect.bisect_right(self._memory_ids, block.first_id)
-        return at < len(self._memory_ids) and self._memory_ids[at] < block.last_id
+    def _apart(self, first_id: int, last_id: int) -> bool:
+        """Whether no message in memory falls among a block's ids (first to last)."""
+        at = bisect.bisect_right(self._memory_ids, first_id)
+        return at == len(self._memory_ids) or self._memory_ids[at] >= last_id
 
     @staticmethod
     def _records(paged: PagedRange, page_no: int, ordinal: int, after: int, upto: int

@@ -112,14 +112,19 @@ class Located:
 
 def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FORMAT_VERSION,
            ordinal: int = 0, committed: Container[int] | None = None,
-           damage: list[FrameDamage] | None = None) -> Located:
+           damage: list[FrameDamage] | None = None, verify: bool = True) -> Located:
     """Every record of the intact frames in `data[start:end]` (see the module doc).
 
     `committed`, when given, keeps only the TX_BATCH records whose transaction is in it.
     Damage is read past and noted in `damage` (the list `Located.damage` is): `end` must be
     the end of the readable data, and bytes after the last complete frame are noted as a
     torn tail (`FrameDamage.torn`), which for a page still being written is an append in
-    progress; the caller tells the two apart."""
+    progress; the caller tells the two apart.
+
+    Without `verify` the usual frames' CRCs are not computed (their structure still is
+    checked): for a caller that only learns which records a span holds and hands the bytes
+    to a reader that locates them again, verified (a broker shipping a page span as it is,
+    `spark/range_parts.py`); a CRC costs about as much as the rest of a record's walk."""
     found = Located(data, damage=damage if damage is not None else [])
     view = memoryview(data)
     rows, ends = found.rows, found.ends
@@ -134,7 +139,7 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
             if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] == 1
                     and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
                     and row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT >= CODEC_HEAD.size
-                    and crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1]):
+                    and (not verify or crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
                 append_row(row)
                 append_end(stop)
                 ordinal = row[ORDINAL] + 1
@@ -143,7 +148,7 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
             if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] > 1
                     and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
                     and (multi := _multi_queue_row(view, pos, stop, row[QUEUE_COUNT])) is not None
-                    and crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1]):
+                    and (not verify or crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
                 append_row(multi)  # (a multicast address's record, routed to several queues)
                 append_end(stop)
                 ordinal = row[ORDINAL] + 1
@@ -151,7 +156,7 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
                 continue
             if (row[0] == FRAME_MAGIC and row[KIND] == _BATCH_KIND and stop <= end
                     and row[ORDINAL] >= ordinal and 0 < row[2] < MAX_FRAME
-                    and crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1]
+                    and (not verify or crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])
                     and (count := _batch_rows(view, pos, stop, row[ORDINAL], rows, ends))):
                 ordinal = row[ORDINAL] + count
                 pos = stop

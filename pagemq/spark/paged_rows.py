@@ -5,8 +5,9 @@ Reading record by record (`PagedQueue.read`: a `PagedRecord` per record, then it
 the broker most of its time per served message, and the broker is one process: its serving
 rate bounds the whole stream. Here a page's frames come as byte spans
 (`PagedQueue.frames`), are walked with `page_decode.locate` (one `struct` call and one CRC
-per usual frame), the queue's rows picked from the located tuples, and the record batch
-built column-wise by `page_decode.build_batch`, the bytes copied once, in C.
+per usual frame; no CRC for a span shipped as it is to a reader that verifies it), the
+queue's rows picked from the located tuples, and the record batch built column-wise by
+`page_decode.build_batch`, the bytes copied once, in C.
 
 Which rows a block holds is what `PagedRange.page_records` would yield, in the same order:
 the queue's records (`queue_id`; a record routed to several queues counts for each) still on
@@ -133,10 +134,18 @@ def _all_served(rows: list[tuple], frames: PageFrames, ordinal: int, after: int,
 
 
 def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
-                pending_tx: Callable[[int], bool]) -> Iterator[PagedBlock | Fallback]:
+                pending_tx: Callable[[int], bool], *,
+                shipped_as_is: Callable[[int, int], bool] | None = None) -> Iterator[PagedBlock | Fallback]:
     """The queue's rows of one page from `ordinal` (see the module doc), a block per span
     (spans without rows give none); a `Fallback` ends the iteration when a span cannot be
-    taken in bulk. Runs in a worker thread: it reads the page file."""
+    taken in bulk. Runs in a worker thread: it reads the page file.
+
+    `shipped_as_is(first_id, last_id)`, when given, says whether the caller would ship a
+    span whose records are all rows (`PagedBlock.whole`) as it is, to a reader that
+    verifies every frame (`range_parts.span_batches`): such a span is walked without its
+    CRCs (`locate(verify=False)`), which halves what the broker spends on it; a span that
+    is not whole, or that the caller would decode itself, is walked again, verified, before
+    any of its bytes are decoded here."""
     queue_id, shown = frames.queue_id, frames.shown
     assert shown is not None, "a queue's frames (PagedQueue.frames)"
     rows: list[tuple]  # type: ignore[type-arg]
@@ -146,13 +155,24 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
         data = frames.read(start, end - start)
         if not data:
             return  # the page was deleted meanwhile: every queue is done with it
-        damage: list[FrameDamage] = []
-        located = locate(data, 0, len(data), version=frames.version, ordinal=first,
-                         committed=decided, damage=damage)
-        if damage or len(data) != end - start:
+        if len(data) != end - start:
             yield Fallback(first)
             return
-        whole = _all_served(located.rows, frames, ordinal, after, upto)
+        damage: list[FrameDamage] = []
+        located = None
+        if shipped_as_is is not None:  # (the reader verifies every frame of a span shipped)
+            located = locate(data, 0, len(data), version=frames.version, ordinal=first,
+                             committed=decided, damage=damage, verify=False)
+            whole = None if damage else _all_served(located.rows, frames, ordinal, after, upto)
+            if whole is None or not shipped_as_is(whole[0], whole[-1]):
+                located, damage = None, []
+        if located is None:
+            located = locate(data, 0, len(data), version=frames.version, ordinal=first,
+                             committed=decided, damage=damage)
+            if damage:
+                yield Fallback(first)
+                return
+            whole = _all_served(located.rows, frames, ordinal, after, upto)
         if whole is not None:
             rows = located.rows
             yield PagedBlock(frames.page_no, first, data, rows, located.ends, whole,

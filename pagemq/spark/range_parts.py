@@ -25,7 +25,11 @@ then the payload:
   does not decode): the read fails naming it, where a cut read would be asked again.
 
 The reader trusts nothing it cannot check: a span that does not locate to exactly the rows
-the broker announced (count, first and last id, no damage) fails the read.
+the broker announced (count, first and last id) fails the read. The broker walks a span it
+ships without computing its frames' CRCs (`paged_rows.page_blocks`); the reader verifies
+every one, and a damaged frame (`SpanDamaged`) makes it ask for the rest of the range as
+Arrow (`pages=arrow`), which the broker builds from verified frames only, reading past
+damage as every page reader does.
 """
 
 from __future__ import annotations
@@ -44,8 +48,8 @@ from pagemq.spark.schema import ARROW_SCHEMA
 from pagemq.storage.message_codec import CodecError
 from pagemq.storage.paging.page_format import PERSISTENT, FrameDamage
 
-__all__ = ["CONTENT_TYPE", "RangeDecodeError", "Span", "batch_head", "end_part", "failure_part", "hello_part",
-           "read_parts", "span_batches", "span_head"]
+__all__ = ["CONTENT_TYPE", "RangeDecodeError", "Span", "SpanDamaged", "batch_head", "end_part",
+           "failure_part", "hello_part", "read_parts", "span_batches", "span_head"]
 
 CONTENT_TYPE = "application/x-pagemq-range"
 _HEAD = struct.Struct("<cIQ")  # kind, meta length, payload length
@@ -55,6 +59,11 @@ _BATCH_ROWS = 8192  # rows per batch when a span's messages are built one by one
 
 class RangeDecodeError(ValueError):
     """A range read's answer is not what its parts announced (or not parts at all)."""
+
+
+class SpanDamaged(RangeDecodeError):
+    """A shipped span holds a frame that does not verify (damage on disk, which the broker
+    did not look for): ask for the rest of the range as Arrow, which reads past it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +171,12 @@ def span_batches(data: bytes, span: Span, address: str, queue: str,
     located = locate(data, 0, len(data), version=span.version, ordinal=span.ordinal,
                      committed=frozenset(span.txids), damage=damage)
     rows = located.rows
-    if (damage or len(rows) != span.rows or not rows or rows[0][MESSAGE_ID] != span.first_id
+    if damage:
+        raise SpanDamaged(f"span of page {span.page} from ordinal {span.ordinal}: damaged, "
+                          f"{damage[0].reason} of the span")
+    if (len(rows) != span.rows or not rows or rows[0][MESSAGE_ID] != span.first_id
             or rows[-1][MESSAGE_ID] != span.last_id):
         found = f"{len(rows)} rows" + (f", ids {rows[0][MESSAGE_ID]}..{rows[-1][MESSAGE_ID]}" if rows else "")
-        if damage:
-            found += f", damage {damage[0]}"
         raise RangeDecodeError(
             f"span of page {span.page} from ordinal {span.ordinal}: the broker announced {span.rows} rows, "
             f"ids {span.first_id}..{span.last_id}; found {found}")

@@ -473,6 +473,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         if batch.num_rows:  # a cut answer is asked again after the last row given
                             params["after"] = batch.column("seq")[-1].as_py()
                 return
+            except range_parts.SpanDamaged as exc:
+                # A page span as it is on disk holds damage: the rest comes as Arrow, which
+                # the broker builds from verified frames, reading past the damage.
+                log.warning("pagemq stream: %s from %s; reading the rest of (%s, %s] as Arrow",
+                            exc, partition.url, params["after"], partition.upto)
+                params["pages"] = "arrow"
             except (http.client.HTTPException, OSError, EOFError, pa.ArrowInvalid) as exc:
                 # The answer was cut (a broker killed or restarting mid-read): the rest of
                 # the slice is asked for again, after the rows already given to Spark (each
@@ -493,6 +499,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if response.headers.get("Content-Type", "").startswith(range_parts.CONTENT_TYPE):
             try:
                 yield from range_parts.read_parts(response, self.options.include_headers)
+            except range_parts.SpanDamaged:
+                raise
             except range_parts.RangeDecodeError as exc:
                 raise BrokerStreamError(f"broker {url}: {exc}") from None
             return

@@ -19,7 +19,7 @@ from pagemq.core.message import Message
 from pagemq.core.stream import PagedRange
 from pagemq.spark.encoded_rows import EncodedRows
 from pagemq.spark.paged_rows import Fallback, PagedBlock, page_blocks
-from pagemq.spark.range_parts import CONTENT_TYPE, Span, read_parts, span_batches
+from pagemq.spark.range_parts import CONTENT_TYPE, Span, SpanDamaged, read_parts, span_batches
 from pagemq.spark.schema import ARROW_SCHEMA
 from pagemq.storage.message_codec import encode_message
 from pagemq.storage.paging.file_queue_store import FilePagedQueueStore
@@ -35,14 +35,14 @@ A, B = 11, 12
 class Pages:
     """A file store whose pages a test fills at random; reopened as a restart would."""
 
-    def __init__(self, directory: Path, rnd: random.Random) -> None:
-        self.directory, self.rnd = directory, rnd
+    def __init__(self, directory: Path, rnd: random.Random, page_size: int | None = None) -> None:
+        self.directory, self.rnd, self.page_size = directory, rnd, page_size
         self.ids = itertools.count(1)
         self.tx = itertools.count(1)
         self.open()
 
     def open(self) -> None:
-        size = self.rnd.choice((3000, 20_000, 1 << 20))
+        size = self.page_size or self.rnd.choice((3000, 20_000, 1 << 20))
         self.pages = PageStore(self.directory, ADDRESS, page_size_bytes=size, sync_timeout=0.001)
         self.pages.open()
         self.pages.start(asyncio.get_running_loop())
@@ -95,7 +95,14 @@ def rows_of_blocks(paged: PagedRange, page_no: int, ordinal: int, after: int, up
     frames = paged.frames(page_no, ordinal) if paged.frames is not None else None
     assert frames is not None, "a file store's intact page has frames"
     found: list[dict[str, object]] = []
-    for block in page_blocks(frames, ordinal, after, upto, paged.pending_tx):
+    blocks = list(page_blocks(frames, ordinal, after, upto, paged.pending_tx))
+    for shipped_as_is in (lambda _first, _last: True, lambda first, last: (first + last) % 2 == 0):
+        # a caller shipping whole spans as they are: the spans walked without their CRCs
+        # (this page is intact) give the same blocks
+        walked = list(page_blocks(paged.frames(page_no, ordinal), ordinal, after, upto,  # type: ignore[misc]
+                                  paged.pending_tx, shipped_as_is=shipped_as_is))
+        assert list(map(block_fields, walked)) == list(map(block_fields, blocks))
+    for block in blocks:
         if isinstance(block, Fallback):
             return None
         assert isinstance(block, PagedBlock)
@@ -111,6 +118,13 @@ def rows_of_blocks(paged: PagedRange, page_no: int, ordinal: int, after: int, up
 
 
 WHOLE_SPANS: list[tuple[int, int]] = []  # (rows, transactions) of each whole span met
+
+
+def block_fields(block: PagedBlock | Fallback) -> object:
+    if isinstance(block, Fallback):
+        return block
+    return (block.page_no, block.ordinal, block.rows, block.ends, block.ids, block.ordinals, block.ends_range,
+            block.whole, block.txids)
 
 
 def rows_of_span(block: PagedBlock) -> list[dict[str, object]]:
@@ -247,3 +261,36 @@ def answer_table(data: bytes, content_type: str) -> pa.Table:
     if content_type == CONTENT_TYPE:
         return pa.Table.from_batches(list(read_parts(io.BytesIO(data), True)), ARROW_SCHEMA)
     return pa.ipc.open_stream(data).read_all()
+
+
+def test_a_span_shipped_as_it_is_is_walked_unverified_and_its_reader_finds_the_damage(tmp_path: Path) -> None:
+    """Damage inside a frame (its CRC no longer matches, its structure intact): a caller that
+    ships whole spans gets the span as whole (the broker computes no CRC for it) and the
+    reader of the span finds the damage (`SpanDamaged`: it asks for Arrow instead); a caller
+    that would decode the span itself gets a `Fallback`, as before."""
+    rnd = random.Random(3)
+
+    async def main() -> None:
+        pages = Pages(tmp_path, rnd, page_size=1 << 20)
+        for _ in range(40):
+            pages.store.append([pages.record((A,))], summary_input=[None])
+        await pages.pages.flush()
+        paged = PagedRange(*queue_plan(pages.store, A))
+        (page_no, first), = paged.pages
+        page = next(tmp_path.rglob("*.page"))
+        data = bytearray(page.read_bytes())
+        data[len(data) // 2] ^= 0xFF  # inside some record's bytes
+        page.write_bytes(bytes(data))
+        assert isinstance(next(page_blocks(paged.frames(page_no, first), first, 0, None,  # type: ignore[misc]
+                                           paged.pending_tx)), Fallback)
+        refused = page_blocks(paged.frames(page_no, first), first, 0, None, paged.pending_tx,  # type: ignore[misc]
+                              shipped_as_is=lambda _first, _last: False)
+        assert isinstance(next(refused), Fallback)
+        block = next(page_blocks(paged.frames(page_no, first), first, 0, None, paged.pending_tx,  # type: ignore[misc]
+                                 shipped_as_is=lambda _first, _last: True))
+        assert isinstance(block, PagedBlock) and block.whole and len(block.ids) == 40
+        with pytest.raises(SpanDamaged, match=f"span of page {page_no} from ordinal 0: damaged, frame CRC"):
+            rows_of_span(block)
+        await pages.pages.close()
+
+    asyncio.run(main())

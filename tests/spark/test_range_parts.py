@@ -14,6 +14,7 @@ from pagemq.spark.range_parts import (
     CONTENT_TYPE,
     RangeDecodeError,
     Span,
+    SpanDamaged,
     batch_head,
     end_part,
     failure_part,
@@ -84,10 +85,11 @@ def test_a_span_that_does_not_hold_what_the_broker_announced_fails_the_read(span
         list(read_parts(answer(shipped(span_bytes(range(1, 41)), span), end_part()), True))
 
 
-def test_a_damaged_span_fails_the_read_naming_the_damage() -> None:
+def test_a_damaged_span_is_told_apart_so_the_reader_asks_for_arrow_instead() -> None:
     data = bytearray(span_bytes(range(1, 41)))
     data[200] ^= 0xFF
-    with pytest.raises(RangeDecodeError, match="damage"):
+    expected = "span of page 3 from ordinal 0: damaged, frame CRC mismatch at offset 107 of the span"
+    with pytest.raises(SpanDamaged, match=expected):
         list(read_parts(answer(shipped(bytes(data), Span(3, 2, 0, 40, 1, 40, ()))), True))
 
 
