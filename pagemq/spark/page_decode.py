@@ -302,13 +302,20 @@ def _transposed(rows: Sequence[tuple]) -> list[tuple]:  # type: ignore[type-arg]
 def _every(first: int, count: int, step: int) -> pa.Array:
     """int32 indices first, first + step, ... (`count` of them), made by Arrow kernels: a
     Python range made into an array costs several times more per element."""
-    if count > len(_COUNTING):
+    if count > _COUNTING:
         return pa.array(range(first, first + step * count, step), pa.int32())
-    return pc.add(pc.multiply(_COUNTING.slice(0, count), pa.scalar(step, pa.int32())),
+    return pc.add(pc.multiply(_counting().slice(0, count), pa.scalar(step, pa.int32())),
                   pa.scalar(first, pa.int32()))
 
 
-_COUNTING = pa.array(range(1 << 18), pa.int32())  # 0, 1, 2, ...: sliced by `_every`
+_COUNTING = 1 << 18
+
+
+@functools.cache
+def _counting() -> pa.Array:
+    """0, 1, 2, ... (`_COUNTING` of them), sliced by `_every`: made at the first decode, not
+    at import (~50 ms, paid by every process that imports the Spark source, decoding or not)."""
+    return pa.array(range(_COUNTING), pa.int32())
 
 
 class _HeaderTrouble(ValueError):
