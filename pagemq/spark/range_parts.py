@@ -172,8 +172,9 @@ def span_batches(data: bytes, span: Span, address: str, queue: str,
                      committed=frozenset(span.txids), damage=damage)
     rows = located.rows
     if damage:
+        lost = "" if damage[0].first_lost is None else f", the record of ordinal {damage[0].first_lost}"
         raise SpanDamaged(f"span of page {span.page} from ordinal {span.ordinal}: damaged, "
-                          f"{damage[0].reason} of the span")
+                          f"{damage[0].reason} of the span{lost}")
     if (len(rows) != span.rows or not rows or rows[0][MESSAGE_ID] != span.first_id
             or rows[-1][MESSAGE_ID] != span.last_id):
         found = f"{len(rows)} rows" + (f", ids {rows[0][MESSAGE_ID]}..{rows[-1][MESSAGE_ID]}" if rows else "")

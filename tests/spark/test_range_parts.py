@@ -88,7 +88,8 @@ def test_a_span_that_does_not_hold_what_the_broker_announced_fails_the_read(span
 def test_a_damaged_span_is_told_apart_so_the_reader_asks_for_arrow_instead() -> None:
     data = bytearray(span_bytes(range(1, 41)))
     data[200] ^= 0xFF
-    expected = "span of page 3 from ordinal 0: damaged, frame CRC mismatch at offset 107 of the span"
+    expected = ("span of page 3 from ordinal 0: damaged, frame CRC mismatch at offset 107 of the span, "
+                "the record of ordinal 1$")
     with pytest.raises(SpanDamaged, match=expected):
         list(read_parts(answer(shipped(bytes(data), Span(3, 2, 0, 40, 1, 40, ()))), True))
 
