@@ -47,6 +47,7 @@ from pagemq.storage.paging.page_format import (
     FRAME_HEADER,
     FRAME_MAGIC,
     MAX_FRAME,
+    PERSISTENT,
     TX_BATCH_HEAD,
     V1_FRAME_HEADER,
     FrameDamage,
@@ -82,9 +83,8 @@ _BATCH_ENTRY = struct.Struct("<" + ENTRY_HEAD.format.lstrip("<") + "Q" + CODEC_H
 _ENTRY_MESSAGE_AT = _MESSAGE_AT - _ENTRY_AT  # an entry's message, when routed to one queue
 _NO_FRAME = (None,) * ORDINAL  # stands for the frame-header fields of a row found the slow way
 _BAD = -1  # VERSION of a row whose message is too short to hold a codec head
-_PERSISTENT = 0x01
 # typed scalars for compute calls (see schema.timestamps)
-_PERSISTENT_FLAG, _ZERO_FLAGS = pa.scalar(_PERSISTENT, pa.uint8()), pa.scalar(0, pa.uint8())
+_PERSISTENT_FLAG, _ZERO_FLAGS = pa.scalar(PERSISTENT, pa.uint8()), pa.scalar(0, pa.uint8())
 _CODEC_VERSION = 1
 
 

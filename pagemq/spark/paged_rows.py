@@ -28,12 +28,10 @@ from operator import itemgetter
 import pyarrow as pa
 
 from pagemq.spark.page_decode import FLAGS, MESSAGE_ID, ORDINAL, QUEUE, Located, build_batch, locate
-from pagemq.storage.paging.page_format import FrameDamage
+from pagemq.storage.paging.page_format import PERSISTENT, FrameDamage
 from pagemq.storage.paging.page_store import PageFrames
 
 __all__ = ["Fallback", "PagedBlock", "page_blocks"]
-
-_PERSISTENT = 0x01
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,7 @@ class PagedBlock:
         one by one with other messages."""
         located = Located(self.data, self.rows, self.ends)
         for i, row in enumerate(self.rows):
-            yield row[MESSAGE_ID], row[ORDINAL], located.message(i), bool(row[FLAGS] & _PERSISTENT)
+            yield row[MESSAGE_ID], row[ORDINAL], located.message(i), bool(row[FLAGS] & PERSISTENT)
 
 
 class _Decided:
@@ -128,7 +126,7 @@ def _all_served(rows: list[tuple], frames: PageFrames, ordinal: int, after: int,
     ids = list(map(_message_id, rows))
     if min(ids) <= after or (upto is not None and max(ids) > upto):
         return None
-    if frames.skip_non_persistent and not all(row[FLAGS] & _PERSISTENT for row in rows):
+    if frames.skip_non_persistent and not all(row[FLAGS] & PERSISTENT for row in rows):
         return None
     return ids
 
@@ -151,6 +149,7 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
     rows: list[tuple]  # type: ignore[type-arg]
     persistent_only = frames.skip_non_persistent
     decided = _Decided(pending_tx)
+    hopeful = True  # the last span was whole: walk the next unverified first
     for first, start, end in frames.spans:
         data = frames.read(start, end - start)
         if not data:
@@ -159,13 +158,13 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
             yield Fallback(first)
             return
         damage: list[FrameDamage] = []
-        located = None
-        if shipped_as_is is not None:  # (the reader verifies every frame of a span shipped)
+        located = whole = None
+        if shipped_as_is is not None and hopeful:  # (the reader verifies a span shipped)
             located = locate(data, 0, len(data), version=frames.version, ordinal=first,
                              committed=decided, damage=damage, verify=False)
             whole = None if damage else _all_served(located.rows, frames, ordinal, after, upto)
             if whole is None or not shipped_as_is(whole[0], whole[-1]):
-                located, damage = None, []
+                located, whole, damage = None, None, []
         if located is None:
             located = locate(data, 0, len(data), version=frames.version, ordinal=first,
                              committed=decided, damage=damage)
@@ -173,6 +172,9 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
                 yield Fallback(first)
                 return
             whole = _all_served(located.rows, frames, ordinal, after, upto)
+        # A page whose spans are not whole (records of other queues, acknowledged ones) is
+        # walked once per span, verified, not twice: unverified first again once one is.
+        hopeful = whole is not None
         if whole is not None:
             rows = located.rows
             yield PagedBlock(frames.page_no, first, data, rows, located.ends, whole,
@@ -189,7 +191,7 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
             index = row[ORDINAL]
             queue = row[QUEUE]
             if (index < ordinal or (queue != queue_id and not (type(queue) is tuple and queue_id in queue))
-                    or not shown(index) or (persistent_only and not row[FLAGS] & _PERSISTENT)):
+                    or not shown(index) or (persistent_only and not row[FLAGS] & PERSISTENT)):
                 continue
             message_id = row[MESSAGE_ID]
             if message_id <= after:
