@@ -50,7 +50,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_batch_bench import _NOT_SPARK, HOST, SOURCE, Broker, broker_cpu, fill, spark_cpu
+from spark_batch_bench import (
+    _NOT_SPARK,
+    HOST,
+    SOURCE,
+    Broker,
+    add_driver_memory,
+    broker_cpu,
+    fill,
+    spark_cpu,
+    spark_session,
+)
 
 
 def get(url: str) -> bytes:
@@ -169,12 +179,11 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=0,
                         help="messages of another queue streamed first, in the same session")
     parser.add_argument("--profile", type=Path)
+    add_driver_memory(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     from pagemq.spark import register
 
     workdir = Path(tempfile.mkdtemp(prefix="spark-stream-bench-"))
@@ -190,10 +199,7 @@ def main() -> None:
             command = [spy, "record", "-p", str(broker.proc.pid), "-o", str(args.profile),
                        "--rate", "50", "--format", "flamegraph" if args.profile.suffix == ".svg" else "raw"]
             profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = spark_session(args.driver_memory)
         register(spark)
         if args.warm_up:
             warm_up(spark, broker, args.warm_up, args.size, workdir / "warm-up")
@@ -225,7 +231,7 @@ def main() -> None:
     durations, batches, steady = batch_figures(progress)
     figures: dict[str, Any] = {
         "messages": args.messages, "size": args.size, "per_trigger": args.per_trigger,
-        "warm_up": args.warm_up,
+        "warm_up": args.warm_up, "driver_memory": args.driver_memory,
         "fill_msg_per_s": round(fill_rate), "stream_msg_per_s": round(args.messages / elapsed),
         "stream_s": round(elapsed, 2), "batches": len([c for c in counted if c]), "counted": sum(counted),
         "endpoint": {k: round(v, 3) if isinstance(v, float) else v for k, v in endpoint.items()},
@@ -243,7 +249,8 @@ def report(figures: dict[str, Any]) -> None:
     endpoint = figures["endpoint"]
     print(f"{figures['messages']} paged messages of {figures['size']} B "
           f"(fill {figures['fill_msg_per_s']:,} msg/s)"
-          f"{'' if figures['warm_up'] else '; a fresh SparkSession (no --warm-up)'}")
+          f"{'' if figures['warm_up'] else '; a fresh SparkSession (no --warm-up)'}"
+          f", driver memory {figures['driver_memory']}")
     print(f"broker alone, first {figures['per_trigger']} messages: offsets {endpoint['offsets_s']:.2f}s, "
           f"splits {endpoint['splits_s']:.2f}s, read {endpoint['read_s']:.2f}s "
           f"({endpoint['read_msg_per_s']:,} msg/s over HTTP + Arrow, broker "

@@ -332,12 +332,12 @@ class _RangeRows:
                     if not (yield from self._records(paged, page_no, block.ordinal, after, upto)):
                         return
                     break
-                if block.rows and not self._apart(block.first_id, block.last_id):  # (merged in id order)
+                if block.ids and not self._apart(block.first_id, block.last_id):  # (merged in id order)
                     for message_id, ordinal, message, persistent in block.messages():
                         yield message_id, page_no, ordinal, bytes(message), persistent
-                elif block.rows and block.whole and self.answer.ships_spans:
+                elif block.ids and block.whole and self.answer.ships_spans:
                     yield block.first_id, page_no, _SPAN, block, True
-                elif block.rows:
+                elif block.ids:
                     batch = block.batch(self.address, self.queue_name, self.include_headers)
                     if batch is None:  # a message does not decode: as the record path has it
                         if not (yield from self._records(paged, page_no, block.ordinal, after, upto)):

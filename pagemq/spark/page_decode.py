@@ -2,40 +2,43 @@
 
 Decoding a page record by record in Python (a `PagedRecord`, a `Message`, then one Python
 object per column value) costs ~10 µs a row, several times what Spark's Python data source
-API itself costs. Here a page's bytes are read once and:
+API itself costs; so did one `struct` tuple per record, transposed into columns (~3.5 µs).
+Here a page's bytes are read once and no Python object is made per record on the usual path:
 
-1. `locate` walks the frames with one `struct` call per record: the usual frame (a MESSAGE
-   frame of one entry, routed to one queue or to several of a multicast address) is
-   checked (magic, length, ordinal, CRC, entry length) and its fixed fields (frame header,
-   entry head, queue ids, message codec head) are taken in that one call; a BATCH frame (a
-   COMMIT's sends to one address) is checked once and each entry routed to one queue takes
-   one call too. Anything else (TX_BATCH frames, BATCH entries routed to several queues,
-   format-1 pages, damage, a torn tail) goes through `page_format.read_frames`, which
-   reads past damage and notes it exactly as every other page reader does; the walk then
-   goes on at the next frame.
-2. `build_batch` turns located rows into a record batch of `schema.ARROW_SCHEMA` column by
-   column: fixed fields by transposing the unpacked tuples, variable ones (body, header
-   text, header lengths) by one Arrow `take` over a binary array whose offsets cut the page
-   buffer itself into [lengths, text, body, gap] per row, so the bytes are copied once, in
-   C. Headers (the `headers` column) are decoded only when asked for.
+1. `locate` walks the frames. A run of usual frames (a MESSAGE frame of one entry routed
+   to one queue) is walked reading each frame's length, then taken column-wise: their
+   fixed fields (frame header, entry head, queue id, message codec head) are cut out of
+   the buffer in one Arrow `take` and read as numpy columns, checked as whole columns
+   (length, ordinal, entry length), and each frame's CRC is computed. Anything else
+   (MESSAGE frames routed to several queues and BATCH frames, one `struct` call per
+   record; TX_BATCH frames, format-1 pages, damage, a torn tail through
+   `page_format.read_frames`, which reads past damage and notes it exactly as every other
+   page reader does) is read frame by frame, and the walk goes on after it.
+2. `build_batch` turns a `Located` into a record batch of `schema.ARROW_SCHEMA` column by
+   column: fixed fields from the numpy columns, variable ones (body, header text, header
+   lengths) by one Arrow `take` over a binary array whose offsets cut the page buffer
+   itself into [lengths, text, body, gap] per row, so the bytes are copied once, in C.
+   Headers (the `headers` column) are decoded only when asked for.
 
-Rows hold positions into the page buffer (`data`), so the buffer must outlive the
-`Located` made from it. Pure format code over pyarrow: no broker, no Spark; the batch
-source (`page_scan`) uses it, and any reader of page-file bytes may.
+A `Located` holds positions into the page buffer (`data`), so the buffer must outlive it.
+Pure format code over pyarrow and numpy: no broker, no Spark; the batch source
+(`page_scan`), a range read's spans (`range_parts`) and the broker's bulk range reads
+(`paged_rows`) use it, and any reader of page-file bytes may.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import struct
 import zlib
-from collections.abc import Callable, Container, Hashable, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import mul, sub
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pagemq.spark.schema import ARROW_SCHEMA, timestamps
 from pagemq.storage.message_codec import CodecError, decode_headers, read_head
@@ -55,7 +58,8 @@ from pagemq.storage.paging.page_format import (
     read_frames,
 )
 
-__all__ = ["CODEC_HEAD", "HEADERS_TYPE", "Located", "RowProblem", "build_batch", "header_map", "locate"]
+__all__ = ["CODEC_HEAD", "FIELDS", "HEADERS_TYPE", "Located", "RowProblem", "build_batch", "header_map",
+           "locate"]
 
 CODEC_HEAD = struct.Struct("<BBBBQqqHII")  # message_codec's fixed head (docs/formats/page.md)
 _MAX_FAST_QUEUES = 256  # a MESSAGE frame routed to more queues takes the general path
@@ -69,45 +73,138 @@ def _message_frame(queues: int) -> struct.Struct:
 
 
 # One MESSAGE frame of one entry routed to one queue: frame header, record type, entry head,
-# the queue id, the message's codec head. Field indices below name what `Located.rows` hold.
+# the queue id, the message's codec head. Field indices below name the columns of a `Located`
+# (and the fields of its `rows`).
 _FAST = _message_frame(1)
 ORDINAL, KIND, FLAGS, MESSAGE_ID, QUEUE_COUNT, MESSAGE_LENGTH, QUEUE = 3, 4, 5, 6, 7, 8, 9
 VERSION, PRIORITY, TIMESTAMP, HEADER_COUNT, HEADER_BYTES, BODY_LENGTH = 10, 12, 16, 17, 18, 19
+FIELDS = range(ORDINAL, BODY_LENGTH + 1)  # what a `Located` holds per record
 _ENTRY_AT = FRAME_HEADER.size + 1  # a MESSAGE frame's entry
 _MESSAGE_AT = _ENTRY_AT + ENTRY_HEAD.size + 8  # its message, when routed to one queue
 _MESSAGE_KIND = int(RecordType.MESSAGE)
 _BATCH_KIND = int(RecordType.BATCH)
+# A frame's head up to its entry's queue count: enough to tell a usual frame while walking.
+_WALK = struct.Struct("<4sIIIBBQH")
+assert _FAST.format.startswith(_WALK.format)
 # One entry of a BATCH frame routed to one queue: entry head, the queue id, the codec head
 # (its row is `_NO_FRAME`, ordinal, kind, then these: the same layout as `_FAST`'s).
 _BATCH_ENTRY = struct.Struct("<" + ENTRY_HEAD.format.lstrip("<") + "Q" + CODEC_HEAD.format.lstrip("<"))
 _ENTRY_MESSAGE_AT = _MESSAGE_AT - _ENTRY_AT  # an entry's message, when routed to one queue
 _NO_FRAME = (None,) * ORDINAL  # stands for the frame-header fields of a row found the slow way
-_BAD = -1  # VERSION of a row whose message is too short to hold a codec head
-# typed scalars for compute calls (see schema.timestamps)
-_PERSISTENT_FLAG, _ZERO_FLAGS = pa.scalar(PERSISTENT, pa.uint8()), pa.scalar(0, pa.uint8())
 _CODEC_VERSION = 1
+_NUMPY_CODES = {"B": "u1", "H": "<u2", "I": "<u4", "Q": "<u8", "q": "<i8"}
+
+
+def _numpy_record(layout: struct.Struct) -> np.dtype[Any]:
+    """`layout`'s fields as a packed numpy record (fields `f0`, `f1`, ...): the same bytes,
+    read column-wise."""
+    formats: list[str] = []
+    for count, code in re.findall(r"(\d*)([a-zA-Z])", layout.format.lstrip("<")):
+        formats += [f"S{count}"] if code == "s" else [_NUMPY_CODES[code]] * int(count or 1)
+    record = np.dtype([(f"f{n}", kind) for n, kind in enumerate(formats)])
+    assert record.itemsize == layout.size, layout.format
+    return record
+
+
+_FAST_RECORD = _numpy_record(_FAST)
+_COLUMN_TYPES = {n: _FAST_RECORD[f"f{n}"] for n in FIELDS}
+_EMPTY = {n: np.empty(0, kind) for n, kind in _COLUMN_TYPES.items()}
 
 
 @dataclass(slots=True)
 class Located:
-    """The records of one page buffer, in file (ordinal) order.
+    """The records of one page buffer, in file (ordinal) order, column-wise.
 
-    `rows[i]` is a tuple laid out as `_FAST`'s fields (indices `ORDINAL`, `MESSAGE_ID`, ...;
-    `QUEUE` holds the queue id, or the tuple of ids when the record went to zero or several
-    queues) and `ends[i]` is where its encoded message ends in the buffer (it starts
-    `rows[i][MESSAGE_LENGTH]` bytes before). `txids[i]` is set for rows of a TX_BATCH
+    `columns[f]` holds field `f` (`ORDINAL`, `MESSAGE_ID`, ... `BODY_LENGTH`: `_FAST`'s
+    fields from the ordinal on) of every record, as a numpy array; `QUEUE` holds the queue
+    id (uint64), or, when some record went to zero or several queues, Python objects (an id,
+    or the tuple of ids). `ends[i]` is where record i's encoded message ends in the buffer
+    (it starts `MESSAGE_LENGTH` bytes before). `txids[i]` is set for records of a TX_BATCH
     only. `damage` holds what `read_frames` noted."""
 
     data: bytes | memoryview
-    rows: list[tuple] = field(default_factory=list)  # type: ignore[type-arg]
-    ends: list[int] = field(default_factory=list)
+    columns: dict[int, np.ndarray[Any, Any]] = field(default_factory=lambda: dict(_EMPTY))
+    ends: np.ndarray[Any, Any] = field(default_factory=lambda: np.empty(0, np.int64))
     txids: dict[int, int] = field(default_factory=dict)
     damage: list[FrameDamage] = field(default_factory=list)
 
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @property
+    def rows(self) -> list[tuple]:  # type: ignore[type-arg]
+        """The records as tuples laid out as `_FAST`'s fields (the frame-header fields None):
+        for the callers that look at records one by one."""
+        columns = [self.columns[n].tolist() for n in FIELDS]
+        return list(zip(*repeat(repeat(None), ORDINAL), *columns, strict=False))
+
     def message(self, i: int) -> memoryview:
-        """Row `i`'s encoded message (the `message_codec` bytes)."""
-        end = self.ends[i]
-        return memoryview(self.data)[end - self.rows[i][MESSAGE_LENGTH]:end]
+        """Record `i`'s encoded message (the `message_codec` bytes)."""
+        end = int(self.ends[i])
+        return memoryview(self.data)[end - int(self.columns[MESSAGE_LENGTH][i]):end]
+
+    def take(self, index: np.ndarray[Any, Any] | slice) -> Located:
+        """Some of the records (positions, or a slice), in the order given."""
+        positions = np.arange(len(self))[index] if self.txids else None
+        txids = {} if positions is None else {
+            n: self.txids[int(old)] for n, old in enumerate(positions) if int(old) in self.txids}
+        return Located(self.data, {n: column[index] for n, column in self.columns.items()}, self.ends[index],
+                       txids, self.damage)
+
+    @classmethod
+    def of_rows(cls, data: bytes | memoryview, rows: Iterable[tuple], ends: Iterable[int]) -> Located:  # type: ignore[type-arg]
+        """Records given as tuples laid out as `_FAST`'s fields (see `rows`)."""
+        finding = _Finding([])
+        finding.rows += rows
+        finding.ends += ends
+        return finding.located(data)
+
+
+class _Finding:
+    """What `locate` found so far: runs of columns (usual frames, taken column-wise) and
+    the rows of the frames read one by one since the last run, as tuples."""
+
+    __slots__ = ("count", "damage", "ends", "parts", "rows", "txids")
+
+    def __init__(self, damage: list[FrameDamage]) -> None:
+        self.damage = damage
+        self.parts: list[tuple[dict[int, np.ndarray[Any, Any]], np.ndarray[Any, Any]]] = []
+        self.rows: list[tuple] = []  # type: ignore[type-arg]
+        self.ends: list[int] = []
+        self.txids: dict[int, int] = {}
+        self.count = 0  # records in `parts`
+
+    def usual(self, heads: np.ndarray[Any, Any], stops: np.ndarray[Any, Any]) -> None:
+        self._flush()
+        self.parts.append(({n: heads[f"f{n}"] for n in FIELDS}, stops))
+        self.count += len(stops)
+
+    def tx(self, txid: int) -> None:
+        """The next row added belongs to transaction `txid`."""
+        self.txids[self.count + len(self.rows)] = txid
+
+    def _flush(self) -> None:
+        if not self.rows:
+            return
+        columns = list(zip(*self.rows, strict=True))
+        part = {n: np.array(columns[n], _COLUMN_TYPES[n]) for n in FIELDS if n != QUEUE}
+        queues = columns[QUEUE]
+        part[QUEUE] = (np.array(queues, np.uint64) if all(type(queue) is int for queue in queues)
+                       else np.fromiter(queues, object, len(queues)))
+        self.parts.append((part, np.array(self.ends, np.int64)))
+        self.count += len(self.rows)
+        self.rows, self.ends = [], []
+
+    def located(self, data: bytes | memoryview) -> Located:
+        self._flush()
+        if not self.parts:
+            return Located(data, txids=self.txids, damage=self.damage)
+        if len(self.parts) == 1:
+            columns, ends = self.parts[0]
+            return Located(data, {n: np.ascontiguousarray(column) for n, column in columns.items()}, ends,
+                           self.txids, self.damage)
+        return Located(data, {n: np.concatenate([columns[n] for columns, _ in self.parts]) for n in FIELDS},
+                       np.concatenate([ends for _, ends in self.parts]), self.txids, self.damage)
 
 
 def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FORMAT_VERSION,
@@ -121,54 +218,106 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
     torn tail (`FrameDamage.torn`), which for a page still being written is an append in
     progress; the caller tells the two apart.
 
-    Without `verify` the usual frames' CRCs are not computed (their structure still is
-    checked): for a caller that only learns which records a span holds and hands the bytes
-    to a reader that locates them again, verified (a broker shipping a page span as it is,
-    `spark/range_parts.py`); a CRC costs about as much as the rest of a record's walk."""
-    found = Located(data, damage=damage if damage is not None else [])
+    Without `verify` the frames' CRCs are not computed (their structure still is checked):
+    for a caller that only learns which records a span holds and hands the bytes to a
+    reader that locates them again, verified (a broker shipping a page span as it is,
+    `spark/range_parts.py`)."""
+    found = _Finding(damage if damage is not None else [])
     view = memoryview(data)
-    rows, ends = found.rows, found.ends
-    append_row, append_end = rows.append, ends.append
-    unpack, crc32, fast_size = _FAST.unpack_from, zlib.crc32, _FAST.size
     pos = start
-    fast = version >= 2
     while pos < end:
-        if fast and pos + fast_size <= end:  # the usual frame, inline
-            row = unpack(view, pos)
-            stop = pos + FRAME_HEADER.size + row[2]
-            if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] == 1
-                    and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
-                    and row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT >= CODEC_HEAD.size
-                    and (not verify or crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
-                append_row(row)
-                append_end(stop)
-                ordinal = row[ORDINAL] + 1
-                pos = stop
+        if version >= 2 and (starts := _walk(view, pos, end)):
+            heads, stops = _usual_frames(data, view, starts, ordinal, verify)
+            if len(stops):
+                found.usual(heads, stops)
+                pos, ordinal = int(stops[-1]), int(heads["f3"][-1]) + 1
                 continue
-            if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] > 1
-                    and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
-                    and (multi := _multi_queue_row(view, pos, stop, row[QUEUE_COUNT])) is not None
-                    and (not verify or crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
-                append_row(multi)  # (a multicast address's record, routed to several queues)
-                append_end(stop)
-                ordinal = row[ORDINAL] + 1
-                pos = stop
-                continue
-            if (row[0] == FRAME_MAGIC and row[KIND] == _BATCH_KIND and stop <= end
-                    and row[ORDINAL] >= ordinal and 0 < row[2] < MAX_FRAME
-                    and (not verify or crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])
-                    and (count := _batch_rows(view, pos, stop, row[ORDINAL], rows, ends))):
-                ordinal = row[ORDINAL] + count
-                pos = stop
-                continue
-        frames = read_frames(view, pos, end, version=version, ordinal=ordinal, damage=found.damage)
-        frame = next(frames, None)
-        if frame is None:
+        after = _other_frame(found, view, pos, end, version, ordinal, committed, verify)
+        if after is None:
             break
-        offset, size, first, entries = frame
-        _add_frame(found, view, offset, version, first, committed)
-        pos, ordinal = offset + size, first + len(entries)
-    return found
+        pos, ordinal = after
+    return found.located(data)
+
+
+def _walk(view: memoryview, pos: int, end: int) -> list[int]:
+    """Where the frames from `pos` start, while they look usual (a MESSAGE frame of one
+    entry routed to one queue, long enough to hold a codec head, whole before `end`): one
+    `struct` call each, the rest of the checks left to `_usual_frames`."""
+    starts: list[int] = []
+    append, unpack = starts.append, _WALK.unpack_from
+    last, header, fast_size = end - _FAST.size, FRAME_HEADER.size, _FAST.size
+    while pos <= last:
+        magic, _crc, length, _ordinal, kind, _flags, _id, queues = unpack(view, pos)
+        stop = pos + header + length
+        if (magic != FRAME_MAGIC or kind != _MESSAGE_KIND or queues != 1 or stop > end
+                or stop < pos + fast_size):
+            break
+        append(pos)
+        pos = stop
+    return starts
+
+
+def _usual_frames(data: bytes | memoryview, view: memoryview, starts: list[int], ordinal: int, verify: bool
+                  ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The fixed fields (`_FAST_RECORD`s) and ends of the walked frames at `starts`, up to
+    the first that is not a usual frame after all (its entry does not fill it, its ordinal
+    does not follow, or its CRC does not match): what the frame-by-frame reader would take."""
+    at = np.array(starts, np.int64)
+    heads = _gather(data, at, _FAST.size)
+    stops = at + FRAME_HEADER.size + heads["f2"].astype(np.int64)
+    ordinals = heads["f3"].astype(np.int64)
+    lengths = heads[f"f{MESSAGE_LENGTH}"].astype(np.int64)
+    good = (lengths == stops - at - _MESSAGE_AT) & (heads["f2"] < MAX_FRAME)
+    good[0] &= ordinals[0] >= ordinal
+    good[1:] &= ordinals[1:] > ordinals[:-1]
+    if verify:
+        crc32 = zlib.crc32
+        crcs = [crc32(view[begin + FRAME_CRC_FROM:stop])
+                for begin, stop in zip(starts, stops.tolist(), strict=True)]
+        good &= np.array(crcs, np.uint32) == heads["f1"]
+    if good.all():
+        return heads, stops
+    first_bad = int(np.argmin(good))
+    return heads[:first_bad], stops[:first_bad]
+
+
+def _gather(data: bytes | memoryview, at: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any]:
+    """The `size` bytes at each of the positions `at` (ascending, `size` apart at least), as
+    `_FAST_RECORD`s: cut out of `data` in one Arrow `take`."""
+    count = len(at)
+    cuts = np.empty(2 * count, np.int64)
+    cuts[0::2], cuts[1::2] = at, at + size
+    taken = _slices(data, cuts).take(_every(0, count, 2))
+    values = taken.buffers()[2]
+    return np.frombuffer(values, _FAST_RECORD, count)
+
+
+def _other_frame(found: _Finding, view: memoryview, pos: int, end: int, version: int, ordinal: int,
+                 committed: Container[int] | None, verify: bool) -> tuple[int, int] | None:
+    """Read the frame at `pos`, not a usual one, frame by frame (see the module doc): where
+    the next one starts and its ordinal, or None when no intact frame is left."""
+    if version >= 2 and pos + _FAST.size <= end:
+        row = _FAST.unpack_from(view, pos)
+        stop = pos + FRAME_HEADER.size + row[2]
+        if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] > 1
+                and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
+                and (multi := _multi_queue_row(view, pos, stop, row[QUEUE_COUNT])) is not None
+                and (not verify or zlib.crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
+            found.rows.append(multi)  # (a multicast address's record, routed to several queues)
+            found.ends.append(stop)
+            return stop, row[ORDINAL] + 1
+        if (row[0] == FRAME_MAGIC and row[KIND] == _BATCH_KIND and stop <= end
+                and row[ORDINAL] >= ordinal and 0 < row[2] < MAX_FRAME
+                and (not verify or zlib.crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])
+                and (count := _batch_rows(view, pos, stop, row[ORDINAL], found))):
+            return stop, row[ORDINAL] + count
+    frames = read_frames(view, pos, end, version=version, ordinal=ordinal, damage=found.damage)
+    frame = next(frames, None)
+    if frame is None:
+        return None
+    offset, size, first, entries = frame
+    _add_frame(found, view, offset, version, first, committed)
+    return offset + size, first + len(entries)
 
 
 def _multi_queue_row(view: memoryview, pos: int, stop: int, queues: int) -> tuple | None:  # type: ignore[type-arg]
@@ -185,11 +334,10 @@ def _multi_queue_row(view: memoryview, pos: int, stop: int, queues: int) -> tupl
     fields = layout.unpack_from(view, pos)
     if fields[MESSAGE_LENGTH] != stop - pos - message_at or fields[MESSAGE_LENGTH] < CODEC_HEAD.size:
         return None
-    return (*fields[:QUEUE], fields[QUEUE:QUEUE + queues], *fields[QUEUE + queues:])
+    return (*_NO_FRAME, *fields[ORDINAL:QUEUE], fields[QUEUE:QUEUE + queues], *fields[QUEUE + queues:])
 
 
-def _batch_rows(view: memoryview, pos: int, stop: int, first: int,
-                rows: list[tuple], ends: list[int]) -> int:  # type: ignore[type-arg]
+def _batch_rows(view: memoryview, pos: int, stop: int, first: int, found: _Finding) -> int:
     """Add the rows of the BATCH frame at `pos` (its CRC matched) when every entry is routed
     to one queue and holds a codec head: one `struct` call each, as for a MESSAGE frame (a
     COMMIT's sends to one address are one batch, so the pages the Spark sink's transactions
@@ -197,7 +345,7 @@ def _batch_rows(view: memoryview, pos: int, stop: int, first: int,
     anything else: the general path reads it."""
     count: int = BATCH_COUNT.unpack_from(view, pos + _ENTRY_AT)[0]
     at = pos + _ENTRY_AT + BATCH_COUNT.size
-    found: list[tuple] = []  # type: ignore[type-arg]
+    rows: list[tuple] = []  # type: ignore[type-arg]
     stops: list[int] = []
     unpack, entry_size, head = _BATCH_ENTRY.unpack_from, _BATCH_ENTRY.size, _NO_FRAME
     for n in range(count):
@@ -207,17 +355,17 @@ def _batch_rows(view: memoryview, pos: int, stop: int, first: int,
         message_end = at + _ENTRY_MESSAGE_AT + entry[3]
         if entry[2] != 1 or entry[3] < CODEC_HEAD.size or message_end > stop:
             return 0
-        found.append((*head, first + n, _BATCH_KIND, *entry))
+        rows.append((*head, first + n, _BATCH_KIND, *entry))
         stops.append(message_end)
         at = message_end
     if at != stop:
         return 0
-    rows += found
-    ends += stops
+    found.rows += rows
+    found.ends += stops
     return count
 
 
-def _add_frame(found: Located, view: memoryview, offset: int, version: int, ordinal: int,
+def _add_frame(found: _Finding, view: memoryview, offset: int, version: int, ordinal: int,
                committed: Container[int] | None) -> None:
     """The rows of one intact frame (any record type) that `read_frames` returned."""
     body = offset + (FRAME_HEADER.size if version >= 2 else V1_FRAME_HEADER.size)
@@ -238,13 +386,14 @@ def _add_frame(found: Located, view: memoryview, offset: int, version: int, ordi
         pos += 8 * queues
         if queues == 1:
             queue = queue[0]  # type: ignore[index]
-        head = CODEC_HEAD.unpack_from(view, pos) if length >= CODEC_HEAD.size else (_BAD,) + (0,) * 9
+        # (a message too short for a codec head gets zeros: no codec version, `_problems`)
+        head = CODEC_HEAD.unpack_from(view, pos) if length >= CODEC_HEAD.size else (0,) * 10
         pos += length
         if keep:
             if txid:
-                found.txids[len(found.rows)] = txid
-            found.rows.append((*_NO_FRAME, ordinal + n, kind, flags, message_id, queues,
-                               length, queue, *head))
+                found.tx(txid)
+            found.rows.append((*_NO_FRAME, ordinal + n, kind, flags, message_id, queues, length, queue,
+                               *head))
             found.ends.append(pos)
 
 
@@ -260,233 +409,170 @@ class RowProblem:
 HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
 
 
-def build_batch(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int], *,  # type: ignore[type-arg]
-                address: str, seq_base: int, queue_name: Callable[[Hashable], str | None],
+def _empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+
+
+def build_batch(found: Located, *, address: str, seq_base: int, queue_name: Callable[[Hashable], str | None],
                 include_headers: bool = True, seq_from_id: bool = False
                 ) -> tuple[pa.RecordBatch, list[RowProblem]]:
-    """One record batch of `ARROW_SCHEMA` from located rows (`Located.rows`/`ends`, or a
-    selection of them), and the rows left out because their message does not decode.
+    """One record batch of `ARROW_SCHEMA` from located records (all of a `Located`, or a
+    `take` of them), and the records left out because their message does not decode.
 
     `seq` is `seq_base | ordinal`, or with `seq_from_id` the message id (a streaming
-    range's offsets); `queue_name` names a row's `QUEUE` (an id, or a tuple of ids), called
-    once per distinct value. Without `include_headers` the `headers` column is null and the
-    header bytes are not read (nor checked)."""
-    if not rows:
-        return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA), []
-    columns = _transposed(rows)
-    parts_at = _parts_at(columns, ends)
-    problems = [] if _all_decode(columns, ends, parts_at) else _problems(rows)
-    if problems:
-        rows, ends = _without(rows, ends, problems)
-        if not rows:
-            return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA), problems
-        columns = _transposed(rows)
-        parts_at = _parts_at(columns, ends)
+    range's offsets); `queue_name` names a record's `QUEUE` (an id, or a tuple of ids),
+    called once per distinct value. Without `include_headers` the `headers` column is null
+    and the header bytes are not read (nor checked)."""
+    if not len(found):
+        return _empty_batch(), []
+    decodes = _decodes(found)
+    problems: list[RowProblem] = []
+    if not decodes.all():
+        problems = _problems(found, np.flatnonzero(~decodes))
+        found = found.take(np.flatnonzero(decodes))
+        if not len(found):
+            return _empty_batch(), problems
     try:
-        batch = _batch(data, columns, ends, parts_at, address, seq_base, queue_name, include_headers,
-                       seq_from_id)
-        return batch, problems
+        return _batch(found, address, seq_base, queue_name, include_headers, seq_from_id), problems
     except _HeaderTrouble:
-        more = _header_problems(data, rows, ends)  # which rows: the slow way, only now
-        rows, ends = _without(rows, ends, more)
-        columns = _transposed(rows)
-        return (_batch(data, columns, ends, _parts_at(columns, ends), address, seq_base, queue_name,
-                       include_headers, seq_from_id), problems + more)
-
-
-def _transposed(rows: Sequence[tuple]) -> list[tuple]:  # type: ignore[type-arg]
-    """The rows' fields as columns (one transposition, shared by the checks and the batch)."""
-    return list(zip(*rows, strict=True))
+        bad = _header_problems(found)  # which rows: the slow way, only now
+        keep = np.ones(len(found), bool)
+        keep[list(bad)] = False
+        found = found.take(np.flatnonzero(keep))
+        return (_batch(found, address, seq_base, queue_name, include_headers, seq_from_id),
+                problems + list(bad.values()))
 
 
 def _every(first: int, count: int, step: int) -> pa.Array:
-    """int32 indices first, first + step, ... (`count` of them), made by Arrow kernels: a
-    Python range made into an array costs several times more per element."""
-    if count > _COUNTING:
-        return pa.array(range(first, first + step * count, step), pa.int32())
-    return pc.add(pc.multiply(_counting().slice(0, count), pa.scalar(step, pa.int32())),
-                  pa.scalar(first, pa.int32()))
-
-
-_COUNTING = 1 << 18
-
-
-@functools.cache
-def _counting() -> pa.Array:
-    """0, 1, 2, ... (`_COUNTING` of them), sliced by `_every`: made at the first decode, not
-    at import (~50 ms, paid by every process that imports the Spark source, decoding or not)."""
-    return pa.array(range(_COUNTING), pa.int32())
+    """Indices first, first + step, ... (`count` of them)."""
+    last = first + step * count
+    return pa.array(np.arange(first, last, step, dtype=np.int32 if last < 1 << 31 else np.int64))
 
 
 class _HeaderTrouble(ValueError):
     """Some row's header lengths or text do not decode (which one: `_header_problems`)."""
 
 
-def _without(rows: Sequence[tuple], ends: Sequence[int], problems: list[RowProblem]  # type: ignore[type-arg]
-             ) -> tuple[Sequence[tuple], Sequence[int]]:  # type: ignore[type-arg]
-    if not problems:
-        return rows, ends
-    bad = {problem.ordinal for problem in problems}
-    keep = [i for i, row in enumerate(rows) if row[ORDINAL] not in bad]
-    return [rows[i] for i in keep], [ends[i] for i in keep]
-
-
-def _batch(data: bytes | memoryview, columns: list[tuple], ends: Sequence[int],  # type: ignore[type-arg]
-           parts_at: tuple[list[int], list[int], list[int]], address: str, seq_base: int,
-           queue_name: Callable[[Hashable], str | None], include_headers: bool, seq_from_id: bool
-           ) -> pa.RecordBatch:
-    count = len(ends)
+def _batch(found: Located, address: str, seq_base: int, queue_name: Callable[[Hashable], str | None],
+           include_headers: bool, seq_from_id: bool) -> pa.RecordBatch:
+    count = len(found)
     if not count:
-        return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+        return _empty_batch()
+    columns = found.columns
     header_counts = columns[HEADER_COUNT]
-    tables_at, texts_at, bodies_at = parts_at
     # [lengths table, header text, body, gap up to the next row's table] for every row
-    cuts: list[int] = [0] * (4 * count)
-    cuts[0::4], cuts[1::4], cuts[2::4], cuts[3::4] = tables_at, texts_at, bodies_at, ends
-    parts = _slices(data, cuts)
+    cuts = np.empty(4 * count, np.int64)
+    cuts[3::4] = found.ends
+    cuts[2::4] = found.ends - columns[BODY_LENGTH]
+    cuts[1::4] = cuts[2::4] - columns[HEADER_BYTES]
+    cuts[0::4] = cuts[1::4] - 6 * header_counts.astype(np.int64)
+    parts = _slices(found.data, cuts)
     bodies = parts.take(_every(2, count, 4))
     if bodies.type != pa.binary():
         bodies = bodies.cast(pa.binary())
     headers = _headers(parts, count, header_counts) if include_headers else pa.nulls(count, HEADERS_TYPE)
-    millis = pa.array(columns[TIMESTAMP], pa.int64())
-    ids = pa.array(columns[MESSAGE_ID], pa.int64() if seq_from_id else pa.uint64())
+    ids = columns[MESSAGE_ID]
     if seq_from_id:
-        seqs = ids
+        seqs = pa.array(ids.astype(np.int64))
     else:
-        seqs = pa.array(columns[ORDINAL], pa.int64())
-        seqs = pc.add(seqs, pa.scalar(seq_base, pa.int64())) if seq_base else seqs
+        seqs = pa.array(columns[ORDINAL].astype(np.int64) + seq_base)
     arrays = [
-        ids.cast(pa.string()),
+        pa.array(ids).cast(pa.string()),
         pa.repeat(pa.scalar(address, pa.string()), count),
         _queue_column(columns[QUEUE], queue_name),
         seqs,
-        timestamps(millis),
-        pa.array(columns[PRIORITY], pa.int32()),
-        pc.not_equal(pc.bit_wise_and(pa.array(columns[FLAGS], pa.uint8()), _PERSISTENT_FLAG), _ZERO_FLAGS),
+        timestamps(pa.array(columns[TIMESTAMP])),
+        pa.array(columns[PRIORITY].astype(np.int32)),
+        pa.array((columns[FLAGS] & PERSISTENT) != 0),
         headers,
         bodies,
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def _all_decode(columns: list[tuple], ends: Sequence[int],  # type: ignore[type-arg]
-                parts_at: tuple[list[int], list[int], list[int]]) -> bool:
-    """Whether every row's codec head is version 1 and describes its message's length
-    exactly (the usual answer, checked column-wise; `_problems` says which rows fail):
-    the lengths table its fields place (before header text and body) starts right after
-    the head."""
-    count = len(ends)
-    if not count:
-        return True
-    if columns[VERSION].count(_CODEC_VERSION) != count:
-        return False
-    starts = map(sub, ends, columns[MESSAGE_LENGTH])  # where each message starts
-    return list(map(sub, parts_at[0], starts)).count(CODEC_HEAD.size) == count
+def _decodes(found: Located) -> np.ndarray[Any, Any]:
+    """Whether each row's codec head is version 1 and describes its message's length
+    exactly (the usual answer; `_problems` says why not): the head, the lengths table, the
+    header text and the body fill it."""
+    columns = found.columns
+    described = (CODEC_HEAD.size + 6 * columns[HEADER_COUNT].astype(np.int64)
+                 + columns[HEADER_BYTES].astype(np.int64) + columns[BODY_LENGTH].astype(np.int64))
+    length = columns[MESSAGE_LENGTH].astype(np.int64)
+    decodes: np.ndarray[Any, Any] = (columns[VERSION] == _CODEC_VERSION) & (length >= CODEC_HEAD.size)
+    decodes &= described == length
+    return decodes
 
 
-def _parts_at(columns: list[tuple], ends: Sequence[int]) -> tuple[list[int], list[int], list[int]]:  # type: ignore[type-arg]
-    """Where each row's header lengths table, header text and body start, counted back from
-    where its message ends by the lengths its codec head gives."""
-    bodies_at = list(map(sub, ends, columns[BODY_LENGTH]))
-    texts_at = list(map(sub, bodies_at, columns[HEADER_BYTES]))
-    tables_at = list(map(sub, texts_at, map(mul, columns[HEADER_COUNT], repeat(6))))
-    return tables_at, texts_at, bodies_at
-
-
-def _problems(rows: Sequence[tuple]) -> list[RowProblem]:  # type: ignore[type-arg]
-    """Rows whose codec head does not describe their message's length (what
-    `message_codec.read_head` checks; the header lengths are checked with the headers)."""
+def _problems(found: Located, bad: np.ndarray[Any, Any]) -> list[RowProblem]:
+    """Why the rows at `bad` do not decode (what `message_codec.read_head` checks; the
+    header lengths are checked with the headers)."""
     problems = []
-    for row in rows:
-        if row[VERSION] == _CODEC_VERSION and (
-                CODEC_HEAD.size + 6 * row[HEADER_COUNT] + row[HEADER_BYTES] + row[BODY_LENGTH]
-                == row[MESSAGE_LENGTH]):
-            continue
-        if row[VERSION] == _BAD:
+    for row in found.take(bad).rows:
+        described = CODEC_HEAD.size + 6 * row[HEADER_COUNT] + row[HEADER_BYTES] + row[BODY_LENGTH]
+        if row[MESSAGE_LENGTH] < CODEC_HEAD.size:
             reason = f"encoded message too short: {row[MESSAGE_LENGTH]} bytes"
         elif row[VERSION] != _CODEC_VERSION:
             reason = f"unknown message codec version {row[VERSION]}"
         else:
-            described = CODEC_HEAD.size + 6 * row[HEADER_COUNT] + row[HEADER_BYTES] + row[BODY_LENGTH]
             reason = f"fields describe {described} bytes, got {row[MESSAGE_LENGTH]}"
         problems.append(RowProblem(row[ORDINAL], row[MESSAGE_ID], reason))
     return problems
 
 
-def _slices(data: bytes | memoryview, cuts: list[int]) -> pa.Array:
+def _slices(data: bytes | memoryview, cuts: np.ndarray[Any, Any]) -> pa.Array:
     """A binary array over `data` itself whose elements run from each cut to the next."""
-    large = cuts[-1] >= 1 << 31
-    offsets = pa.array(cuts, pa.int64() if large else pa.int32())
+    large = int(cuts[-1]) >= 1 << 31
+    offsets = pa.array(cuts if large else cuts.astype(np.int32))
     kind = pa.large_binary() if large else pa.binary()
     return pa.Array.from_buffers(kind, len(cuts) - 1, [None, offsets.buffers()[1], pa.py_buffer(data)])
 
 
-def _value_bytes(part: pa.Array) -> tuple[pa.Buffer, pa.Array]:
-    """A freshly taken binary array's values buffer (all of it its own) and its offsets as an
-    int64 array rebased to 0 (`count + 1` of them)."""
+def _value_bytes(part: pa.Array) -> tuple[pa.Buffer, np.ndarray[Any, Any]]:
+    """A freshly taken binary array's values buffer (all of it its own) and its offsets,
+    rebased to 0, as int64 (`count + 1` of them)."""
     wide = part.type == pa.large_binary()
-    offsets = pa.Array.from_buffers(pa.int64() if wide else pa.int32(), len(part) + 1,
-                                    [None, part.buffers()[1]], offset=part.offset).cast(pa.int64())
-    first = offsets[0].as_py()
+    offsets = np.frombuffer(part.buffers()[1], np.int64 if wide else np.int32, len(part) + 1,
+                            offset=part.offset * (8 if wide else 4)).astype(np.int64)
     data = part.buffers()[2] or pa.py_buffer(b"")
-    if first or part.offset:
-        offsets = pc.subtract(offsets, pa.scalar(first, pa.int64()))
+    first = int(offsets[0])
+    if first:
+        offsets -= first
         data = data.slice(first)
     return data, offsets
 
 
-def _headers(parts: pa.Array, count: int, header_counts: Sequence[int]) -> pa.Array:
-    """The `headers` map column from the rows' lengths tables and header texts, in Arrow
-    kernels only (a Python int per header token cost more than the rest of a row);
-    `_HeaderTrouble` if some row's do not decode.
+_LENGTHS_PAIR = np.dtype([("name", "<u2"), ("value", "<u4")])  # a lengths table's entry
 
-    A lengths table is `<HI` pairs (name length, value length) packed 6 bytes each: all
-    rows' tables laid end to end hold pair j's name length in bytes 6j, 6j + 1 and its value
-    length in bytes 6j + 2 to 6j + 5, little-endian."""
-    total = sum(header_counts)
+
+def _headers(parts: pa.Array, count: int, header_counts: np.ndarray[Any, Any]) -> pa.Array:
+    """The `headers` map column from the rows' lengths tables and header texts, column-wise
+    (a Python int per header token cost more than the rest of a row); `_HeaderTrouble` if
+    some row's do not decode. A lengths table is `<HI` pairs (name length, value length)."""
+    total = int(header_counts.sum())
     tables, _ = _value_bytes(parts.take(_every(0, count, 4)))
     text, text_offsets = _value_bytes(parts.take(_every(1, count, 4)))
     if tables.size < 6 * total:
         raise _HeaderTrouble("header lengths table shorter than its count says")
-    table_bytes = pa.Array.from_buffers(pa.uint8(), 6 * total, [None, tables])
-    names, values = _little_endian(table_bytes, total, 0, 2), _little_endian(table_bytes, total, 2, 4)
-    ends = pc.cumulative_sum(pc.add(names, values))  # where each pair's value ends in `text`
-    if total and ends[total - 1].as_py() >= 1 << 31:
+    pairs = np.frombuffer(tables, _LENGTHS_PAIR, total)
+    names, values = pairs["name"].astype(np.int64), pairs["value"].astype(np.int64)
+    ends = np.cumsum(names + values)  # where each pair's value ends in `text`
+    if total and ends[-1] >= 1 << 31:
         raise _HeaderTrouble("header text of one batch past 2 GiB")
-    starts = pc.subtract(ends, pc.add(names, values))
     # token offsets: name start, value start, ... interleaved, then the end of the text
-    both = pa.concat_arrays([starts, pc.add(starts, names), ends.slice(total - 1) if total else
-                             pa.array([0], pa.int64())])
-    token_offsets = both.take(_interleaved(total)).cast(pa.int32())
-    map_offsets = pc.cumulative_sum(pa.array([0, *header_counts], pa.int32()))
+    token_offsets = np.empty(2 * total + 1, np.int32)
+    token_offsets[0:-1:2] = ends - names - values
+    token_offsets[1::2] = ends - values
+    token_offsets[-1] = ends[-1] if total else 0
+    map_offsets = np.zeros(count + 1, np.int32)
+    np.cumsum(header_counts, out=map_offsets[1:])
     # each row's tokens fill its header text exactly (message_codec's check)
-    row_starts = token_offsets.take(pc.multiply(map_offsets, pa.scalar(2, pa.int32())))
-    if not pc.all(pc.equal(row_starts.cast(pa.int64()), text_offsets)).as_py():
+    if not np.array_equal(token_offsets[2 * map_offsets], text_offsets):
         raise _HeaderTrouble("header lengths do not add up")
-    tokens = pa.Array.from_buffers(pa.binary(), 2 * total, [None, token_offsets.buffers()[1], text])
+    tokens = pa.Array.from_buffers(pa.binary(), 2 * total, [None, pa.py_buffer(token_offsets), text])
     try:
-        return header_map(tokens, map_offsets)
+        return header_map(tokens, pa.array(map_offsets))
     except pa.ArrowInvalid as exc:  # not UTF-8 (or a lone surrogate, which Arrow strings cannot hold)
         raise _HeaderTrouble(str(exc)) from exc
-
-
-def _little_endian(table_bytes: pa.Array, total: int, at: int, width: int) -> pa.Array:
-    """int64 numbers of `width` bytes at byte `at` of each of `total` 6-byte pairs, read
-    byte by byte (so no assumption on the machine's byte order)."""
-    number = table_bytes.take(_every(at, total, 6)).cast(pa.int64())
-    for k in range(1, width):
-        byte = table_bytes.take(_every(at + k, total, 6)).cast(pa.int64())
-        number = pc.bit_wise_or(number, pc.shift_left(byte, pa.scalar(8 * k, pa.int64())))
-    return number
-
-
-def _interleaved(total: int) -> pa.Array:
-    """Indices 0, total, 1, total + 1, ..., total - 1, 2 total - 1, then 2 total: the order
-    that interleaves two arrays of `total` laid end to end, and the element after them."""
-    tokens, one = _every(0, 2 * total, 1), pa.scalar(1, pa.int32())
-    index = pc.add(pc.shift_right(tokens, one),
-                   pc.multiply(pc.bit_wise_and(tokens, one), pa.scalar(total, pa.int32())))
-    return pa.concat_arrays([index, pa.array([2 * total], pa.int32())])
 
 
 def header_map(tokens: pa.Array, map_offsets: pa.Array) -> pa.Array:
@@ -498,28 +584,26 @@ def header_map(tokens: pa.Array, map_offsets: pa.Array) -> pa.Array:
     return pa.MapArray.from_arrays(map_offsets, keys, values).cast(HEADERS_TYPE)
 
 
-def _header_problems(data: bytes | memoryview, rows: Sequence[tuple], ends: Sequence[int]  # type: ignore[type-arg]
-                     ) -> list[RowProblem]:
-    """The rows whose headers `message_codec` would not decode, or Arrow not hold."""
-    view = memoryview(data)
-    problems = []
-    for row, end in zip(rows, ends, strict=True):
-        message = view[end - row[MESSAGE_LENGTH]:end]
+def _header_problems(found: Located) -> dict[int, RowProblem]:
+    """The rows whose headers `message_codec` would not decode, or Arrow not hold, by position."""
+    problems = {}
+    for i, row in enumerate(found.rows):
+        message = found.message(i)
         try:
             _f, _p, _i, _e, _t, lengths, text_at, body_at = read_head(message)
             decode_headers(message[text_at:body_at], lengths)
             str(message[text_at:body_at], "utf-8")
         except CodecError as exc:
-            problems.append(RowProblem(row[ORDINAL], row[MESSAGE_ID], str(exc)))
+            problems[i] = RowProblem(row[ORDINAL], row[MESSAGE_ID], str(exc))
         except UnicodeDecodeError as exc:
-            problems.append(RowProblem(row[ORDINAL], row[MESSAGE_ID], f"header text is not UTF-8: {exc}"))
+            problems[i] = RowProblem(row[ORDINAL], row[MESSAGE_ID], f"header text is not UTF-8: {exc}")
     return problems
 
 
-def _queue_column(queues: Sequence[Hashable], queue_name: Callable[[Hashable], str | None]) -> pa.Array:
-    names = {queue: queue_name(queue) for queue in set(queues)}
+def _queue_column(queues: np.ndarray[Any, Any], queue_name: Callable[[Hashable], str | None]) -> pa.Array:
+    distinct = set(queues.tolist()) if queues.dtype == object else np.unique(queues).tolist()
+    names = {queue: queue_name(queue) for queue in distinct}
     if len(names) == 1:
         (name,) = names.values()
         return pa.repeat(pa.scalar(name, pa.string()), len(queues))
-    return pa.array(list(map(names.__getitem__, queues)), pa.string())
-
+    return pa.array(list(map(names.__getitem__, queues.tolist())), pa.string())

@@ -41,6 +41,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from pagemq.core.message_codec import CodecError, decode_message
@@ -240,15 +241,13 @@ def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
     found = locate(data, FILE_HEADER.size, len(data), version=version, committed=task.committed,
                    damage=damage)
     _report(task, path, damage)
-    rows, ends = found.rows, found.ends
     if task.selector is not None:
-        rows, ends = _matching(task, path, found, task.selector)
+        found = _matching(task, path, found, task.selector)
     names = _QueueNames(task.queue_names)
     base = task.page_no << ORDINAL_BITS
-    for start in range(0, len(rows), BATCH_ROWS):
-        batch, problems = build_batch(data, rows[start:start + BATCH_ROWS], ends[start:start + BATCH_ROWS],
-                                      address=task.address, seq_base=base, queue_name=names,
-                                      include_headers=task.include_headers)
+    for start in range(0, len(found), BATCH_ROWS):
+        batch, problems = build_batch(found.take(slice(start, start + BATCH_ROWS)), address=task.address,
+                                      seq_base=base, queue_name=names, include_headers=task.include_headers)
         for problem in problems:
             _data_loss(task, f"{path}: record {problem.ordinal} (message {problem.message_id}) does not "
                              f"decode: {problem.reason}")
@@ -256,13 +255,11 @@ def read_file(task: FileTask) -> Iterator[pa.RecordBatch]:
             yield batch
 
 
-def _matching(task: FileTask, path: str, found: Located, selector_text: str
-              ) -> tuple[list[tuple], list[int]]:  # type: ignore[type-arg]
-    """The rows whose message the task's selector matches (a row that does not decode is
-    data loss, as when the batch is built)."""
+def _matching(task: FileTask, path: str, found: Located, selector_text: str) -> Located:
+    """The records whose message the task's selector matches (a record that does not
+    decode is data loss, as when the batch is built)."""
     selector = compile_selector(selector_text)
-    rows: list[tuple] = []  # type: ignore[type-arg]
-    ends: list[int] = []
+    keep: list[int] = []
     for i, row in enumerate(found.rows):
         try:
             message = decode_message(found.message(i), task.address)
@@ -271,9 +268,8 @@ def _matching(task: FileTask, path: str, found: Located, selector_text: str
                              f"decode: {exc}")
             continue
         if selector.matches_headers(message_view(message)):
-            rows.append(row)
-            ends.append(found.ends[i])
-    return rows, ends
+            keep.append(i)
+    return found.take(np.array(keep, np.int64))
 
 
 def _existing(task: FileTask) -> str | None:

@@ -170,26 +170,24 @@ def span_batches(data: bytes, span: Span, address: str, queue: str,
     damage: list[FrameDamage] = []
     located = locate(data, 0, len(data), version=span.version, ordinal=span.ordinal,
                      committed=frozenset(span.txids), damage=damage)
-    rows = located.rows
     if damage:
         lost = "" if damage[0].first_lost is None else f", the record of ordinal {damage[0].first_lost}"
         raise SpanDamaged(f"span of page {span.page} from ordinal {span.ordinal}: damaged, "
                           f"{damage[0].reason} of the span{lost}")
-    if (len(rows) != span.rows or not rows or rows[0][MESSAGE_ID] != span.first_id
-            or rows[-1][MESSAGE_ID] != span.last_id):
-        found = f"{len(rows)} rows" + (f", ids {rows[0][MESSAGE_ID]}..{rows[-1][MESSAGE_ID]}" if rows else "")
+    ids = located.columns[MESSAGE_ID]
+    if len(ids) != span.rows or not len(ids) or ids[0] != span.first_id or ids[-1] != span.last_id:
+        found = f"{len(ids)} rows" + (f", ids {ids[0]}..{ids[-1]}" if len(ids) else "")
         raise RangeDecodeError(
             f"span of page {span.page} from ordinal {span.ordinal}: the broker announced {span.rows} rows, "
             f"ids {span.first_id}..{span.last_id}; found {found}")
-    batch, problems = build_batch(data, rows, located.ends, address=address, seq_base=0,
-                                  queue_name=lambda _queue: queue, include_headers=include_headers,
-                                  seq_from_id=True)
+    batch, problems = build_batch(located, address=address, seq_base=0, queue_name=lambda _queue: queue,
+                                  include_headers=include_headers, seq_from_id=True)
     if not problems:
         yield batch
         return
     del batch
     encoded = EncodedRows(address, queue, include_headers=include_headers)
-    for i, row in enumerate(rows):
+    for i, row in enumerate(located.rows):
         try:
             encoded.add(row[MESSAGE_ID], bytes(located.message(i)), bool(row[FLAGS] & PERSISTENT))
         except CodecError as exc:

@@ -58,7 +58,7 @@ def test_decoding_a_page_span_into_a_batch_imports_nothing() -> None:
     located = locate(data, 0, len(data))
     for include_headers, seq_from_id in ((True, True), (False, True), (True, False)):  # stream, stream, scan
         assert_imports_nothing(lambda headers=include_headers, from_id=seq_from_id: build_batch(
-            data, located.rows, located.ends, address="a", seq_base=5 << 32, queue_name=lambda _queue: "q",
+            located, address="a", seq_base=5 << 32, queue_name=lambda _queue: "q",
             seq_from_id=from_id, include_headers=headers))
 
 

@@ -106,7 +106,7 @@ def rows_of_blocks(paged: PagedRange, page_no: int, ordinal: int, after: int, up
         if isinstance(block, Fallback):
             return None
         assert isinstance(block, PagedBlock)
-        if block.rows:
+        if block.ids:
             batch = block.batch(ADDRESS, "q", True)
             assert batch is not None
             assert batch.column("seq").to_pylist() == block.ids
@@ -123,8 +123,8 @@ WHOLE_SPANS: list[tuple[int, int]] = []  # (rows, transactions) of each whole sp
 def block_fields(block: PagedBlock | Fallback) -> object:
     if isinstance(block, Fallback):
         return block
-    return (block.page_no, block.ordinal, block.rows, block.ends, block.ids, block.ordinals, block.ends_range,
-            block.whole, block.txids)
+    return (block.page_no, block.ordinal, block.located.rows, block.located.ends.tolist(), block.ids,
+            block.ordinals, block.ends_range, block.whole, block.txids)
 
 
 def rows_of_span(block: PagedBlock) -> list[dict[str, object]]:
