@@ -421,9 +421,10 @@ def _schema_bytes() -> bytes:
 async def read_range(request: web.Request) -> web.StreamResponse:
     queue = _queue(request)
     try:
-        import pyarrow  # noqa: F401  (pagemq[spark]: a broker without it serves no ranges)
+        import numpy  # noqa: F401  (pagemq[spark]: a broker without them serves no ranges)
+        import pyarrow  # noqa: F401
     except ImportError:
-        return _json_error(501, "range reads need pyarrow on the broker (pip install 'pagemq[spark]')")
+        return _json_error(501, "range reads need pyarrow and numpy on the broker (pip install 'pagemq[spark]')")
     try:
         after = int_param(request, "after", 0, maximum=MAX_OFFSET)
         upto = int_param(request, "upto", maximum=MAX_OFFSET)
