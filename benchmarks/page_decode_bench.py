@@ -41,7 +41,8 @@ def best(work: Callable[[], object], repeat: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=125_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=8192)
@@ -53,9 +54,9 @@ def main() -> None:
 
     def built(headers: bool, batch: int) -> None:
         for start in range(0, len(found), batch):
-            made, problems = build_batch(found.take(slice(start, start + batch)), address="orders", seq_base=0,
-                                         queue_name=lambda _queue: "orders", include_headers=headers,
-                                         seq_from_id=True)
+            made, problems = build_batch(found.take(slice(start, start + batch)), address="orders",
+                                         seq_base=0, queue_name=lambda _queue: "orders",
+                                         include_headers=headers, seq_from_id=True)
             assert made.num_rows and not problems
 
     figures = {

@@ -424,7 +424,8 @@ async def read_range(request: web.Request) -> web.StreamResponse:
         import numpy  # noqa: F401  (pagemq[spark]: a broker without them serves no ranges)
         import pyarrow  # noqa: F401
     except ImportError:
-        return _json_error(501, "range reads need pyarrow and numpy on the broker (pip install 'pagemq[spark]')")
+        return _json_error(501, "range reads need pyarrow and numpy on the broker "
+                                "(pip install 'pagemq[spark]')")
     try:
         after = int_param(request, "after", 0, maximum=MAX_OFFSET)
         upto = int_param(request, "upto", maximum=MAX_OFFSET)
