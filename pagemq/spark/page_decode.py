@@ -13,7 +13,9 @@ Here a page's bytes are read once and no Python object is made per record on the
    (MESSAGE frames routed to several queues and BATCH frames, one `struct` call per
    record; TX_BATCH frames, format-1 pages, damage, a torn tail through
    `page_format.read_frames`, which reads past damage and notes it exactly as every other
-   page reader does) is read frame by frame, and the walk goes on after it.
+   page reader does) is read frame by frame, and the walk goes on after it. After a run
+   that stopped short (damage, a frame written twice), a few frames are read one by one
+   before the next run, so such pages cost no more than frame by frame.
 2. `build_batch` turns a `Located` into a record batch of `schema.ARROW_SCHEMA` column by
    column: fixed fields from the numpy columns, variable ones (body, header text, header
    lengths) by one Arrow `take` over a binary array whose offsets cut the page buffer
@@ -225,13 +227,21 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
     found = _Finding(damage if damage is not None else [])
     view = memoryview(data)
     pos = start
+    run = _FIRST_RUN
+    one_by_one = 0  # frames to read one by one before walking a run again
     while pos < end:
-        if version >= 2 and (starts := _walk(view, pos, end)):
+        if version >= 2 and not one_by_one and (starts := _walk(view, pos, end, run)):
             heads, stops = _usual_frames(data, view, starts, ordinal, verify)
             if len(stops):
                 found.usual(heads, stops)
                 pos, ordinal = int(stops[-1]), int(heads["f3"][-1]) + 1
+            if len(stops) == len(starts):
+                run = min(4 * run, _LONGEST_RUN)
                 continue
+            run, one_by_one = _FIRST_RUN, _ONE_BY_ONE
+            if len(stops):
+                continue
+        one_by_one = max(one_by_one - 1, 0)
         after = _other_frame(found, view, pos, end, version, ordinal, committed, verify)
         if after is None:
             break
@@ -239,14 +249,21 @@ def locate(data: bytes | memoryview, start: int, end: int, *, version: int = FOR
     return found.located(data)
 
 
-def _walk(view: memoryview, pos: int, end: int) -> list[int]:
-    """Where the frames from `pos` start, while they look usual (a MESSAGE frame of one
-    entry routed to one queue, long enough to hold a codec head, whole before `end`): one
-    `struct` call each, the rest of the checks left to `_usual_frames`."""
+# Frames walked at once: few after a frame that was not usual after all, and the next
+# `_ONE_BY_ONE` frames read one by one first, so a page where such frames come often
+# (damaged, or written twice) is neither walked again and again to its end nor taken a
+# column-wise run of one or two frames at a time; growing while they all are usual.
+_FIRST_RUN, _LONGEST_RUN, _ONE_BY_ONE = 16, 1 << 16, 16
+
+
+def _walk(view: memoryview, pos: int, end: int, most: int) -> list[int]:
+    """Where the frames from `pos` start (`most` of them at most), while they look usual (a
+    MESSAGE frame of one entry routed to one queue, long enough to hold a codec head, whole
+    before `end`): one `struct` call each, the rest of the checks left to `_usual_frames`."""
     starts: list[int] = []
     append, unpack = starts.append, _WALK.unpack_from
     last, header, fast_size = end - _FAST.size, FRAME_HEADER.size, _FAST.size
-    while pos <= last:
+    while pos <= last and len(starts) < most:
         magic, _crc, length, _ordinal, kind, _flags, _id, queues = unpack(view, pos)
         stop = pos + header + length
         if (magic != FRAME_MAGIC or kind != _MESSAGE_KIND or queues != 1 or stop > end
@@ -270,15 +287,14 @@ def _usual_frames(data: bytes | memoryview, view: memoryview, starts: list[int],
     good = (lengths == stops - at - _MESSAGE_AT) & (heads["f2"] < MAX_FRAME)
     good[0] &= ordinals[0] >= ordinal
     good[1:] &= ordinals[1:] > ordinals[:-1]
-    if verify:
+    usual = len(good) if good.all() else int(np.argmin(good))
+    if verify and usual:  # (the CRCs of the frames before the first that is not usual)
         crc32 = zlib.crc32
         crcs = [crc32(view[begin + FRAME_CRC_FROM:stop])
-                for begin, stop in zip(starts, stops.tolist(), strict=True)]
-        good &= np.array(crcs, np.uint32) == heads["f1"]
-    if good.all():
-        return heads, stops
-    first_bad = int(np.argmin(good))
-    return heads[:first_bad], stops[:first_bad]
+                for begin, stop in zip(starts[:usual], stops[:usual].tolist(), strict=True)]
+        matched = np.array(crcs, np.uint32) == heads["f1"][:usual]
+        usual = usual if matched.all() else int(np.argmin(matched))
+    return heads[:usual], stops[:usual]
 
 
 def _gather(data: bytes | memoryview, at: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any]:
@@ -294,11 +310,18 @@ def _gather(data: bytes | memoryview, at: np.ndarray[Any, Any], size: int) -> np
 
 def _other_frame(found: _Finding, view: memoryview, pos: int, end: int, version: int, ordinal: int,
                  committed: Container[int] | None, verify: bool) -> tuple[int, int] | None:
-    """Read the frame at `pos`, not a usual one, frame by frame (see the module doc): where
-    the next one starts and its ordinal, or None when no intact frame is left."""
+    """Read the frame at `pos` on its own (see the module doc): where the next one starts and
+    its ordinal, or None when no intact frame is left."""
     if version >= 2 and pos + _FAST.size <= end:
         row = _FAST.unpack_from(view, pos)
         stop = pos + FRAME_HEADER.size + row[2]
+        if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] == 1
+                and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
+                and row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT >= CODEC_HEAD.size
+                and (not verify or zlib.crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
+            found.rows.append((*_NO_FRAME, *row[ORDINAL:]))  # (a usual frame, read one by one)
+            found.ends.append(stop)
+            return stop, row[ORDINAL] + 1
         if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] > 1
                 and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
                 and (multi := _multi_queue_row(view, pos, stop, row[QUEUE_COUNT])) is not None
@@ -449,6 +472,9 @@ def _every(first: int, count: int, step: int) -> pa.Array:
     return pa.array(np.arange(first, last, step, dtype=np.int32 if last < 1 << 31 else np.int64))
 
 
+_MAX_SEQ = (1 << 63) - 1  # the `seq` column is int64
+
+
 class _HeaderTrouble(ValueError):
     """Some row's header lengths or text do not decode (which one: `_header_problems`)."""
 
@@ -473,6 +499,8 @@ def _batch(found: Located, address: str, seq_base: int, queue_name: Callable[[Ha
     headers = _headers(parts, count, header_counts) if include_headers else pa.nulls(count, HEADERS_TYPE)
     ids = columns[MESSAGE_ID]
     if seq_from_id:
+        if int(ids.max()) > _MAX_SEQ:
+            raise ValueError(f"message id {int(ids.max())} beyond {_MAX_SEQ}: not one a broker gives")
         seqs = pa.array(ids.astype(np.int64))
     else:
         seqs = pa.array(columns[ORDINAL].astype(np.int64) + seq_base)

@@ -147,12 +147,13 @@ def _served(located: Located, frames: PageFrames, ordinal: int, after: int, upto
     shown = frames.shown
     assert shown is not None, "a queue's frames (PagedQueue.frames)"
     at = at[np.fromiter(map(shown, columns[ORDINAL][at].tolist()), bool, len(at))]
+    later = ids[at] > after
     ends_range = False
     if upto is not None:
-        beyond = np.flatnonzero(ids[at] > upto)
+        beyond = np.flatnonzero(later & (ids[at] > upto))
         if len(beyond):
-            at, ends_range = at[:beyond[0]], True
-    return at[ids[at] > after], ends_range
+            at, later, ends_range = at[:beyond[0]], later[:beyond[0]], True
+    return at[later], ends_range
 
 
 def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,

@@ -315,3 +315,20 @@ def test_pages_damaged_anywhere_decode_exactly_as_the_record_reader_reads_them(t
     damage: list[FrameDamage] = []
     assert decoded_rows(data, committed=committed, damage=damage) == expected_rows(path, committed)
     assert damage
+
+
+def test_a_page_of_frames_written_twice_is_walked_in_linear_time(monkeypatch):
+    """Each frame twice (the second copy's ordinal does not follow: damage, read past):
+    after a frame that is not usual after all, the walk takes a few frames at a time, so
+    the page is not walked again to its end at every copy."""
+    message = encode_message(Message(1, ADDRESS, {}, b"x" * 100))
+    frames = [encode_frame([PagedRecord(n + 1, (1,), True, message)], n) for n in range(2000)]
+    data = encode_file_header(1) + b"".join(frame for frame in frames for _ in range(2))
+    walked = []
+    walk = page_decode._walk
+    monkeypatch.setattr(page_decode, "_walk", lambda *args: walked.append(len(found := walk(*args))) or found)
+    damage: list[FrameDamage] = []
+    found = locate(data, FILE_HEADER.size, len(data), damage=damage)
+    assert found.columns[ORDINAL].tolist() == list(range(2000))
+    assert len(damage) == 2000
+    assert sum(walked) < 40 * 4000  # (walked to the page's end each time: 4,000,000)
