@@ -34,7 +34,7 @@ import functools
 import re
 import struct
 import zlib
-from collections.abc import Callable, Container, Hashable, Iterable
+from collections.abc import Callable, Container, Hashable
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -152,14 +152,6 @@ class Located:
             n: self.txids[int(old)] for n, old in enumerate(positions) if int(old) in self.txids}
         return Located(self.data, {n: column[index] for n, column in self.columns.items()}, self.ends[index],
                        txids, self.damage)
-
-    @classmethod
-    def of_rows(cls, data: bytes | memoryview, rows: Iterable[tuple], ends: Iterable[int]) -> Located:  # type: ignore[type-arg]
-        """Records given as tuples laid out as `_FAST`'s fields (see `rows`)."""
-        finding = _Finding([])
-        finding.rows += rows
-        finding.ends += ends
-        return finding.located(data)
 
 
 class _Finding:
@@ -315,25 +307,17 @@ def _other_frame(found: _Finding, view: memoryview, pos: int, end: int, version:
     if version >= 2 and pos + _FAST.size <= end:
         row = _FAST.unpack_from(view, pos)
         stop = pos + FRAME_HEADER.size + row[2]
-        if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] == 1
-                and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
-                and row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT >= CODEC_HEAD.size
-                and (not verify or zlib.crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
-            found.rows.append((*_NO_FRAME, *row[ORDINAL:]))  # (a usual frame, read one by one)
-            found.ends.append(stop)
-            return stop, row[ORDINAL] + 1
-        if (row[0] == FRAME_MAGIC and row[KIND] == _MESSAGE_KIND and row[QUEUE_COUNT] > 1
-                and stop <= end and row[ORDINAL] >= ordinal and row[2] < MAX_FRAME
-                and (multi := _multi_queue_row(view, pos, stop, row[QUEUE_COUNT])) is not None
-                and (not verify or zlib.crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
-            found.rows.append(multi)  # (a multicast address's record, routed to several queues)
-            found.ends.append(stop)
-            return stop, row[ORDINAL] + 1
-        if (row[0] == FRAME_MAGIC and row[KIND] == _BATCH_KIND and stop <= end
+        if (row[0] == FRAME_MAGIC and row[KIND] in (_MESSAGE_KIND, _BATCH_KIND) and stop <= end
                 and row[ORDINAL] >= ordinal and 0 < row[2] < MAX_FRAME
-                and (not verify or zlib.crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])
-                and (count := _batch_rows(view, pos, stop, row[ORDINAL], found))):
-            return stop, row[ORDINAL] + count
+                and (not verify or zlib.crc32(view[pos + FRAME_CRC_FROM:stop]) == row[1])):
+            if row[KIND] == _BATCH_KIND:
+                count = _batch_rows(view, pos, stop, row[ORDINAL], found)
+                if count:
+                    return stop, row[ORDINAL] + count
+            elif (message := _message_row(view, pos, stop, row)) is not None:
+                found.rows.append(message)
+                found.ends.append(stop)
+                return stop, row[ORDINAL] + 1
     frames = read_frames(view, pos, end, version=version, ordinal=ordinal, damage=found.damage)
     frame = next(frames, None)
     if frame is None:
@@ -341,6 +325,16 @@ def _other_frame(found: _Finding, view: memoryview, pos: int, end: int, version:
     offset, size, first, entries = frame
     _add_frame(found, view, offset, version, first, committed)
     return offset + size, first + len(entries)
+
+
+def _message_row(view: memoryview, pos: int, stop: int, row: tuple) -> tuple | None:  # type: ignore[type-arg]
+    """The row of the MESSAGE frame at `pos` whose `_FAST` fields are `row`: a usual frame
+    (one queue) whose entry fills it, or one routed to several queues (`_multi_queue_row`);
+    None for anything else (the general path reads it)."""
+    if row[QUEUE_COUNT] == 1:
+        fills = row[MESSAGE_LENGTH] == stop - pos - _MESSAGE_AT >= CODEC_HEAD.size
+        return (*_NO_FRAME, *row[ORDINAL:]) if fills else None
+    return _multi_queue_row(view, pos, stop, row[QUEUE_COUNT]) if row[QUEUE_COUNT] > 1 else None
 
 
 def _multi_queue_row(view: memoryview, pos: int, stop: int, queues: int) -> tuple | None:  # type: ignore[type-arg]

@@ -54,7 +54,6 @@ class PagedBlock:
 
     page_no: int
     ordinal: int
-    data: bytes
     located: Located
     ids: list[int]
     ordinals: list[int]
@@ -62,6 +61,11 @@ class PagedBlock:
     whole: bool = False
     version: int = 0
     txids: tuple[int, ...] = ()
+
+    @property
+    def data(self) -> bytes | memoryview:
+        """The span's bytes (a shipped span goes as they are)."""
+        return self.located.data
 
     @property
     def first_id(self) -> int:
@@ -105,9 +109,10 @@ def _routed_to(queues: np.ndarray[Any, Any], queue_id: int) -> np.ndarray[Any, A
     if queues.dtype != object:
         routed: np.ndarray[Any, Any] = queues == queue_id
         return routed
+    values = queues.tolist()
     routes = {queue: queue == queue_id or (type(queue) is tuple and queue_id in queue)
-              for queue in set(queues.tolist())}  # (a few distinct values: the span's routes)
-    return np.fromiter(map(routes.__getitem__, queues.tolist()), bool, len(queues))
+              for queue in set(values)}  # (a few distinct values: the span's routes)
+    return np.fromiter(map(routes.__getitem__, values), bool, len(values))
 
 
 def _all_served(located: Located, frames: PageFrames, ordinal: int, after: int,
@@ -198,14 +203,14 @@ def page_blocks(frames: PageFrames, ordinal: int, after: int, upto: int | None,
         # walked once per span, verified, not twice: unverified first again once one is.
         hopeful = whole is not None
         if whole is not None:
-            yield PagedBlock(frames.page_no, first, data, located, whole, located.columns[ORDINAL].tolist(),
+            yield PagedBlock(frames.page_no, first, located, whole, located.columns[ORDINAL].tolist(),
                              False, True, frames.version, tuple(sorted(set(located.txids.values()))))
             del data, located, whole
             continue
         at, ends_range = _served(located, frames, ordinal, after, upto)
         if len(at) or ends_range:
             rows = located.take(at)
-            yield PagedBlock(frames.page_no, first, data, rows, rows.columns[MESSAGE_ID].tolist(),
+            yield PagedBlock(frames.page_no, first, rows, rows.columns[MESSAGE_ID].tolist(),
                              rows.columns[ORDINAL].tolist(), ends_range)
             del rows
         if ends_range:
