@@ -150,7 +150,9 @@ def batch_figures(progress: list[dict[str, Any]]) -> tuple[dict[str, int], list[
 
 
 def warm_up(spark: Any, broker: Broker, messages: int, size: int, workdir: Path) -> None:
-    """Stream `messages` of another queue through the same kind of query, to its end."""
+    """Stream `messages` of another queue through the same kind of query, to its end, in
+    two partitions (so both of `local[2]`'s Python workers are up, as in a running
+    application)."""
     from pagemq.spark.stomp_sender import StompSender
 
     with StompSender(HOST, broker.stomp_port, window=1000) as sender:
@@ -159,7 +161,7 @@ def warm_up(spark: Any, broker: Broker, messages: int, size: int, workdir: Path)
         sender.flush()
     started = time.monotonic()
     query = (spark.readStream.format("pagemq").option("url", f"http://{HOST}:{broker.http_port}")
-             .option("queue", WARM_UP).load()
+             .option("queue", WARM_UP).option("partitionSize", str(max(1, messages // 2))).load()
              .writeStream.foreachBatch(lambda frame, _batch: frame.count())
              .option("checkpointLocation", str(workdir)).trigger(availableNow=True).start())
     query.awaitTermination()

@@ -10,10 +10,10 @@ page a range starts or ends inside are read, record by record, as before. Messag
 memory (ids in a sorted list) are merged in by id.
 
 So `latestOffset` on a paged backlog costs a look at a few page counts however large its
-batches: with `maxMessagesPerTrigger` N, a batch ends at the last page boundary within N
-messages when that keeps at least half of N (Kafka's limit is a maximum, too), else inside
-the page that crosses N (read to find the exact end); slices end at page boundaries, about
-`size` messages each (a page holding more than `size` is read and cut exactly).
+batches, and at most one page read: with `maxMessagesPerTrigger` N, a batch of a backlog of
+N messages or more holds exactly N (as Kafka's `maxOffsetsPerTrigger`), the page that
+crosses N read to find the N-th; slices end at page boundaries, about `size` messages each
+(a page holding more than `size` is read and cut exactly).
 
 Runs in a worker thread (it may read page files); the plan it reads was taken on the loop.
 """
@@ -21,6 +21,7 @@ Runs in a worker thread (it may read page files); the plan it reads was taken on
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -74,37 +75,47 @@ def segments(memory: Sequence[int], paged: PagedRange | None, after: int, upto: 
 
 
 class Slicer:
-    """Cuts a range into `[after, upto, from_page]` slices of about `size` messages as its
-    segments go by (None: no slicing). A whole page is not cut: a slice ends before a page
-    that would take it past `size` once it holds half of that."""
+    """Cuts a range into `[after, upto, from_page]` slices (one Spark task each) of about
+    `size` messages (None: no slicing), as even as whole pages allow: the segments are kept
+    as they go by (three integers each: a whole page is one), then cut into as many slices
+    as `size` asks for, each at the segment boundary nearest its share. Even slices keep
+    both of Spark's cores busy to a batch's end: slices of `size` leave a short last one."""
 
     def __init__(self, after: int, size: int | None) -> None:
-        self.size = size
-        self.low, self.in_slice, self.from_page, self.last = after, 0, 0, after
-        self.done: list[list[int]] = []
+        self.after, self.size = after, size
+        self.last_ids, self.counts, self.pages = array("q"), array("q"), array("q")
+        self.total = 0
 
     def add(self, last_id: int, messages: int, page_no: int) -> None:
-        size = self.size
-        if size is None:
+        if self.size is None:
             return
-        if messages > 1 and self.in_slice * 2 >= size and self.in_slice + messages > size:
-            self._cut(self.last)
-        if self.in_slice == 0:
-            self.from_page = page_no
-        self.in_slice += messages
-        self.last = last_id
-        if self.in_slice >= size:
-            self._cut(last_id)
-
-    def _cut(self, upto: int) -> None:
-        self.done.append([self.low, upto, self.from_page])
-        self.low, self.in_slice = upto, 0
+        self.last_ids.append(last_id)
+        self.counts.append(messages)
+        self.pages.append(page_no)
+        self.total += messages
 
     def slices(self, upto: int) -> list[list[int]]:
         """The slices covering the range up to `upto`."""
-        slices = [list(item) for item in self.done]
-        if self.in_slice or not slices:
-            slices.append([self.low, upto, self.from_page])
+        size = self.size or 1
+        parts = max(1, -(-self.total // size))
+        slices: list[list[int]] = []
+        low, from_page, taken, in_slice, previous = self.after, 0, 0, 0, self.after
+        for last_id, messages, page_no in zip(self.last_ids, self.counts, self.pages, strict=True):
+            share = self.total * (len(slices) + 1) / parts
+            if in_slice and taken + messages > share and share - taken < taken + messages - share:
+                slices.append([low, previous, from_page])  # nearer its share before this page
+                low, in_slice = previous, 0
+                share = self.total * (len(slices) + 1) / parts
+            if in_slice == 0:
+                from_page = page_no
+            taken += messages
+            in_slice += messages
+            previous = last_id
+            if taken >= share and len(slices) + 1 < parts:
+                slices.append([low, last_id, from_page])
+                low, in_slice = last_id, 0
+        if in_slice or not slices:
+            slices.append([low, upto, from_page])
         else:
             slices[-1][1] = upto
         return slices
@@ -128,8 +139,7 @@ def plan_range(memory: Sequence[int], paged: PagedRange | None, after: int, limi
     def split(span: PageSpan) -> bool:
         if size is not None and span.records > size:
             return True  # read it to cut it into slices of `size`
-        # Past the limit: stop before it if that keeps half the limit, else find the end in it.
-        return count + span.records > limit and count * 2 < limit
+        return count < limit < count + span.records  # read it to find the limit-th message
 
     for last_id, messages, page_no in segments(memory, paged, after, None, split):
         if count >= limit or count + messages > limit:

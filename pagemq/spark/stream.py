@@ -28,6 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -320,10 +321,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {url: int(self._offsets(url)["latest"]) for url in sorted(self.options.urls)}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The end of the next batch; acknowledges `start` first (the batch that ended there
-        is committed: Spark plans the next batch only after that)."""
+        """The end of the next batch; acknowledges `start` too (the batch that ended there
+        is committed: Spark plans the next batch only after that), while it plans: the
+        acknowledgement of a large batch takes the broker a tenth of a second or more, and
+        the plan does not depend on it (it reads after `start`)."""
         start_offset = self._checked(start)
-        self._acknowledge(start_offset)
+        with ThreadPoolExecutor(1, thread_name_prefix="pagemq-ack") as pool:
+            acknowledged = pool.submit(self._acknowledge, start_offset)
+            end = self._next_end(start_offset, limit)
+            acknowledged.result()
+        return end
+
+    def _next_end(self, start_offset: Offset, limit: ReadLimit) -> Offset:
         urls = sorted(self.options.urls)
         end: Offset = {}
         latest: Offset = {}

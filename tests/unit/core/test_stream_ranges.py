@@ -41,24 +41,34 @@ class Pages:
 
 def test_a_range_of_whole_pages_ends_at_a_page_boundary_without_reading_a_page():
     pages = Pages(10)
-    plan = plan_range([], pages.plan(), 0, 450, 200)
-    assert (plan.end, plan.messages) == (4100, 400)  # 4 pages: >= half the limit, at most the limit
+    plan = plan_range([], pages.plan(), 0, 400, 200)
+    assert (plan.end, plan.messages) == (4100, 400)
     assert plan.slices == [[0, 2100, 1], [2100, 4100, 3]]
     assert pages.reads == []
-    following = plan_range([], pages.plan(), plan.end, 450, 200)
+    following = plan_range([], pages.plan(), plan.end, 400, 200)
     assert (following.end, following.messages) == (8100, 400) and pages.reads == []
 
 
-def test_a_limit_below_half_a_page_ends_exactly_inside_the_page_that_crosses_it():
+def test_a_limit_holds_exactly_that_many_messages_reading_only_the_page_that_crosses_it():
     pages = Pages(10)
-    stopped = plan_range([], pages.plan(), 0, 130, None)
-    assert (stopped.end, stopped.messages) == (1100, 100) and pages.reads == []  # 100 >= 130 / 2
+    plan = plan_range([], pages.plan(), 0, 450, 200)
+    assert (plan.end, plan.messages) == (5050, 450)  # as Kafka's maxOffsetsPerTrigger
+    assert plan.slices == [[0, 2100, 1], [2100, 3100, 3], [3100, 5050, 4]]  # 3 of ~150 (whole pages)
+    assert pages.reads == [5]  # read to find the 450th
+    # the next range starts inside page 5: that page is read, the next ones counted
+    following = plan_range([], pages.plan(), plan.end, 450, 200)
+    assert (following.end, following.messages) == (9100, 450) and pages.reads == [5, 5]
+
+
+def test_a_limit_below_a_page_ends_exactly_inside_the_page_that_crosses_it():
+    pages = Pages(10)
     plan = plan_range([], pages.plan(), 0, 30, None)
     assert (plan.end, plan.messages) == (1030, 30)
     assert pages.reads == [1]  # read to find the 30th
-    # the next range starts inside page 1: that page is read, the next one counted
     following = plan_range([], pages.plan(), plan.end, 170, None)
     assert (following.end, following.messages) == (2100, 170) and pages.reads == [1, 1]
+    short = plan_range([], pages.plan(), 0, 130, None)
+    assert (short.end, short.messages) == (2030, 130) and pages.reads == [1, 1, 2]
 
 
 def test_uncountable_pages_are_read_and_memory_messages_merge_in_by_id():
@@ -71,6 +81,16 @@ def test_uncountable_pages_are_read_and_memory_messages_merge_in_by_id():
     assert count == 303 and sliced[0][0] == 0 and sliced[-1][1] == 9000
     for low_slice, high_slice in itertools.pairwise(sliced):
         assert low_slice[1] == high_slice[0]
+
+
+def test_slices_are_as_even_as_whole_pages_allow():
+    pages = Pages(10)
+    sliced, count = plan_splits([], pages.plan(), 0, 10100, 400)
+    assert count == 1000 and pages.reads == []
+    assert [high for _low, high, _page in sliced] == [3100, 7100, 10100]  # 300/400/300, not 400/400/200
+    assert [page for _low, _high, page in sliced] == [1, 4, 8]
+    sliced, _count = plan_splits([], pages.plan(), 0, 10100, 250)
+    assert [high for _low, high, _page in sliced] == [3100, 5100, 8100, 10100]  # 300/200/300/200
 
 
 def test_splits_cut_a_page_larger_than_the_slice_size_exactly():
