@@ -38,10 +38,11 @@ counted from its bookkeeping (its records for the queue, ending at the page's la
 
 
 def segments(memory: Sequence[int], paged: PagedRange | None, after: int, upto: int | None,
-             split: Callable[[PageSpan], bool]) -> Iterator[Segment]:
-    """The range `(after, upto]` (upto None: no end) as segments in id order. `split(span)`:
-    read that countable page record by record instead (asked just before it is yielded,
-    so the caller can decide from what it has taken so far)."""
+             split: Callable[[PageSpan, int], bool]) -> Iterator[Segment]:
+    """The range `(after, upto]` (upto None: no end) as segments in id order. `split(span,
+    ahead)`: read that countable page record by record instead (asked just before it is
+    yielded, so the caller can decide from what it has taken so far; `ahead` messages in
+    memory come before it)."""
     at = bisect.bisect_right(memory, after)
     bound = upto if upto is not None else float("inf")
 
@@ -62,7 +63,7 @@ def segments(memory: Sequence[int], paged: PagedRange | None, after: int, upto: 
                 if span.first_id > after and span.last_id <= bound:
                     if not span.records:
                         continue
-                    if not split(span):
+                    if not split(span, bisect.bisect_right(memory, span.last_id, at) - at):
                         yield from memory_to(span.last_id)
                         yield span.last_id, span.records, page_no
                         continue
@@ -78,7 +79,8 @@ class Slicer:
     """Cuts a range into `[after, upto, from_page]` slices (one Spark task each) of about
     `size` messages (None: no slicing), as even as whole pages allow: the segments are kept
     as they go by (three integers each: a whole page is one), then cut into as many slices
-    as `size` asks for, each at the segment boundary nearest its share. Even slices keep
+    as `size` asks for, each at the segment boundary nearest its share (what is left after
+    the cut before it, shared evenly between the slices to come). Even slices keep
     both of Spark's cores busy to a batch's end: slices of `size` leave a short last one."""
 
     def __init__(self, after: int, size: int | None) -> None:
@@ -100,20 +102,25 @@ class Slicer:
         parts = max(1, -(-self.total // size))
         slices: list[list[int]] = []
         low, from_page, taken, in_slice, previous = self.after, 0, 0, 0, self.after
+        cut_at = 0  # messages before the slice being filled
+
+        def share() -> float:  # where it should end: what is left, shared evenly
+            return cut_at + (self.total - cut_at) / (parts - len(slices))
+
         for last_id, messages, page_no in zip(self.last_ids, self.counts, self.pages, strict=True):
-            share = self.total * (len(slices) + 1) / parts
-            if in_slice and taken + messages > share and share - taken < taken + messages - share:
+            end = share()
+            if (in_slice and len(slices) + 1 < parts and taken + messages > end
+                    and end - taken < taken + messages - end):
                 slices.append([low, previous, from_page])  # nearer its share before this page
-                low, in_slice = previous, 0
-                share = self.total * (len(slices) + 1) / parts
+                low, in_slice, cut_at = previous, 0, taken
             if in_slice == 0:
                 from_page = page_no
             taken += messages
             in_slice += messages
             previous = last_id
-            if taken >= share and len(slices) + 1 < parts:
+            if taken >= share() and len(slices) + 1 < parts:
                 slices.append([low, last_id, from_page])
-                low, in_slice = last_id, 0
+                low, in_slice, cut_at = last_id, 0, taken
         if in_slice or not slices:
             slices.append([low, upto, from_page])
         else:
@@ -136,10 +143,11 @@ def plan_range(memory: Sequence[int], paged: PagedRange | None, after: int, limi
     slicer = Slicer(after, size)
     count, end = 0, after
 
-    def split(span: PageSpan) -> bool:
+    def split(span: PageSpan, ahead: int) -> bool:
         if size is not None and span.records > size:
             return True  # read it to cut it into slices of `size`
-        return count < limit < count + span.records  # read it to find the limit-th message
+        before = count + ahead
+        return before < limit < before + span.records  # read it to find the limit-th message
 
     for last_id, messages, page_no in segments(memory, paged, after, None, split):
         if count >= limit or count + messages > limit:
@@ -156,7 +164,7 @@ def plan_splits(memory: Sequence[int], paged: PagedRange | None, after: int, upt
     slicer = Slicer(after, size)
     count = 0
     for last_id, messages, page_no in segments(memory, paged, after, upto,
-                                               lambda span: span.records > size):
+                                               lambda span, _ahead: span.records > size):
         count += messages
         slicer.add(last_id, messages, page_no)
     return slicer.slices(upto), count

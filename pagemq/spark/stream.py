@@ -203,8 +203,10 @@ def _patient(url: str, path: str, timeout: float, body: dict[str, Any] | None = 
         try:
             return _request(url, path, timeout, body, params, auth)
         except BrokerStreamError as exc:
-            if "cannot be reached" not in str(exc) or time.monotonic() + pause > deadline:
+            left = deadline - time.monotonic()
+            if "cannot be reached" not in str(exc) or left <= 0:
                 raise
+            pause = min(pause, left)  # the last try comes at the deadline, not a pause before it
             log.info("pagemq stream: %s; asking again in %.1fs", exc, pause)
         time.sleep(pause)
         pause = min(pause * 2, 2.0)

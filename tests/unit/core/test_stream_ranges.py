@@ -71,6 +71,15 @@ def test_a_limit_below_a_page_ends_exactly_inside_the_page_that_crosses_it():
     assert (short.end, short.messages) == (2030, 130) and pages.reads == [1, 1, 2]
 
 
+def test_messages_in_memory_before_a_page_count_towards_the_limit_it_crosses():
+    """(Helper 37: 20 messages in memory before page 1 were not counted when page 1 was
+    asked whether it crossed the limit of 110: taken whole, it did not fit, and the batch
+    ended at the 20th message.)"""
+    pages = Pages(3)
+    plan = plan_range(list(range(500, 520)), pages.plan(), 0, 110, None)
+    assert (plan.end, plan.messages) == (1090, 110) and pages.reads == [1]
+
+
 def test_uncountable_pages_are_read_and_memory_messages_merge_in_by_id():
     pages = Pages(3, uncountable=(2,))
     memory = [500, 2050, 9000]
