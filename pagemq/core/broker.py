@@ -38,6 +38,7 @@ from pagemq.core.expiry import ExpiryTimers
 from pagemq.core.ids import Ids
 from pagemq.core.ledger import Ledger
 from pagemq.core.memory import MemoryAccountant
+from pagemq.core.paged_expiry import PagedExpiry
 from pagemq.core.recovery import Recovery
 from pagemq.core.routing import DROP, MEMORY, PAGE, Blocked, Router
 from pagemq.core.selector import compile_filter
@@ -119,6 +120,8 @@ class Broker:
         self.cancel_wait = self.router.cancel_wait
         self.disk = self.router.disk
         self.expire_due = self.dead_letters.expire_due
+        self.paged_expiry = PagedExpiry(self.bindings.pagers, self.dead_letters.expired)
+        self.expire_paged = self.paged_expiry.scan
         self.expired = self.dead_letters.expired
         self.dead_letter = self.dead_letters.exhausted
         self.given_back = self.ledger.given_back

@@ -367,6 +367,15 @@ class PageCursor:
             ref.delivery_count = self._returned.pop((page_no, ordinal), 0)
         return ref
 
+    def claim_expired(self, page_no: int, ordinal: int, record: PagedRecord) -> MessageRef | None:
+        """A due record still on disk only, claimed where it lies and read into memory for
+        its move to the expiry address (core/paged_expiry.py); None if it is not there."""
+        if not self.book.claim_unread(page_no, ordinal):
+            return None
+        message = self.pager.decoded(page_no, ordinal, record)
+        self._into_memory(message.memory_size)
+        return self._ref(message, page_no, ordinal)
+
     def is_ahead(self, ref: MessageRef) -> bool:
         """Claimed beyond the queue's read position: its place in the queue is on disk."""
         return ref.page_pos is not None and ref.page_pos >= self.book.position()
@@ -393,6 +402,7 @@ class PageCursor:
         if (page_no, ordinal) >= self.book.position():
             self.book.unclaim(page_no, ordinal)
             self._rewind_scans(page_no, ordinal)
+            self.pager.rescan(page_no)
             return None
         self._into_memory(message.memory_size)
         return self._ref(message, page_no, ordinal)
@@ -505,6 +515,8 @@ class PageCursor:
         is (a record unclaimed after that reading had passed it was never read again)."""
         position = ref.page_pos
         if not acked:
+            if position is not None:
+                self.pager.rescan(position[0])
             if position is not None and not self.book.unclaim(*position):
                 self._returned.pop(position, None)  # damage took it: never read again
         else:
@@ -697,6 +709,13 @@ class AddressPager:
         # multicast address reading the same record share one message object, as they share
         # it when it never paged (seed 000: one copy per address).
         self._shared: weakref.WeakValueDictionary[tuple[int, int], Message] = weakref.WeakValueDictionary()
+        # For the expiry scan of page files (core/paged_expiry.py): the soonest expiration
+        # appended to each page in this run, the first page appended to in this run (pages
+        # before it hold what earlier runs wrote), and per page and queue when its next
+        # record expires, as last scanned (dropped when the page is appended to).
+        self._expiring: dict[int, int] = {}
+        self._first_append: int | None = None
+        self._expiry_memo: dict[int, dict[int, int]] = {}
         store.listener = self
 
     def cursor(self, queue: Queue) -> PageCursor:
@@ -727,7 +746,11 @@ class AddressPager:
         taken: dict[tuple[int, ...], int] = {}
         queues_of: dict[tuple[int, ...], list[Queue]] = {}
         queue_ids: tuple[int, ...] = ()
+        soonest = 0
         for message, queues in items:
+            expiration = message.expiration
+            if expiration and (not soonest or expiration < soonest):
+                soonest = expiration
             if len(queues) != 1:
                 queue_ids = tuple([q.queue_id for q in queues])
             elif len(queue_ids) != 1 or queue_ids[0] != queues[0].queue_id:
@@ -742,6 +765,7 @@ class AddressPager:
                 taken[queue_ids] = count + 1
         appended = self.store.append(records, summary_input=[message for message, _queues in items],
                                      atomic=atomic)
+        self._appended_to(appended.page_no, soonest)
         if txid:
             self.address.undecided[txid] = min(record.message_id for record in records)
         cursors = self.cursors
@@ -797,6 +821,52 @@ class AddressPager:
     def abandon_tx(self, txid: int, *, written: bool) -> None:
         self.address.undecided.pop(txid, None)
         self.store.abandon_tx(txid, written=written)
+
+    # -- expiry of paged messages (core/paged_expiry.py) -----------------------------------
+
+    def _appended_to(self, page_no: int, soonest: int) -> None:
+        if self._first_append is None:
+            self._first_append = page_no
+        if soonest:
+            known = self._expiring.get(page_no)
+            if known is None or soonest < known:
+                self._expiring[page_no] = soonest
+        if self._expiry_memo:
+            self._expiry_memo.pop(page_no, None)
+
+    def may_expire(self, page_no: int, queue_id: int, now_ms: int, due: Selector) -> bool:
+        """False when the page cannot hold a record of the queue due to expire by `now_ms`:
+        its last scan found none before a later time, its summary's `JMSExpiration` range
+        rules it out (`due` selects the due ones), or it was written in this run with no
+        message that expires then."""
+        memo = self._expiry_memo.get(page_no)
+        if memo is not None and queue_id in memo:
+            return memo[queue_id] <= now_ms
+        summary = self.store.summary(page_no)
+        if summary is not None:
+            return due.may_match(summary)  # type: ignore[arg-type]
+        if self._first_append is not None and page_no > self._first_append:
+            soonest = self._expiring.get(page_no)
+            return soonest is not None and soonest <= now_ms
+        return True  # (partly) an earlier run's, with no summary: read to know
+
+    def scanned(self, page_no: int, queue_id: int, next_due: int) -> None:
+        """The queue's records of the page were scanned whole: none is due before `next_due`
+        (ms since the epoch) until the page is appended to."""
+        self._expiry_memo.setdefault(page_no, {})[queue_id] = next_due
+
+    def rescan(self, page_no: int) -> None:
+        """A record of the page is on disk again (returned unacknowledged): its memo no
+        longer holds."""
+        if self._expiry_memo:
+            self._expiry_memo.pop(page_no, None)
+
+    def forget_scans(self, pages: Collection[int]) -> None:
+        """Memos of pages no longer held (deleted, or read past) go."""
+        for page_no in [p for p in self._expiry_memo if p not in pages]:
+            del self._expiry_memo[page_no]
+        for page_no in [p for p in self._expiring if p not in pages]:
+            del self._expiring[page_no]
 
     def may_match(self, page_no: int, selector: Selector | None) -> bool:
         """False when the page's summary proves no message in it matches `selector`."""

@@ -198,6 +198,9 @@ class BrokerServer:
         self._tasks = [
             asyncio.create_task(self._cleanup_loop(broker_config.cleanup_period)),
             asyncio.create_task(self._every(EXPIRY_TICK_PERIOD, self.broker.expire_due)),
+            *([asyncio.create_task(self._every(broker_config.message_expiry_scan_period,
+                                               self.broker.expire_paged))]
+              if broker_config.message_expiry_scan_period > 0 else []),
             asyncio.create_task(self._every(broker_config.disk_scan_period, self.disk_monitor.scan)),
             asyncio.create_task(self._every(
                 AUTO_DELETE_PERIOD, lambda: self.broker.auto_delete.tick(time.monotonic())

@@ -88,6 +88,7 @@ _BROKER_DEFAULTS: dict[str, object] = {
     "archive-data-logs": False,
     "cleanup-period": "30s",
     "disk-full-policy": "BLOCK",
+    "message-expiry-scan-period": "5s",
 }
 _ACCEPTOR_DEFAULTS: dict[str, object] = {
     "stomp": "127.0.0.1:61613",
@@ -124,6 +125,7 @@ class BrokerConfig:
     archive_data_logs: bool
     cleanup_period: float
     disk_full_policy: str
+    message_expiry_scan_period: float = 5.0  # seconds; -1: paged messages expire only when read back
 
 
 @dataclass(frozen=True)
@@ -302,6 +304,8 @@ def _broker(raw: object, data_dir_flag: str | None) -> BrokerConfig:
         archive_data_logs=table.get("archive-data-logs", parse_bool, d["archive-data-logs"]),
         cleanup_period=table.get("cleanup-period", _period, d["cleanup-period"]),
         disk_full_policy=table.get("disk-full-policy", _disk_full_policy, d["disk-full-policy"]),
+        message_expiry_scan_period=table.get("message-expiry-scan-period", _period_or_off,
+                                             d["message-expiry-scan-period"]),
     )
 
 
@@ -320,6 +324,13 @@ def _period(value: object, key: str) -> float:
     at least 1 ms.
     """
     return parse_duration(value, key, bare_unit=MILLISECONDS, minimum=_MIN_PERIOD)
+
+
+def _period_or_off(value: object, key: str) -> float:
+    """`_period`, or -1 (an integer, as Artemis' `message-expiry-scan-period = -1`): off."""
+    if value == -1 and not isinstance(value, bool):
+        return -1.0
+    return _period(value, key)
 
 
 def _nanos_timeout(value: object, key: str) -> float:

@@ -10,7 +10,8 @@ What maps (names are the seeds' in both, see docs/operations.md):
 - `<addresses>`: `[[addresses]]` with `routing-type` and `[[addresses.queues]]` (`filter`,
   `durable`).
 - broker settings: `global-max-size`, `global-max-messages`, `max-disk-usage`,
-  `min-disk-free`, `disk-scan-period` (ms), `page-sync-timeout` (ns), `journal-file-size`,
+  `min-disk-free`, `disk-scan-period` (ms), `message-expiry-scan-period` (ms),
+  `page-sync-timeout` (ns), `journal-file-size`,
   `journal-datasync` / `journal-sync-non-transactional` (→ `journal-sync`),
   `paging-directory`, `journal-directory` (and `data-directory`, their parent),
   `security-enabled`; `id-cache-size` (an address setting in pagemq).
@@ -160,6 +161,8 @@ _BROKER_SETTINGS: dict[str, tuple[_Parts, Callable[[str], object]]] = {
     "global-max-messages": (("broker", "global-max-messages"), int),
     "max-disk-usage": (("broker", "max-disk-usage"), int),
     "disk-scan-period": (("broker", "disk-scan-period"), lambda text: f"{int(text)}ms"),
+    "message-expiry-scan-period": (("broker", "message-expiry-scan-period"),
+                                   lambda text: -1 if int(text) < 0 else f"{int(text)}ms"),
     "page-sync-timeout": (("broker", "page-sync-timeout"), int),  # nanoseconds in both
     "journal-directory": (("broker", "journal-directory"), str),
     "paging-directory": (("broker", "paging-directory"), str),
