@@ -49,6 +49,7 @@ log = logging.getLogger("pagemq.broker")
 __all__ = ["PagedExpiry"]
 
 _SLICE = 512  # records looked at between two returns to the event loop
+_ADDRESSES_PER_TURN = 100  # paging addresses looked at (their pages not read) in one turn
 _NEVER = 2 ** 62  # a page scanned with nothing left to expire (ms since the epoch)
 
 
@@ -71,8 +72,10 @@ class PagedExpiry:
             now_ms = int(time.time() * 1000)
             due = compile_selector(f"JMSExpiration > 0 AND JMSExpiration <= {now_ms}")
             expired = 0
-            for pager in list(self._pagers.values()):
+            for n, pager in enumerate(list(self._pagers.values()), 1):
                 expired += await self._scan_address(pager, now_ms, due)
+                if n % _ADDRESSES_PER_TURN == 0:
+                    await asyncio.sleep(0)  # thousands of paging addresses: not in one turn
             if expired:
                 log.info("%d paged message(s) expired", expired)
             return expired
