@@ -14,8 +14,12 @@ backlogs cost little (`AddressPager.may_expire`):
 - a page whose summary's `JMSExpiration` range rules out a due message is not read;
 - a page written in this run is read only if a message with an expiration that has come
   was appended to it;
+- a page an earlier run wrote, read whole at start-up (its live page after a crash), is
+  read only if its records' soonest expiration has come (`PageScan.soonest_expiration`);
 - a page scanned whole is not read again before the soonest expiration it still holds (or
-  ever, with none), unless it is appended to.
+  ever, with none), unless a record is appended or returned to it, even during that scan
+  (the scan notes the page's changes when it begins, and its finding is dropped if they
+  moved: helper 39 lost an appended record to that race).
 Pages are read in the page-I/O worker a chunk at a time (never on the loop), each record's
 expiration comes from its codec head, and only due records are decoded; the loop is given
 back every `_SLICE` records. A due record is claimed where it lies, so the queue's reading
@@ -83,11 +87,9 @@ class PagedExpiry:
             self._running = False
 
     async def _scan_address(self, pager: AddressPager, now_ms: int, due: Selector) -> int:
-        held: set[int] = set()
         expired = 0
         for cursor in list(pager.cursors.values()):
             pages = cursor.book.pages_from(0)
-            held.update(pages)
             queue = cursor.queue
             if queue.deleted or cursor.book.unread <= 0:
                 continue
@@ -99,6 +101,9 @@ class PagedExpiry:
                                                  now_ms)
                 if queue.deleted:
                     break
+        held: set[int] = set()  # (as they are now: a page may have begun meanwhile)
+        for cursor in pager.cursors.values():
+            held.update(cursor.book.pages_from(0))
         pager.forget_scans(held)
         return expired
 
@@ -110,6 +115,7 @@ class PagedExpiry:
         arrived = asyncio.Event()
         size = ReadSize(cursor.chunk_bytes())
         charged = (1 + AHEAD) * size.bytes
+        changes = pager.page_changes(page_no)
         pager.budget.charge_part(BROWSE_PART, charged)
         records: Iterator[tuple[int, PagedRecord] | None] = cursor.book.read_ahead(
             page_no, ordinal, arrived.set, size)
@@ -154,7 +160,7 @@ class PagedExpiry:
             pager.budget.charge_part(BROWSE_PART, -charged)
         expired += self._move(queue, refs)
         if whole:
-            pager.scanned(page_no, queue.queue_id, next_due)
+            pager.scanned(page_no, queue.queue_id, next_due, changes)
         return expired
 
     def _move(self, queue: Queue, refs: list[MessageRef]) -> int:

@@ -716,6 +716,7 @@ class AddressPager:
         self._expiring: dict[int, int] = {}
         self._first_append: int | None = None
         self._expiry_memo: dict[int, dict[int, int]] = {}
+        self._page_changes: dict[int, int] = {}  # appends and returns to disk, per page
         store.listener = self
 
     def cursor(self, queue: Queue) -> PageCursor:
@@ -831,8 +832,18 @@ class AddressPager:
             known = self._expiring.get(page_no)
             if known is None or soonest < known:
                 self._expiring[page_no] = soonest
+        self._changed(page_no)
+
+    def _changed(self, page_no: int) -> None:
+        """A record was added to the page, or returned to it: what a scan of it found (or is
+        finding, reading what was there when it began) no longer holds."""
+        self._page_changes[page_no] = self._page_changes.get(page_no, 0) + 1
         if self._expiry_memo:
             self._expiry_memo.pop(page_no, None)
+
+    def page_changes(self, page_no: int) -> int:
+        """How often the page changed (`_changed`): a scan notes it when it begins."""
+        return self._page_changes.get(page_no, 0)
 
     def may_expire(self, page_no: int, queue_id: int, now_ms: int, due: Selector) -> bool:
         """False when the page cannot hold a record of the queue due to expire by `now_ms`:
@@ -845,21 +856,22 @@ class AddressPager:
         summary = self.store.summary(page_no)
         if summary is not None:
             return due.may_match(summary)  # type: ignore[arg-type]
-        if self._first_append is not None and page_no > self._first_append:
-            soonest = self._expiring.get(page_no)
-            return soonest is not None and soonest <= now_ms
-        return True  # (partly) an earlier run's, with no summary: read to know
+        scanned = self.store.soonest_expiration(page_no)  # a page read whole at start-up
+        if scanned is None and (self._first_append is None or page_no < self._first_append):
+            return True  # an earlier run's (a run writes to new pages), no summary: read to know
+        soonest = [t for t in (scanned, self._expiring.get(page_no)) if t]
+        return bool(soonest) and min(soonest) <= now_ms
 
-    def scanned(self, page_no: int, queue_id: int, next_due: int) -> None:
+    def scanned(self, page_no: int, queue_id: int, next_due: int, changes: int) -> None:
         """The queue's records of the page were scanned whole: none is due before `next_due`
-        (ms since the epoch) until the page is appended to."""
-        self._expiry_memo.setdefault(page_no, {})[queue_id] = next_due
+        (ms since the epoch) until the page changes. Not noted if it changed (`changes`,
+        from when the scan began) while it was being read: the read did not see that."""
+        if self.page_changes(page_no) == changes:
+            self._expiry_memo.setdefault(page_no, {})[queue_id] = next_due
 
     def rescan(self, page_no: int) -> None:
-        """A record of the page is on disk again (returned unacknowledged): its memo no
-        longer holds."""
-        if self._expiry_memo:
-            self._expiry_memo.pop(page_no, None)
+        """A record of the page is on disk again (returned unacknowledged)."""
+        self._changed(page_no)
 
     def forget_scans(self, pages: Collection[int]) -> None:
         """Memos of pages no longer held (deleted, or read past) go."""
@@ -867,6 +879,8 @@ class AddressPager:
             del self._expiry_memo[page_no]
         for page_no in [p for p in self._expiring if p not in pages]:
             del self._expiring[page_no]
+        for page_no in [p for p in self._page_changes if p not in pages]:
+            del self._page_changes[page_no]
 
     def may_match(self, page_no: int, selector: Selector | None) -> bool:
         """False when the page's summary proves no message in it matches `selector`."""

@@ -30,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from pagemq.storage.message_codec import CodecError, read_expiration
+
 __all__ = [
     "FILE_HEADER",
     "FORMAT_VERSION",
@@ -111,7 +113,8 @@ class FrameError(ValueError):
 class PagedRecord:
     """One paged message: one copy per address, listing every queue it was routed to.
 
-    `message` is the `message_codec` encoding; the page store never looks inside it.
+    `message` is the `message_codec` encoding; the page store looks inside it only for its
+    head's expiration, when it reads a page whole (`PageScan.note_expirations`).
     `txid` (0 for none) marks a record written by a transaction whose outcome is decided
     outside the page file: records of one append share it and go in one TX_BATCH frame.
     """
@@ -554,6 +557,22 @@ class PageScan:
     version: int = FORMAT_VERSION
     # (transaction id, first ordinal, records) of each TX_BATCH frame, in page order
     tx_batches: list[tuple[int, int, int]] = field(default_factory=list)
+    # The soonest expiration of its records (ms since the epoch, 0: none expires), known
+    # (not None) only for a page read whole in this run (`scan_page`): an expiry scan of
+    # page files need not read one that holds nothing due (not stored in the summary).
+    soonest_expiration: int | None = None
+
+    def note_expirations(self, entries: Sequence[PagedRecord]) -> None:
+        """Fold the entries' expirations (from their codec heads) into `soonest_expiration`."""
+        soonest = self.soonest_expiration or 0
+        for entry in entries:
+            try:
+                expiration = read_expiration(entry.message)
+            except CodecError:
+                continue
+            if expiration and (not soonest or expiration < soonest):
+                soonest = expiration
+        self.soonest_expiration = soonest
 
     def add(self, entries: Sequence[PagedRecord], offset: int, frame_size: int,
             first_ordinal: int | None = None) -> None:
@@ -607,9 +626,11 @@ def scan_page(data: bytes, expected_page_no: int) -> PageScan:
         return scan
     scan.version = page_format_version(data)
     scan.good_size = FILE_HEADER.size
+    scan.soonest_expiration = 0
     for offset, size, first, entries in read_frames(data, FILE_HEADER.size, len(data),
                                                    version=scan.version, damage=scan.damage):
         scan.add(entries, offset, size, first)
+        scan.note_expirations(entries)
     if scan.damage:
         scan.problem = scan.damage[0].reason
         scan.damaged = any(not d.torn for d in scan.damage)

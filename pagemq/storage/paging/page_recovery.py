@@ -330,7 +330,9 @@ def _rescan(
 
 def _frames_after_bad_header(data: bytes, problem: str | None) -> PageScan:
     """A page whose header is unreadable: its (format-2) frames, found by their magic."""
-    scan = PageScan(good_size=FILE_HEADER.size, problem=problem, damaged=True, version=FORMAT_VERSION)
+    scan = PageScan(good_size=FILE_HEADER.size, problem=problem, damaged=True, version=FORMAT_VERSION,
+                    soonest_expiration=0)
     for offset, size, first, entries in read_frames(data, FILE_HEADER.size, len(data), damage=scan.damage):
         scan.add(entries, offset, size, first)
+        scan.note_expirations(entries)
     return scan

@@ -113,6 +113,8 @@ class PageInfo:
     tx_batches: list[tuple[int, int, int]] = field(default_factory=list)
     # Written before this start: only its persistent records are messages now.
     previous_run: bool = False
+    # The soonest expiration of its records, 0 for none, None when not known (PageScan)
+    soonest_expiration: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +199,7 @@ class PageState:
         return PageInfo(
             self.page_no, stats.count, stats.persistent_count, stats.first_id, stats.last_id,
             dict(queue_counts), stats.good_size, self.selector_summary, self.closed,
-            list(stats.tx_batches), self.previous_run,
+            list(stats.tx_batches), self.previous_run, stats.soonest_expiration,
         )
 
 

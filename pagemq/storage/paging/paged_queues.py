@@ -262,6 +262,10 @@ class PagedQueues:
             self._summaries[page_no] = summary
         return self._summaries[page_no]
 
+    def soonest_expiration(self, page_no: int) -> int | None:
+        info = self.medium.page_info(page_no)
+        return info.soonest_expiration if info is not None else None
+
     def fully_readable(self, page_no: int) -> bool:
         return self.medium.fully_readable(page_no)
 

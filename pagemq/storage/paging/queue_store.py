@@ -306,6 +306,10 @@ class PagedQueueStore(Protocol):
     def summary(self, page_no: int) -> object | None:
         """The decoded selector summary of a closed page; None when there is none (yet)."""
 
+    def soonest_expiration(self, page_no: int) -> int | None:
+        """The soonest expiration of the page's records (0: none expires) when a read of the
+        whole page in this run found it (a page rescanned at start-up), else None."""
+
     def fully_readable(self, page_no: int) -> bool:
         """Whether a read made now sees every record appended to the page so far."""
 
