@@ -52,7 +52,7 @@ log = logging.getLogger("pagemq.broker")
 
 __all__ = ["PagedExpiry"]
 
-_SLICE = 512  # records looked at between two returns to the event loop
+_SLICE = 64  # records looked at between two returns to the event loop
 _ADDRESSES_PER_TURN = 100  # paging addresses looked at (their pages not read) in one turn
 _NEVER = 2 ** 62  # a page scanned with nothing left to expire (ms since the epoch)
 

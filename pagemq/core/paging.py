@@ -847,20 +847,22 @@ class AddressPager:
 
     def may_expire(self, page_no: int, queue_id: int, now_ms: int, due: Selector) -> bool:
         """False when the page cannot hold a record of the queue due to expire by `now_ms`:
-        its last scan found none before a later time, its summary's `JMSExpiration` range
-        rules it out (`due` selects the due ones), or it was written in this run with no
-        message that expires then."""
+        its last scan found none before a later time; it was written in this run with no
+        message that expires by then (known without a look at the store: a scan of
+        thousands of paging addresses costs microseconds each); or, an earlier run's, its
+        summary's `JMSExpiration` range (`due` selects the due ones) or the soonest
+        expiration its read at start-up found rules it out."""
         memo = self._expiry_memo.get(page_no)
         if memo is not None and queue_id in memo:
             return memo[queue_id] <= now_ms
+        if self._first_append is not None and page_no >= self._first_append:
+            soonest = self._expiring.get(page_no)  # written in this run (a run writes new pages)
+            return soonest is not None and soonest <= now_ms
         summary = self.store.summary(page_no)
         if summary is not None:
             return due.may_match(summary)  # type: ignore[arg-type]
         scanned = self.store.soonest_expiration(page_no)  # a page read whole at start-up
-        if scanned is None and (self._first_append is None or page_no < self._first_append):
-            return True  # an earlier run's (a run writes to new pages), no summary: read to know
-        soonest = [t for t in (scanned, self._expiring.get(page_no)) if t]
-        return bool(soonest) and min(soonest) <= now_ms
+        return scanned is None or 0 < scanned <= now_ms  # None: not known, read to know
 
     def scanned(self, page_no: int, queue_id: int, next_due: int, changes: int) -> None:
         """The queue's records of the page were scanned whole: none is due before `next_due`
