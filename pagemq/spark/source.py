@@ -47,7 +47,14 @@ from pagemq.spark.bounds import Bounds
 from pagemq.spark.page_scan import FileTask, ScanOptions, plan_scan, read_file
 from pagemq.spark.schema import READ_SCHEMA
 from pagemq.spark.sink import BatchWriter, SinkOptions, StreamWriter, probe
-from pagemq.spark.stream import StreamOptions, StreamReader, is_stream_read, prepare
+from pagemq.spark.stream import (
+    StreamOptions,
+    StreamReader,
+    is_stream_read,
+    latest_offsets,
+    prepare,
+    require_location,
+)
 
 __all__ = ["PagemqDataSource"]
 
@@ -77,10 +84,20 @@ class PagemqDataSource(DataSource):
         return "pagemq"
 
     def schema(self) -> StructType:
-        # at load(): a bad option fails there, named (a stream's brokers and queue are asked)
+        """At load(): a bad option fails there, named. A stream's brokers are asked, its
+        durable subscription is made (a message published once load() has returned is the
+        query's, however long Spark takes to start the query), and `startingOffsets=latest`
+        is fixed (a message sent after load() is read, not skipped and acknowledged unread).
+        This instance travels to the query pickled, with what was found."""
         if is_stream_read(self.options):
-            prepare(StreamOptions.parse(self.options), create=False)
+            options = StreamOptions.parse(self.options)
+            prepare(options, create=False, wait=False)  # an existing subscription checked, named
+            if options.queue is None:
+                prepare(options, create=True, wait=False)
+            if options.starting == "latest":
+                self.latest_at_load = latest_offsets(options)
         else:
+            require_location(self.options)
             ScanOptions.parse(self.options)
         return READ_STRUCT
 
@@ -98,7 +115,7 @@ class PagemqDataSource(DataSource):
             raise ValueError(f"the pagemq source has a fixed schema ({READ_SCHEMA}); "
                              f"got {schema.simpleString()}")
         prepare(options, create=True)
-        return StreamReader(options)
+        return StreamReader(options, getattr(self, "latest_at_load", None))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:  # as Spark's Kafka sink: a queue's messages cannot be replaced

@@ -66,6 +66,16 @@ def is_stream_read(options: Mapping[str, str]) -> bool:
     return text(options, "path") is None and text(options, "url") is not None
 
 
+def require_location(options: Mapping[str, str]) -> None:
+    """A read names where its messages are: `url` (a stream of a live broker) or `path` (a
+    data directory's page files); load() cannot tell a stream from a batch read, so the
+    error names both."""
+    if text(options, "path") is None and text(options, "url") is None:
+        raise PagemqOptionError("url", "required to stream from a live broker (its HTTP address, "
+                                       "e.g. http://127.0.0.1:8161); a batch read of page files "
+                                       "takes option 'path' (the broker's data directory) instead")
+
+
 @dataclass(frozen=True, slots=True)
 class StreamOptions:
     """A streaming read's options, checked on the driver (docs/spark.md has each)."""
@@ -224,21 +234,22 @@ def _quoted(queue: str) -> str:
     return urllib.parse.quote(queue, safe="")
 
 
-def prepare(options: StreamOptions, *, create: bool) -> None:
+def prepare(options: StreamOptions, *, create: bool, wait: bool = True) -> None:
     """Check every broker is reachable and has the queue (with `create`, make the durable
-    subscription queue where it is missing). PagemqOptionError naming the option. At load()
-    an unreachable broker fails at once; at start() (`create`) one restarting is waited for,
-    up to `timeout`, as every later call of the query waits."""
+    subscription queue where it is missing: at load(), and again at start() for a broker
+    that lost it meanwhile). PagemqOptionError naming the option. At load() (not `wait`) an
+    unreachable broker fails at once; at start() one restarting is waited for, up to
+    `timeout`, as every later call of the query waits."""
     for url in options.urls:
         try:
             if options.queue is None and create:
                 _json(url, "/api/streams/subscriptions", options.timeout, {
                     "address": options.address, "subscription": options.subscription,
-                    "client_id": options.client_id, "selector": options.selector}, retry=create,
+                    "client_id": options.client_id, "selector": options.selector}, retry=wait,
                     auth=options.auth)
             else:  # the reader's own offsets: all a reader with `consume` may ask (security)
                 figures = _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets",
-                                options.timeout, params={"reader": options.reader}, retry=create,
+                                options.timeout, params={"reader": options.reader}, retry=wait,
                                 auth=options.auth)
                 if options.queue is None:
                     _check_subscription(options, url, figures)
@@ -247,9 +258,9 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
             if "cannot be reached" in message:
                 raise PagemqOptionError("url", message) from None
             if options.queue is None and not create and ("HTTP 404" in message or "HTTP 403" in message):
-                # The subscription is made at start(); until then its queue name is checked
-                # as an address of its own, which a user with `consume` on the subscribed
-                # address alone may not read: start() asks about the address itself.
+                # Not made yet (the caller makes it next); or its queue name is checked as an
+                # address of its own, which a user with `consume` on the subscribed address
+                # alone may not read: making it asks about the address itself.
                 continue
             if "HTTP 401" in message or "HTTP 403" in message:
                 raise PagemqOptionError("user", f"{message} (the user and password options give the "
@@ -257,6 +268,16 @@ def prepare(options: StreamOptions, *, create: bool) -> None:
             if options.queue is None:
                 raise PagemqOptionError("subscription", message) from None
             raise PagemqOptionError("queue", f"no queue {options.queue!r}: {message}") from None
+
+
+def latest_offsets(options: StreamOptions) -> Offset:
+    """`startingOffsets=latest`: each broker's newest message id in the queue now."""
+    latest: Offset = {}
+    for url in sorted(options.urls):
+        figures = _json(url, f"/api/streams/{_quoted(options.queue_name)}/offsets", options.timeout,
+                        params={"reader": options.reader}, auth=options.auth)
+        latest[url] = int(figures["latest"])
+    return latest
 
 
 def _check_subscription(options: StreamOptions, url: str, figures: dict[str, Any]) -> None:
@@ -294,8 +315,10 @@ class RangePartition(InputPartition):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The streaming reader Spark drives (see the module docstring)."""
 
-    def __init__(self, options: StreamOptions) -> None:
+    def __init__(self, options: StreamOptions, latest_at_load: Offset | None = None) -> None:
         self.options = options
+        # `startingOffsets=latest` as load() found it (source.PagemqDataSource.schema)
+        self._latest_at_load = latest_at_load
         self._latest: Offset | None = None
         # slices of the ranges latestOffset planned, by (url, start, end): found by the same
         # scan of the broker that found the end, so partitions() need not ask again
@@ -320,7 +343,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return dict(starting)
         if starting == "earliest":
             return {url: 0 for url in sorted(self.options.urls)}
-        return {url: int(self._offsets(url)["latest"]) for url in sorted(self.options.urls)}
+        found = self._latest_at_load or {}
+        if all(url in found for url in self.options.urls):
+            return {url: found[url] for url in sorted(self.options.urls)}
+        return latest_offsets(self.options)  # (a schema given to load(): not asked there)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next batch; acknowledges `start` too (the batch that ended there

@@ -326,6 +326,42 @@ def test_durable_subscription_of_an_address_on_two_brokers(spark, broker, start_
     assert_exactly_once(bodies, 1000)
 
 
+def test_messages_published_right_after_start_reach_a_new_subscription_stream(
+        spark, broker, tmp_path, stopping):
+    """(Helper 40: the subscription queue was made on the query's thread, 1.8-2.2 s after
+    start() returned; what was published meanwhile went to no queue.)"""
+    address = unique("events")
+    out = tmp_path / "out"
+    query = start_query(spark, http_url(broker), out, tmp_path / "checkpoint", address=address,
+                        subscription=unique("sub"))
+    stopping.append(query)
+    send(broker, f"/topic/{address}", 50)  # at once: the query is not running yet
+    assert_exactly_once(wait_for_all(spark, out, 50, timeout=120), 50)
+
+
+def test_latest_is_where_the_queue_was_at_load_so_messages_sent_right_after_start_are_read(
+        spark, broker, queue_name, tmp_path, stopping):
+    """(Helper 40: `latest` was taken when the query first ran, a second or two after
+    start(): messages sent meanwhile counted as before the start and were acknowledged
+    unread.)"""
+    send(broker, f"/queue/{queue_name}", 5)
+    out = tmp_path / "out"
+    query = start_query(spark, http_url(broker), out, tmp_path / "checkpoint", queue=queue_name,
+                        startingOffsets="latest")
+    stopping.append(query)
+    send(broker, f"/queue/{queue_name}", 20, start=5)
+    bodies = wait_for_all(spark, out, 20, timeout=120)
+    assert sorted(bodies, key=lambda b: int(b[1:])) == [f"m{n}" for n in range(5, 25)]
+    broker.wait_queue(queue_name, timeout=30, messages=0)  # the 5 before: acknowledged, skipped
+
+
+def test_a_stream_read_without_url_names_url(spark, broker, queue_name):
+    """(Helper 40: without `url` nor `path` the read was taken for a batch read and the
+    error named 'path'.)"""
+    with pytest.raises(Exception, match=r"pagemq option 'url'.*'path'"):
+        spark.readStream.format("pagemq").option("queue", queue_name).load()
+
+
 @pytest.mark.parametrize(("options", "named"), [
     ({"queue": "no-such-queue"}, "queue"),
     ({"queue": "{queue}", "selector": "color = "}, "selector"),
