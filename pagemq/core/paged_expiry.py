@@ -18,8 +18,8 @@ backlogs cost little (`AddressPager.may_expire`):
   read only if its records' soonest expiration has come (`PageScan.soonest_expiration`);
 - a page scanned whole is not read again before the soonest expiration it still holds (or
   ever, with none), unless a record is appended or returned to it, even during that scan
-  (the scan notes the page's changes when it begins, and its finding is dropped if they
-  moved: helper 39 lost an appended record to that race).
+  (a change while the page is being scanned voids what the scan finds: helper 39 lost an
+  appended record to that race).
 Pages are read in the page-I/O worker a chunk at a time (never on the loop), each record's
 expiration comes from its codec head, and only due records are decoded; the loop is given
 back every `_SLICE` records. A due record is claimed where it lies, so the queue's reading
@@ -115,7 +115,7 @@ class PagedExpiry:
         arrived = asyncio.Event()
         size = ReadSize(cursor.chunk_bytes())
         charged = (1 + AHEAD) * size.bytes
-        changes = pager.page_changes(page_no)
+        pager.scan_begins(page_no)
         pager.budget.charge_part(BROWSE_PART, charged)
         records: Iterator[tuple[int, PagedRecord] | None] = cursor.book.read_ahead(
             page_no, ordinal, arrived.set, size)
@@ -123,7 +123,7 @@ class PagedExpiry:
         expired = 0
         next_due = _NEVER
         seen = 0
-        whole = True
+        whole = False
         try:
             for entry in records:
                 if entry is None:
@@ -136,10 +136,9 @@ class PagedExpiry:
                     expired += self._move(queue, refs)
                     await asyncio.sleep(0)
                     if queue.deleted:
-                        whole = False
                         break
                 if record.txid and pager.store.is_pending(record.txid):
-                    whole = False  # not in the queue yet: looked at again next time
+                    next_due = -1  # not in the queue yet: looked at again next time
                     continue
                 try:
                     expiration = read_expiration(record.message)
@@ -153,14 +152,15 @@ class PagedExpiry:
                 ref = cursor.claim_expired(page_no, index, record)
                 if ref is not None:
                     refs.append(ref)
+            else:
+                whole = next_due >= 0
         finally:
             close = getattr(records, "close", None)
             if close is not None:
                 close()
             pager.budget.charge_part(BROWSE_PART, -charged)
+            pager.scanned(page_no, queue.queue_id, next_due if whole else None)
         expired += self._move(queue, refs)
-        if whole:
-            pager.scanned(page_no, queue.queue_id, next_due, changes)
         return expired
 
     def _move(self, queue: Queue, refs: list[MessageRef]) -> int:

@@ -716,7 +716,8 @@ class AddressPager:
         self._expiring: dict[int, int] = {}
         self._first_append: int | None = None
         self._expiry_memo: dict[int, dict[int, int]] = {}
-        self._page_changes: dict[int, int] = {}  # appends and returns to disk, per page
+        # Pages being scanned: whether one changed meanwhile (its scan's finding is void).
+        self._scanning: dict[int, bool] = {}
         store.listener = self
 
     def cursor(self, queue: Queue) -> PageCursor:
@@ -837,13 +838,14 @@ class AddressPager:
     def _changed(self, page_no: int) -> None:
         """A record was added to the page, or returned to it: what a scan of it found (or is
         finding, reading what was there when it began) no longer holds."""
-        self._page_changes[page_no] = self._page_changes.get(page_no, 0) + 1
+        if self._scanning and page_no in self._scanning:
+            self._scanning[page_no] = True
         if self._expiry_memo:
             self._expiry_memo.pop(page_no, None)
 
-    def page_changes(self, page_no: int) -> int:
-        """How often the page changed (`_changed`): a scan notes it when it begins."""
-        return self._page_changes.get(page_no, 0)
+    def scan_begins(self, page_no: int) -> None:
+        """A scan of the page begins: a change from now on voids what it finds."""
+        self._scanning[page_no] = False
 
     def may_expire(self, page_no: int, queue_id: int, now_ms: int, due: Selector) -> bool:
         """False when the page cannot hold a record of the queue due to expire by `now_ms`:
@@ -864,11 +866,12 @@ class AddressPager:
         scanned = self.store.soonest_expiration(page_no)  # a page read whole at start-up
         return scanned is None or 0 < scanned <= now_ms  # None: not known, read to know
 
-    def scanned(self, page_no: int, queue_id: int, next_due: int, changes: int) -> None:
-        """The queue's records of the page were scanned whole: none is due before `next_due`
-        (ms since the epoch) until the page changes. Not noted if it changed (`changes`,
-        from when the scan began) while it was being read: the read did not see that."""
-        if self.page_changes(page_no) == changes:
+    def scanned(self, page_no: int, queue_id: int, next_due: int | None) -> None:
+        """The scan of the page that `scan_begins` began ended; with `next_due`, it read the
+        queue's records whole: none is due before then (ms since the epoch) until the page
+        changes. Not noted if it changed while it was being read: the read did not see that."""
+        changed = self._scanning.pop(page_no, True)
+        if next_due is not None and not changed:
             self._expiry_memo.setdefault(page_no, {})[queue_id] = next_due
 
     def rescan(self, page_no: int) -> None:
@@ -881,8 +884,6 @@ class AddressPager:
             del self._expiry_memo[page_no]
         for page_no in [p for p in self._expiring if p not in pages]:
             del self._expiring[page_no]
-        for page_no in [p for p in self._page_changes if p not in pages]:
-            del self._page_changes[page_no]
 
     def may_match(self, page_no: int, selector: Selector | None) -> bool:
         """False when the page's summary proves no message in it matches `selector`."""
