@@ -71,9 +71,9 @@ def require_location(options: Mapping[str, str]) -> None:
     data directory's page files); load() cannot tell a stream from a batch read, so the
     error names both."""
     if text(options, "path") is None and text(options, "url") is None:
-        raise PagemqOptionError("url", "required to stream from a live broker (its HTTP address, "
-                                       "e.g. http://127.0.0.1:8161); a batch read of page files "
-                                       "takes option 'path' (the broker's data directory) instead")
+        raise PagemqOptionError("path", "required to read page files (the broker's data directory); "
+                                        "pagemq option 'url': required instead to stream from a live "
+                                        "broker (its HTTP address, e.g. http://127.0.0.1:8161)")
 
 
 @dataclass(frozen=True, slots=True)

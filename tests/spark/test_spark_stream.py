@@ -357,8 +357,8 @@ def test_latest_is_where_the_queue_was_at_load_so_messages_sent_right_after_star
 
 def test_a_stream_read_without_url_names_url(spark, broker, queue_name):
     """(Helper 40: without `url` nor `path` the read was taken for a batch read and the
-    error named 'path'.)"""
-    with pytest.raises(Exception, match=r"pagemq option 'url'.*'path'"):
+    error named 'path' alone: load() cannot tell a stream from a batch read, so both are named.)"""
+    with pytest.raises(Exception, match=r"pagemq option 'path'.*pagemq option 'url': required instead"):
         spark.readStream.format("pagemq").option("queue", queue_name).load()
 
 
