@@ -37,9 +37,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pagemq.core.memory import BROWSE_PART
+from pagemq.core.paging import BROWSE_CHUNKS_HELD
 from pagemq.core.selector import compile as compile_selector
 from pagemq.storage.message_codec import CodecError, read_expiration
-from pagemq.storage.paging.page_io import AHEAD, ReadSize
+from pagemq.storage.paging.page_io import ReadSize
 
 if TYPE_CHECKING:
     from pagemq.core.consumer import MessageRef
@@ -114,7 +115,7 @@ class PagedExpiry:
         pager = cursor.pager
         arrived = asyncio.Event()
         size = ReadSize(cursor.chunk_bytes())
-        charged = (1 + AHEAD) * size.bytes
+        charged = BROWSE_CHUNKS_HELD * size.bytes
         pager.scan_begins(page_no)
         pager.budget.charge_part(BROWSE_PART, charged)
         records: Iterator[tuple[int, PagedRecord] | None] = cursor.book.read_ahead(
