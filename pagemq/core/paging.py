@@ -833,11 +833,11 @@ class AddressPager:
             known = self._expiring.get(page_no)
             if known is None or soonest < known:
                 self._expiring[page_no] = soonest
-        self._changed(page_no)
+        self.rescan(page_no)
 
-    def _changed(self, page_no: int) -> None:
-        """A record was added to the page, or returned to it: what a scan of it found (or is
-        finding, reading what was there when it began) no longer holds."""
+    def rescan(self, page_no: int) -> None:
+        """A record was added to the page, or returned to it (unacknowledged): what a scan
+        of it found (or is finding, reading what was there when it began) no longer holds."""
         if self._scanning and page_no in self._scanning:
             self._scanning[page_no] = True
         if self._expiry_memo:
@@ -873,10 +873,6 @@ class AddressPager:
         changed = self._scanning.pop(page_no, True)
         if next_due is not None and not changed:
             self._expiry_memo.setdefault(page_no, {})[queue_id] = next_due
-
-    def rescan(self, page_no: int) -> None:
-        """A record of the page is on disk again (returned unacknowledged)."""
-        self._changed(page_no)
 
     def forget_scans(self, pages: Collection[int]) -> None:
         """Memos of pages no longer held (deleted, or read past) go."""
