@@ -115,12 +115,16 @@ class LagSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
-            readers = self.broker.queue(SOURCE).get("stream_readers") or []
-            if readers:
-                spark = spark_cpu()
-                self.cpu.append((broker_cpu(self.broker), spark["jvm"], spark["python"]))
-                self.samples.append((round(time.monotonic() - self.started, 1),
-                                     int(readers[0]["offsets_behind_latest"])))
+            self.sample()
+        self.sample()  # the end: with two batches, the only sample after the second one
+
+    def sample(self) -> None:
+        readers = self.broker.queue(SOURCE).get("stream_readers") or []
+        if readers:
+            spark = spark_cpu()
+            self.cpu.append((broker_cpu(self.broker), spark["jvm"], spark["python"]))
+            self.samples.append((round(time.monotonic() - self.started, 1),
+                                 int(readers[0]["offsets_behind_latest"])))
 
     def steady_cpu(self) -> dict[str, float] | None:
         """CPU µs per message of each process after the first batch was acknowledged (from
@@ -220,6 +224,7 @@ def main() -> None:
             time.sleep(0.2)
         elapsed = time.monotonic() - started
         sampler.stopped.set()
+        sampler.join(10)
         progress = query.recentProgress
         query.stop()
         spark.stop()

@@ -8,8 +8,10 @@ and an entry counts only while the user's stored hash is the one it was verified
 so `pagemq user passwd` invalidates it. Identical checks under way are shared: a burst of
 connections with one user's credentials (a pool starting) runs scrypt once. An unknown
 user is checked against a dummy hash, so both failures cost the same time and get the same
-answer. Failures from one peer address (host, any port) are answered after a delay that
-doubles with each one (50 ms up to 5 s) and is forgotten after 5 minutes without failures.
+answer. Failures from one peer address (host, any port) past the first FAILURES_FREE (a user
+mistyping a password, a test suite trying bad credentials) are answered after a delay that
+doubles with each one (50 ms up to 5 s); the count is forgotten after 5 minutes without
+failures, or at a successful check of a password.
 
 The passwords one address sends are checked one at a time, and a failure's delay is waited
 before that address's next check begins: else an attacker would open many connections at
@@ -44,6 +46,7 @@ log = logging.getLogger("pagemq.security")
 AUTHENTICATION_FAILED = "Authentication failed"
 HASH_THREADS = 2  # scrypt takes ~16 MiB each: a flood of logins must not take more
 CACHE_LIMIT = 10_000
+FAILURES_FREE = 5  # failures from one address answered without a delay
 FAILURE_DELAY_BASE = 0.05
 FAILURE_DELAY_MAX = 5.0
 FAILURE_MEMORY = 300.0  # seconds without a failure after which a peer starts afresh
@@ -184,7 +187,8 @@ class Access:
         if host not in self._failures and len(self._failures) >= FAILURE_PEERS_LIMIT:
             self._failures.pop(next(iter(self._failures)))
         self._failures[host] = (count, now)
-        delay = 0.0 if count == 1 else min(FAILURE_DELAY_MAX, FAILURE_DELAY_BASE * 2 ** (count - 2))
+        delayed = count - FAILURES_FREE
+        delay = 0.0 if delayed <= 0 else min(FAILURE_DELAY_MAX, FAILURE_DELAY_BASE * 2 ** (delayed - 1))
         return delay, count
 
     # -- authorization --------------------------------------------------------------------

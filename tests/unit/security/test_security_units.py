@@ -115,6 +115,7 @@ def test_verified_passwords_are_cached_and_a_changed_hash_drops_the_entry() -> N
 
 def test_failures_from_one_address_wait_longer_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(access_module, "FAILURE_DELAY_BASE", 0.02)
+    monkeypatch.setattr(access_module, "FAILURES_FREE", 1)
 
     async def run() -> list[float]:
         access = _access({"alice": ("amq",)})
@@ -139,6 +140,7 @@ def test_failures_from_one_address_wait_longer_each_time(monkeypatch: pytest.Mon
 def test_guesses_sent_at_once_from_one_address_are_checked_one_after_another(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(access_module, "FAILURE_DELAY_BASE", 0.05)
+    monkeypatch.setattr(access_module, "FAILURES_FREE", 1)
     monkeypatch.setattr(access_module, "GATE_WAITERS", 4)
     checked: list[float] = []
     real_verify = access_module.verify_password
@@ -168,6 +170,15 @@ def test_guesses_sent_at_once_from_one_address_are_checked_one_after_another(
     gaps = [later - earlier for earlier, later in itertools.pairwise(checked)]
     assert gaps[1] >= 0.05 and gaps[2] >= 0.1 and gaps[3] >= 0.2, gaps
     assert checked[-1] - started >= 0.35
+
+
+def test_the_first_failures_from_an_address_are_answered_without_delay() -> None:
+    access = _access({"alice": ("amq",)})
+    try:
+        delays = [access._note_failure("10.0.0.1:5")[0] for _ in range(access_module.FAILURES_FREE + 3)]
+        assert delays == [0.0] * access_module.FAILURES_FREE + [0.05, 0.1, 0.2]
+    finally:
+        access.close()
 
 
 def test_permission_denied_names_user_permission_and_address() -> None:
