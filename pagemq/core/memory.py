@@ -13,7 +13,12 @@ of the budget (`read_share`), and none reads more while the budget is full; a re
 holding nothing may always read one message, so every consumer makes progress. A cursor
 stopped by a full budget waits in `read_waiters` and is woken, oldest first, once usage
 falls below `RESUME_READING` of the limit (hysteresis: one acknowledgement does not wake
-hundreds of readers to read one message each).
+hundreds of readers to read one message each). The budget readers stop at is
+`global-max-size`, in bytes: what RSS is. Messages read back count against
+`global-max-messages` (they are held), but that count, like an address's
+`max-size-messages`, only decides when sends go through their full policy; how many are
+read back is for `max-read-page-*` and the bytes. Stopped by the count, a client-ack
+consumer waiting for more messages than the count before acknowledging waited for ever.
 
 What is held besides messages draws from the same budget as *parts* (`charge_part`):
 connections' buffers (what a socket has not taken yet, held input, a partial frame; measured
@@ -57,7 +62,7 @@ class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
     __slots__ = (
-        "_quiet", "_read_waiters", "_resume_bytes", "_resume_messages", "_waiters", "_writes_limit",
+        "_quiet", "_read_waiters", "_resume_bytes", "_waiters", "_writes_limit",
         "counted", "depaged_bytes", "max_bytes", "max_messages", "part_bytes", "parts", "readers",
         "staged_bytes", "used_bytes", "used_messages",
     )
@@ -78,9 +83,8 @@ class MemoryAccountant:
         self.counted: dict[str, tuple[Callable[[], int], int]] = {}
         self._waiters = Waiters()
         self._read_waiters: deque[Callable[[], bool]] = deque()
-        # Below both (an unset limit is no bar), stopped readers read again: see _resumes.
+        # Below it (an unset limit is no bar), stopped readers read again: see _resumes.
         self._resume_bytes = int(max_bytes * RESUME_READING) if max_bytes >= 0 else None
-        self._resume_messages = max_messages * RESUME_READING if max_messages >= 0 else None
         self._writes_limit = (int(max_bytes * WRITES_BEHIND_SHARE) if max_bytes >= 0
                               else WRITES_BEHIND_UNLIMITED)
 
@@ -95,9 +99,10 @@ class MemoryAccountant:
         """The messages held are at or over a limit: new ones go through their full policy."""
         return self._at_limit(self.used_bytes - self.part_bytes)
 
-    def is_full(self) -> bool:
-        """At or over a limit, connections' buffers included: readers read nothing more."""
-        return self._at_limit(self.used_bytes)
+    def reading_full(self) -> bool:
+        """At or over `global-max-size`, connections' buffers included: readers read
+        nothing more (not the message count: see the module)."""
+        return 0 <= self.max_bytes <= self.used_bytes
 
     def _at_limit(self, used_bytes: int) -> bool:
         if self.max_bytes >= 0 and used_bytes >= self.max_bytes:
@@ -123,11 +128,8 @@ class MemoryAccountant:
             self._wake_readers()
 
     def _resumes(self) -> bool:
-        """Usage is below where stopped readers read again, on both limits (with only
-        `global-max-messages` set, readers stopped by it were never woken)."""
-        resume_bytes, resume_messages = self._resume_bytes, self._resume_messages
-        return ((resume_bytes is None or self.used_bytes < resume_bytes)
-                and (resume_messages is None or self.used_messages < resume_messages))
+        """Usage is below where stopped readers read again."""
+        return self._resume_bytes is None or self.used_bytes < self._resume_bytes
 
     # -- reading back from page files -------------------------------------------------------
 

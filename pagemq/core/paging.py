@@ -78,7 +78,7 @@ class Budget(Protocol):
 
     def read_share(self) -> int: ...
 
-    def is_full(self) -> bool: ...
+    def reading_full(self) -> bool: ...
 
     def wait_to_read(self, retry: Callable[[], bool]) -> None: ...
 
@@ -161,7 +161,7 @@ class PageCursor:
                 over_read = ((max_bytes >= 0 and self.bytes_in_memory >= max_bytes)
                              or (max_messages >= 0 and self.in_memory >= max_messages))
                 over_share = share >= 0 and self.bytes_in_memory >= share
-                full = budget.is_full()
+                full = budget.reading_full()
                 # Past max-read-page-bytes/-messages, past its fair share of the budget (more
                 # once its consumers ack), or the budget is spent; but a consumer holding
                 # nothing still gets one message, so one holding its window unacknowledged
@@ -197,7 +197,7 @@ class PageCursor:
         self._waiting_for_budget = False
         if self.queue.consumers:
             self.queue.dispatch()
-        return not self.pager.budget.is_full()
+        return not self.pager.budget.reading_full()
 
     # -- refs held back at start-up ---------------------------------------------------------
 
@@ -332,7 +332,7 @@ class PageCursor:
             if record.txid and book.waits_for_commit(record.txid):
                 scan.ordinal = ordinal  # looked at again once its transaction is decided
                 return False
-            if consumer.in_flight and self.pager.budget.is_full():
+            if consumer.in_flight and self.pager.budget.reading_full():
                 # The budget is spent: this one once memory is freed. A consumer holding
                 # nothing still takes one: what fills the budget may be messages it does not
                 # want (the queue's own, for consumers it does not have), and it would wait

@@ -416,6 +416,26 @@ def test_global_max_messages_is_shared_by_all_addresses(start_broker, stomp_clie
         wait_no_page_files(proc, address)
 
 
+def test_global_max_messages_lets_a_client_ack_consumer_take_more_before_acking(start_broker, stomp_client):
+    """The count decides when sends page; it does not stop reading back (as an address's
+    max-size-messages does not, nor Artemis' global-max-messages): a consumer that acks in
+    client mode once it has all 200 gets them. (Before: it got 21 and waited for ever.)"""
+    proc = start_broker({"broker": {"global-max-messages": GLOBAL_MAX}})
+    address, other = unique("global"), unique("other")
+    sent = send_all(stomp_client(proc), f"/queue/{address}", numbered("m", 200))
+    assert_paging(proc, address, paged=200 - GLOBAL_MAX)
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{address}", ack="client", headers={"activemq.prefetchSize": 1000})
+    frames = consumer.wait_for(200, timeout=10)
+    assert labels(frames) == sent
+    send_all(stomp_client(proc), f"/queue/{other}", numbered("o", 2))  # 200 held, over the limit
+    assert_paging(proc, other, paged=2)
+    consumer.ack(frames[-1], receipt=True)  # client mode: every message up to the last
+    wait_address(proc, address, paging=False, messages=0)
+    wait_no_page_files(proc, address)
+    assert consume(stomp_client(proc), f"/queue/{other}", 2) == numbered("o", 2)
+
+
 def test_blocked_producer_resumes_from_a_consumer_on_another_thread(broker, stomp_client, queue_name):
     """BLOCK with a producer that waits for each receipt: it stalls, then finishes when drained."""
     address = f"block.{queue_name}"

@@ -105,13 +105,16 @@ def test_a_commit_freeing_memory_does_not_let_a_waiting_reading_take_served_reco
 
         from pagemq.core.memory import MemoryAccountant
 
-        memory = MemoryAccountant(max_messages=4)
-        broker, _pages = memory_broker({"max-size-bytes": -1, "max-size-messages": 3}, memory=memory)
-        send(broker, 10)  # three held in memory, seven paged
+        memory = MemoryAccountant(max_bytes=4 * 33 * 1024)  # four messages, about
+        settings = {"max-size-bytes": -1, "max-size-messages": 3, "max-read-page-bytes": -1}
+        broker, _pages = memory_broker(settings, memory=memory)
+        for n in range(10):  # three held in memory, seven paged
+            broker.send("q", "anycast", {"n": str(n)}, b"x" * 32 * 1024, persistent=True)
         queue = broker.queues["q"]
         sink = Collector()
         consumer = broker.subscribe(queue, sink, ack_mode=AckMode.INDIVIDUAL, prefetch=1)
-        assert len(sink.delivered) == 1  # it holds the first; the budget is full
+        assert len(sink.delivered) == 1  # it holds the first
+        assert memory.reading_full()  # with the page read-ahead: the queue's reading waits
         reader = reader_of(queue, "spark")
         in_memory = [ref.message.message_id for ref in queue]
         reader.note_read(0, 2**62)

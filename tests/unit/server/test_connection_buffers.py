@@ -54,7 +54,7 @@ def test_buffers_fill_the_budget_for_readers_but_not_for_producers() -> None:
     conn = Conn()
     conn.bytes = 1000
     buffers.measure(conn)
-    assert memory.is_full()  # readers read nothing more
+    assert memory.reading_full()  # readers read nothing more
     assert not memory.messages_full() and not memory.would_exceed(500)  # producers go on
     woken: list[int] = []
     memory.wait_to_read(lambda: woken.append(1) or True)
