@@ -106,6 +106,8 @@ class PagedExpiry:
         for cursor in pager.cursors.values():
             held.update(cursor.book.pages_from(0))
         pager.forget_scans(held)
+        if expired:  # the last paged messages gone: new sends stay in memory again
+            pager.maybe_leave_paging()
         return expired
 
     async def _scan_page(self, cursor: PageCursor, page_no: int, ordinal: int, now_ms: int) -> int:

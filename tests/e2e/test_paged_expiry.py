@@ -99,3 +99,22 @@ def test_a_paged_message_that_expires_later_stays_until_then(start_broker, stomp
     assert proc.queue(name)["messages"] == 1
     proc.wait_queue(name, timeout=10, messages=0, messages_expired=2)
     assert now_ms() >= later
+
+
+def test_an_address_whose_paged_messages_all_expired_leaves_page_mode(start_broker, stomp_client):
+    """(Before: it held nothing and had no page file, yet stayed in page mode: the next sends
+    went straight to page files, and page-limit-messages refused them early.) Helper 42."""
+    proc = start_broker({"broker": {"message-expiry-scan-period": SCAN},
+                         "address-settings": {"#": {"max-size-messages": 2, "page-limit-messages": 5,
+                                                    "page-full-policy": "FAIL"}}})
+    name = unique("pexp-leave")
+    producer = stomp_client(proc)
+    headers = {"persistent": "true", "expires": str(now_ms() + 500)}
+    for n in range(7):  # two held in memory, five paged
+        producer.send(f"/queue/{name}", f"e{n}", headers=headers, receipt=True)
+    assert proc.address(name)["messages_paged"] == 5
+    proc.wait_api(f"/api/addresses/{name}", name, 10, {"messages": 0, "page_files": 0, "paging": False})
+    for n in range(7):  # two in memory again, then five paged, each with its RECEIPT
+        producer.send(f"/queue/{name}", f"m{n}", headers={"persistent": "true"}, receipt=True)
+    address = proc.address(name)
+    assert (address["messages_in_memory"], address["messages_paged"]) == (2, 5), address
