@@ -481,8 +481,9 @@ class Router:
             if address.paging:
                 if self.memory.writes_behind():
                     return False
-            elif address.is_full(0) or self.memory.messages_full():
-                return False
+            elif address.settings.address_full_policy == "BLOCK" and (
+                    address.is_full(0) or self.memory.messages_full()):
+                return False  # (any other policy: the send goes on, and meets it)
             resumed = True
             resume()
             return True

@@ -144,6 +144,33 @@ def test_block_holds_producers_past_min_disk_free_until_the_filler_is_deleted(
     early.disconnect()
 
 
+@pytest.mark.parametrize("policy", ["DROP", "FAIL", "PAGE"])
+def test_a_send_held_by_the_full_disk_meets_its_address_policy_once_space_is_back(
+    disk_broker: Any, small_disk: Path, policy: str
+) -> None:
+    """The address is at its max-size-messages when the disk fills; once space is back the
+    held SEND goes on and meets the address's own policy. (Before: it waited for the address
+    to have room, as under BLOCK: for ever, with nobody consuming.) Helper 42."""
+    proc, queue, producer, filler = past_the_limit(
+        disk_broker, small_disk, "BLOCK", "early", 10,
+        {"address-settings": {"#": {"max-size-messages": 10, "address-full-policy": policy}}})
+    wait_disk_full(proc, True)
+    with RawStomp(proc.stomp_port) as late:
+        late.connect()
+        late.send_frame("SEND", {"destination": f"/queue/{queue}", "persistent": "true", "receipt": "late"},
+                        "late")
+        time.sleep(0.5)
+        assert not _frames_now(late)
+        filler.unlink()
+        wait_disk_full(proc, False)
+        frames = late.read_until(lambda f: f.command in ("RECEIPT", "ERROR"), timeout=10)
+    answer = frames[-1]
+    assert answer.command == ("ERROR" if policy == "FAIL" else "RECEIPT"), frames
+    info = proc.queue(queue)
+    assert info["messages"] == (11 if policy == "PAGE" else 10), info
+    producer.disconnect()
+
+
 def test_drained_pages_are_deleted_while_the_disk_is_full(disk_broker: Any, small_disk: Path) -> None:
     paged = {"address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "64KiB"}}}
     proc, queue, producer, filler = past_the_limit(disk_broker, small_disk, "BLOCK", "p", 200,
