@@ -19,6 +19,10 @@ hundreds of readers to read one message each). The budget readers stop at is
 `max-size-messages`, only decides when sends go through their full policy; how many are
 read back is for `max-read-page-*` and the bytes. Stopped by the count, a client-ack
 consumer waiting for more messages than the count before acknowledging waited for ever.
+Nor do they count when a send is admitted against `global-max-messages` (as in Artemis,
+where messages read back are not in any address's size): a queue draining a deep backlog
+reads back as fast as its consumers acknowledge, and took each freed place from producers
+that BLOCK, FAIL or DROP on other addresses until its pages were empty.
 
 What is held besides messages draws from the same budget as *parts* (`charge_part`):
 connections' buffers (what a socket has not taken yet, held input, a partial frame; measured
@@ -62,9 +66,9 @@ class MemoryAccountant:
     """Global usage counters plus the waiters that want to hear when usage falls."""
 
     __slots__ = (
-        "_quiet", "_read_waiters", "_resume_bytes", "_waiters", "_writes_limit",
-        "counted", "depaged_bytes", "max_bytes", "max_messages", "part_bytes", "parts", "readers",
-        "staged_bytes", "used_bytes", "used_messages",
+        "_quiet", "_read_waiters", "_resume_bytes", "_waiters", "_writes_limit", "counted",
+        "depaged_bytes", "depaged_messages", "max_bytes", "max_messages", "part_bytes", "parts",
+        "readers", "staged_bytes", "used_bytes", "used_messages",
     )
 
     def __init__(self, max_bytes: int = -1, max_messages: int = -1) -> None:
@@ -75,6 +79,7 @@ class MemoryAccountant:
         self.staged_bytes = 0  # pending transactional sends (also in used_bytes)
         self._quiet = 0  # inside `quiet`: waiters are not retried
         self.depaged_bytes = 0  # read back from page files (also in used_bytes)
+        self.depaged_messages = 0  # read back from page files (also in used_messages)
         self.readers = 0  # page cursors holding messages read back
         # Held besides messages, by name (in used_bytes; `part_bytes` is their sum): see PARTS.
         self.parts: dict[str, int] = dict.fromkeys(PARTS, 0)
@@ -93,7 +98,7 @@ class MemoryAccountant:
         messages held count, connections' buffers do not: see the module)."""
         if self.max_bytes >= 0 and self.used_bytes - self.part_bytes + size > self.max_bytes:
             return True
-        return self.max_messages >= 0 and self.used_messages + 1 > self.max_messages
+        return self.max_messages >= 0 and self.used_messages - self.depaged_messages + 1 > self.max_messages
 
     def messages_full(self) -> bool:
         """The messages held are at or over a limit: new ones go through their full policy."""
@@ -107,7 +112,7 @@ class MemoryAccountant:
     def _at_limit(self, used_bytes: int) -> bool:
         if self.max_bytes >= 0 and used_bytes >= self.max_bytes:
             return True
-        return self.max_messages >= 0 and self.used_messages >= self.max_messages
+        return self.max_messages >= 0 and self.used_messages - self.depaged_messages >= self.max_messages
 
     def charge(self, size: int, messages: int = 1) -> None:
         self.used_bytes += size
@@ -141,10 +146,12 @@ class MemoryAccountant:
 
     def charge_depaged(self, size: int) -> None:
         self.depaged_bytes += size
+        self.depaged_messages += 1
         self.charge(size)
 
     def release_depaged(self, size: int) -> None:
         self.depaged_bytes -= size
+        self.depaged_messages -= 1
         self.release(size)
 
     def wait_to_read(self, retry: Callable[[], bool]) -> None:

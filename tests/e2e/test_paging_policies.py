@@ -436,6 +436,31 @@ def test_global_max_messages_lets_a_client_ack_consumer_take_more_before_acking(
     assert consume(stomp_client(proc), f"/queue/{other}", 2) == numbered("o", 2)
 
 
+def test_a_blocked_producer_goes_on_while_another_address_reads_back_its_pages(start_broker, stomp_client):
+    """Messages read back from page files do not count when a send is admitted against
+    global-max-messages (as in Artemis). (Before: each ACK on the draining address freed a
+    place its page reading took back at once, and the BLOCK producer on the other address
+    waited until every page was read.) Helper 42."""
+    proc = start_broker({"broker": {"global-max-messages": GLOBAL_MAX},
+                         "address-settings": {"blocking.#": {"address-full-policy": "BLOCK"}}})
+    deep, blocking = unique("deep"), f"blocking.{unique()}"
+    sent = send_all(stomp_client(proc), f"/queue/{deep}", numbered("d", 300))
+    producer = stomp_client(proc)
+    for n in range(3):  # the budget is full of the deep queue's messages: these wait
+        producer.conn.send(f"/queue/{blocking}", f"b{n}", headers={"receipt": f"b-{n}", "persistent": "true"})
+    time.sleep(0.5)
+    assert producer.listener.receipts == [], producer.listener.receipts
+    consumer = stomp_client(proc)
+    consumer.subscribe(f"/queue/{deep}", ack="client-individual", headers={"activemq.prefetchSize": 1})
+    for n in range(150):  # half of it, acked one by one
+        frame = consumer.wait_for(n + 1)[n]
+        assert labels([frame]) == sent[n:n + 1]
+        consumer.ack(frame)
+    producer.listener.wait_for_receipt("b-2", timeout=10)
+    assert proc.queue(blocking)["messages"] == 3
+    assert proc.queue(deep)["messages"] == 150  # before the drain's end
+
+
 def test_blocked_producer_resumes_from_a_consumer_on_another_thread(broker, stomp_client, queue_name):
     """BLOCK with a producer that waits for each receipt: it stalls, then finishes when drained."""
     address = f"block.{queue_name}"
