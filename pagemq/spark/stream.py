@@ -268,6 +268,26 @@ def prepare(options: StreamOptions, *, create: bool, wait: bool = True) -> None:
             if options.queue is None:
                 raise PagemqOptionError("subscription", message) from None
             raise PagemqOptionError("queue", f"no queue {options.queue!r}: {message}") from None
+        _may_commit(options, url, wait)
+
+
+def _may_commit(options: StreamOptions, url: str, wait: bool) -> None:
+    """The user may acknowledge what the query reads: a commit to offset 0 (a no-op: it
+    acknowledges nothing, and an older offset than the reader's is ignored) is refused
+    exactly as the batches' commits would be. Else a user with the broker-wide `view` alone
+    read, planned and ran a first batch, and the query failed at its first commit."""
+    try:
+        _json(url, f"/api/streams/{_quoted(options.queue_name)}/commit", options.timeout,
+              {"reader": options.reader, "offset": 0, "selector": options.selector}, retry=wait,
+              auth=options.auth)
+    except BrokerStreamError as exc:
+        message = str(exc)
+        if "HTTP 401" in message or "HTTP 403" in message:
+            raise PagemqOptionError("user", f"{message} (a stream acknowledges what it read: its user needs "
+                                            "consume on the address, or manage)") from None
+        if "cannot be reached" in message:
+            raise PagemqOptionError("url", message) from None
+        raise PagemqOptionError("subscription" if options.queue is None else "queue", message) from None
 
 
 def latest_offsets(options: StreamOptions) -> Offset:

@@ -310,13 +310,44 @@ def _read_folder(state: DataState, address: AddressState, cursors: _Cursors, fil
     for path in sorted(folder.iterdir()):
         name = path.name
         if name.endswith(SUMMARY_SUFFIX) and page_number(name) not in present:
-            state.note(path, None, "summary of a page that is gone; the next start removes it")
+            _check_orphan_summary(state, address, path, cursors, fileio)
         elif name.endswith(".tmp"):
             state.note(path, None, "left by an interrupted write; the next start removes it")
         elif name.endswith(DAMAGED_SUFFIX):
             state.note(path, None, "a page set aside for holding damaged bytes; never read again")
         elif not name.endswith((PAGE_SUFFIX, SUMMARY_SUFFIX)) and name not in (ADDRESS_FILE, HIGH_WATER_FILE):
             state.note(path, None, "a file the broker does not use")
+
+
+def _check_orphan_summary(state: DataState, address: AddressState, path: Path, cursors: _Cursors,
+                          fileio: FileIO) -> None:
+    """A summary whose page is gone. The broker deletes a page, then its summary, and only
+    then the cursor records that acknowledged its messages: after a crash between the two
+    deletions those records are still in the journal. A page whose persistent messages the
+    journal does not record as acknowledged by every queue that still exists was removed
+    some other way (by hand): those messages are lost, and the next start drops them."""
+    try:
+        summary = PageSummaryRecord.decode(fileio.read_bytes(path))
+    except (OSError, FrameError):
+        state.note(path, None, "summary (unreadable) of a page that is gone; the next start removes it")
+        return
+    page_no = summary.page_no
+    lost = 0
+    for queue_id, persistent in summary.queue_persistent.items():
+        queue = state.queues.get(queue_id)
+        if not persistent or queue is None or queue.address != address.name:
+            continue
+        if (queue_id, page_no) in cursors.complete:
+            continue
+        lost += max(0, persistent - len(cursors.acks.get((queue_id, page_no), ())))
+    if lost:
+        state.problem(path, None, f"page {page_no} of address {address.name!r} is gone, but its summary "
+                      f"says it held {summary.persistent_count} persistent message(s) and the journal "
+                      f"records {lost} of them as not acknowledged: lost (was the page file removed?); "
+                      "the next start drops them")
+    else:
+        state.note(path, None, "summary of a page that is gone (its messages were all acknowledged); "
+                   "the next start removes it")
 
 
 def _read_page(state: DataState, address: AddressState, path: Path, cursors: _Cursors,

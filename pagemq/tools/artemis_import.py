@@ -443,13 +443,26 @@ def _drop(result: ImportResult, error: ConfigError) -> bool:
             _remove(result.document, prefix)
     if not doomed:
         holders = [parts for parts, text in spelled.items() if key.startswith((f"{text}.", f"{text}["))]
-        if not holders:
+        if holders:
+            doomed = [max(holders, key=len)]
+    if not doomed:  # a key the import did not write (a default), refused for one it did
+        doomed = _mentioned(spelled, str(error))
+        if not doomed:
             return False
-        doomed = [max(holders, key=len)]
     for parts in doomed:
         _remove(result.document, parts)
         result.warn(result.origins.pop(parts), f"not mapped: this pagemq refuses it ({error})")
     return True
+
+
+def _mentioned(spelled: dict[_Parts, str], message: str) -> list[_Parts]:
+    """The imported keys an error names in its message, not as its key: `security-enabled =
+    true` needing a users file, an acceptor on the port of the default HTTP one."""
+    found = [parts for parts, text in spelled.items() if text in message]
+    if not found:
+        found = [parts for parts in spelled if "-" in str(parts[-1])
+                 and re.search(rf"(?<![\w.-]){re.escape(str(parts[-1]))}(?![\w-])", message)]
+    return found[:1]
 
 
 def _common_prefix(many: list[_Parts]) -> _Parts:

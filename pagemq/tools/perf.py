@@ -37,8 +37,9 @@ def _duration(text: str) -> float:
     """Seconds from "10s", "500ms", "2m"; a bare number means seconds (not ns) on the command line."""
     try:
         seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text, "")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (a bare number counts seconds; "
+                                         'or use a unit like "5s" or "500ms")') from None
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return seconds

@@ -143,6 +143,27 @@ def test_data_check_reports_file_and_offset_of_a_broken_page(start_broker, stomp
     assert problems and page.name in problems[0] and "at offset " in problems[0], result.stdout
 
 
+def test_data_check_reports_a_page_file_removed_with_unacknowledged_messages(start_broker, stomp_client):
+    """(Before: "sound", exit 0, and the next start dropped the page's messages with an INFO
+    line.) A page deleted after its messages were consumed leaves nothing to report. Helper 41."""
+    paged = unique(PAGE_ONE)
+    proc = start_broker(_config(paged))
+    producer = stomp_client(proc)
+    send_all(producer, f"/queue/{paged}", numbered("p", 40))  # 1 KiB each: three pages or more
+    proc.stop()
+    pages = sorted((proc.data_dir / "paging").rglob("*.page"))
+    assert len(pages) >= 3
+    pages[1].unlink()
+    result = run_cli("data", "check", "--data-dir", str(proc.data_dir))
+    assert result.returncode == 1, result.stdout
+    problems = [line for line in result.stdout.splitlines() if line.startswith("problem")]
+    assert len(problems) == 1, result.stdout
+    assert "is gone" in problems[0] and "not acknowledged" in problems[0], result.stdout
+    proc.start()
+    assert any("its page is gone: it held" in line and "WARNING" in line for line in proc.log_lines), \
+        proc.log_tail()
+
+
 def test_python_dash_m_pagemq_is_the_same_program(tmp_path):
     module = subprocess.run([sys.executable, "-m", "pagemq", "data", "check", "--data-dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=30, check=False)

@@ -21,7 +21,7 @@ SETTINGS: dict[str, Any] = {
     "feed.#": {"send": ["admin"], "consume": ["feed-readers", "admin"],
                "create-durable-queue": ["feed-readers", "admin"]},
 }
-USERS_HERE = {**USERS, "spark": ("feed-readers",)}
+USERS_HERE = {**USERS, "spark": ("feed-readers",), "grafana": ("viewers",)}
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +118,17 @@ def test_sink_refused_login_fails_the_save_on_the_driver_naming_user(secured: Br
     with pytest.raises(PagemqOptionError, match=r"pagemq option 'user'.*Authentication failed"):
         probe(SinkOptions.parse({**given, "user": "alice", "password": "wrong"}, schema))
     probe(SinkOptions.parse({**given, "user": "alice", "password": password("alice")}, schema))
+
+
+def test_stream_of_a_user_who_may_view_but_not_consume_fails_at_load(secured: BrokerProcess) -> None:
+    """A stream acknowledges what it reads. (Before: `view` alone passed load() and start(),
+    ran a first batch into the sink, and the query died at its first commit.) Helper 41."""
+    from pagemq.spark.options import PagemqOptionError
+
+    _send(secured, "/queue/jobs", 3)
+    with pytest.raises(PagemqOptionError,
+                       match=r"pagemq option 'user'.*User grafana lacks permission consume on address jobs"):
+        _reader(secured, "grafana", load=True, queue="jobs")
+    status, body = admin_get(secured, "/api/queues/jobs")
+    assert status == 200 and body["messages"] == 3, body
+

@@ -100,6 +100,22 @@ class RecoveredFolder:
     unwritten: list[PageSummaryRecord] = field(default_factory=list)
 
 
+def _orphan_summary(address: str, orphan: Path, fileio: FileIO) -> None:
+    """Say what a summary whose page is gone means: nothing, after a crash between the
+    page's deletion and its summary's; messages lost, if the page file was removed some
+    other way (`pagemq data check` tells the two apart from the journal's cursor records)."""
+    try:
+        persistent = PageSummaryRecord.decode(fileio.read_bytes(orphan)).persistent_count
+    except (OSError, FrameError):
+        persistent = 0
+    if not persistent:
+        log.info("paging %r: removing %s, its page is gone", address, orphan.name)
+        return
+    log.warning("paging %r: removing %s, its page is gone: it held %d persistent message(s), "
+                "which were all acknowledged if a crash came between the page's deletion and the "
+                "summary's, and else are lost (was the page file removed?)", address, orphan.name, persistent)
+
+
 def scan_from_summary(summary: PageSummaryRecord) -> PageScan:
     """The running counters of a page, as a summary recorded them."""
     return PageScan(
@@ -195,7 +211,7 @@ def recover_folder(folder: Path, address: str, fileio: FileIO, *, write_summarie
                 summaries[page_no] = f"{base}/{name}"
     for page_no in sorted(set(summaries) - set(pages)):                # 4
         orphan = Path(summaries[page_no])
-        log.info("paging %r: removing %s, its page is gone", address, orphan.name)
+        _orphan_summary(address, orphan, fileio)
         fileio.remove(orphan)
         changed = True
     if HIGH_WATER_FILE in names:

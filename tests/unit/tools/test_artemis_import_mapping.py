@@ -81,3 +81,21 @@ def test_what_cannot_be_mapped_or_is_refused_is_named(imported):
     assert 'address[@name="events"]: not mapped: this pagemq refuses it' in text  # its bad filter
     assert "keystorepath" in text  # acceptor parameters that do not carry over
     assert not any(a and a["name"] == "events" for a in imported.document["addresses"])
+
+
+@pytest.mark.parametrize(("core", "dropped"), [
+    ("<security-enabled>true</security-enabled>", "configuration/core/security-enabled"),
+    ('<acceptors><acceptor name="stomp">tcp://127.0.0.1:8161?protocols=STOMP</acceptor></acceptors>',
+     'acceptor[@name="stomp"]'),
+    ('<security-enabled>true</security-enabled><acceptors>'
+     '<acceptor name="stomp">tcp://0.0.0.0:61613?protocols=STOMP</acceptor></acceptors>',
+     'acceptor[@name="stomp"]'),
+], ids=["security-without-users-file", "acceptor-on-the-http-port", "remote-acceptor"])
+def test_a_value_refused_for_a_key_the_import_did_not_write_is_taken_out(tmp_path, core, dropped):
+    """The loader names a default key (`broker.users-file`, `acceptors.http`) for a value the
+    import wrote: that value is taken out and named. (Before: a traceback.) Helper 41."""
+    path = tmp_path / "broker.xml"
+    path.write_text(f'<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">{core}'
+                    "</core></configuration>")
+    result = import_broker_xml(path)
+    assert any(dropped in warning and "this pagemq refuses it" in warning for warning in result.warnings)
