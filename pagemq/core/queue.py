@@ -480,6 +480,11 @@ class Queue:
         rejected them (each ref to the next such consumer that accepts it); how many left
         (delivered, or expired: either makes room under the cursor's read limits)."""
         ready = [consumer for consumer in self.consumers if consumer.has_credit()]
+        if self.cursor is not None and self.cursor.past_limit:
+            # Read past a limit for a consumer holding nothing: as in `_next_ready`, not for
+            # one holding a window (a hog would grow its window past the limit, a message a read).
+            idle = [consumer for consumer in ready if consumer.selector is None and not consumer.in_flight]
+            ready = idle or ready
         moved = 0
         for level in range(self._top, -1, -1):
             if not ready:

@@ -90,3 +90,18 @@ def test_a_message_read_past_the_limit_goes_to_the_consumer_holding_nothing(star
     taken = len(hog.listener.messages)
     reader.wait_for(600 - taken, timeout=30)
     assert len(hog.listener.messages) == taken, "the hog grew past the read limit"
+
+
+def test_a_message_read_past_the_limit_goes_to_the_idle_consumer_beside_a_selective_one(
+        start_broker, stomp_client):
+    """The same with a consumer with a selector on the queue too (the queue then offers each
+    message to the consumers in turn): the hog took every read past the limit, 1,000 held
+    against a limit of 10 messages. Helper 42."""
+    proc, queue, hog = _hog_on_paged_queue(start_broker, stomp_client, 600, {"global-max-size": "2MiB"})
+    selective = stomp_client(proc)
+    selective.subscribe(f"/queue/{queue}", ack="client-individual", headers={"selector": "color = 'red'"})
+    reader = stomp_client(proc)
+    reader.subscribe(f"/queue/{queue}", ack="auto", headers={"activemq.prefetchSize": 100})
+    taken = len(hog.listener.messages)
+    reader.wait_for(600 - taken, timeout=30)
+    assert len(hog.listener.messages) == taken, "the hog grew past the read limit"
