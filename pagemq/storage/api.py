@@ -176,10 +176,6 @@ class MessageStore(Protocol):
 
     def flush(self) -> asyncio.Future[None]: ...
 
-    def waiting_for_space(self) -> bool:
-        """A journal write found no space and waits for room (a flush waits with it)."""
-        ...
-
     def cleanup(self, *, compact: bool = True) -> dict[str, int]: ...
 
     def cleanup_wanted(self) -> bool:
@@ -243,9 +239,6 @@ class MemoryStore:
 
     def delete_record(self, record_id: int) -> None:
         return None
-
-    def waiting_for_space(self) -> bool:
-        return False
 
     def flush(self) -> asyncio.Future[None]:
         loop = self._loop or asyncio.get_event_loop()

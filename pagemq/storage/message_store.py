@@ -355,9 +355,6 @@ class JournalMessageStore:
     def delete_record(self, record_id: int) -> None:
         self.journal.delete(record_id)
 
-    def waiting_for_space(self) -> bool:
-        return self.journal.stalled
-
     def flush(self) -> asyncio.Future[None]:
         return self.journal.flush()
 

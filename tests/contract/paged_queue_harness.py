@@ -71,9 +71,6 @@ class Recorder:
     def flush(self) -> asyncio.Future[None]:
         return self.inner.flush()
 
-    def waiting_for_space(self) -> bool:
-        return self.inner.waiting_for_space()
-
 
 class SteppedPageIO(QueuedPageIO):
     """The page-I/O seam run by the test, on the loop, hand-backs included."""

@@ -188,28 +188,6 @@ def test_drained_pages_are_deleted_while_the_disk_is_full(disk_broker: Any, smal
         client.disconnect()
 
 
-def test_drained_pages_are_deleted_on_a_disk_with_no_byte_left_after_a_restart(
-    disk_broker: Any, small_disk: Path
-) -> None:
-    """(Before: the restarted broker's first journal write, into a new file, found no space,
-    and every drained page's deletion waited behind it: the disk never freed.) Helper 42."""
-    paged = {"broker": {"max-disk-usage": -1},
-             "address-settings": {"#": {"max-size-bytes": 0, "page-size-bytes": "64KiB"}}}
-    proc = disk_broker(paged)
-    queue = unique("full-restart")
-    producer = StompClient(proc.stomp_port).connect()
-    sent = send_all(producer, f"/queue/{queue}", numbered("p", 300), size=2 * KIB)
-    producer.disconnect()
-    fill(small_disk, leave=0)
-    proc.restart(kill=True)
-    assert proc.address(queue)["page_files"] >= 4
-    consumer = StompClient(proc.stomp_port).connect()
-    assert consume(consumer, f"/queue/{queue}", 300) == sent
-    wait_until(lambda: proc.address(queue)["page_files"] == 0, 15, what="drained pages deleted")
-    assert not list((proc.data_dir / "paging").glob("*/*.page"))
-    consumer.disconnect()
-
-
 def _frames_now(raw: RawStomp) -> list[Any]:
     frames = []
     with contextlib.suppress(TimeoutError):

@@ -227,9 +227,6 @@ class MemoryCursorLog:
     def flush(self) -> asyncio.Future[None]:
         return _done()
 
-    def waiting_for_space(self) -> bool:
-        return False
-
     def recovered(self) -> tuple[list[CursorAck], list[CursorComplete], list[PageTxCommit]]:
         """What a journal load hands `recover`: acks, completes, commits, in record order."""
         ordered = [self.records[record_id] for record_id in sorted(self.records)]

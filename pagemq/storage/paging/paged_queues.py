@@ -44,6 +44,8 @@ from pagemq.storage.paging.queue_store import (
     RecoveredQueue,
 )
 
+NO_SPACE_RETRY = 1.0  # seconds before a page deletion held by a journal out of space asks again
+
 log = logging.getLogger("pagemq.paging")
 
 # A write batch's appends: (page, queue id of each record routed, records, bytes).
@@ -408,38 +410,23 @@ class PagedQueues:
         self._sync_then_delete(page_no, record_ids)
 
     def _sync_then_delete(self, page_no: int, record_ids: list[int]) -> None:
-        """The page goes once the journal has synced the acks that finished it; while the
-        journal waits for room, at once (see `_remove_page`)."""
+        """The page goes once the journal has synced the acks that finished it."""
         try:
             flushed = self.journal.flush()
         except RuntimeError:  # the journal closed meanwhile: the next start-up deletes it
             self._deleting.discard(page_no)
             return
-        if not flushed.done() and self.journal.waiting_for_space():
-            self._deleting.discard(page_no)
-            self._remove_page(page_no, record_ids)
-            return
         flushed.add_done_callback(lambda done: self._journal_synced(done, page_no, record_ids))
 
     def _journal_synced(self, done: asyncio.Future[None], page_no: int, record_ids: list[int]) -> None:
         self._deleting.discard(page_no)
-        if done.cancelled():
-            return
-        failure = done.exception()
-        if failure is not None and not is_no_space(failure):
+        if done.cancelled() or done.exception() is not None:
+            if not done.cancelled() and is_no_space(done.exception()):
+                # The journal keeps a batch that found no space and writes it once there is
+                # room: ask again (a second later, so a journal that gave up is not spun on).
+                self._deleting.add(page_no)
+                done.get_loop().call_later(NO_SPACE_RETRY, self._sync_then_delete, page_no, record_ids)
             return  # kept: at the next start-up its acks (if they were written) complete it
-        self._remove_page(page_no, record_ids)
-
-    def _remove_page(self, page_no: int, record_ids: list[int]) -> None:
-        """Delete the page, then its cursor records.
-
-        Also when the journal has not written those records for want of space (it keeps the
-        batch and writes it once there is room): the room the page frees is what the journal
-        waits for. Every queue acknowledged all the page's messages: should a crash come
-        before the records are written, the page is gone and nothing comes back; the acks
-        were given, only their receipts (which wait for the journal) were not. (Waiting for
-        the journal first, a broker restarted on a full disk never freed a byte: its first
-        write, a new journal file, found no space, and every drained page waited behind it.)"""
         try:
             removal = self.medium.delete_page(page_no)
         except RuntimeError:  # the medium closed meanwhile (shutdown): the next start-up

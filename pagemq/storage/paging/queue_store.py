@@ -67,10 +67,6 @@ class CursorJournal(Protocol):
 
     def flush(self) -> asyncio.Future[None]: ...
 
-    def waiting_for_space(self) -> bool:
-        """A journal write found no space and waits for room (a flush waits with it)."""
-        ...
-
 
 class AckWriter(Protocol):
     """Something holding gathered acks to write as cursor records (see `CursorRecords`)."""
