@@ -276,20 +276,20 @@ class JournalMessageStore:
 
     def add_address(self, record: AddressRecord) -> None:
         payload = json.dumps({"name": record.name, "routing_type": record.routing_type})
-        self.journal.add(record.address_id, RecordType.ADDRESS, payload.encode(), sync=True)
+        _heard(self.journal.add(record.address_id, RecordType.ADDRESS, payload.encode(), sync=True))
 
     def delete_address(self, address_id: int) -> None:
-        self.journal.delete(address_id, sync=True)
+        _heard(self.journal.delete(address_id, sync=True))
 
     def add_queue(self, record: QueueRecord) -> None:
         payload = json.dumps({
             "name": record.name, "address": record.address,
             "routing_type": record.routing_type, "filter": record.filter,
         })
-        self.journal.add(record.queue_id, RecordType.QUEUE, payload.encode(), sync=True)
+        _heard(self.journal.add(record.queue_id, RecordType.QUEUE, payload.encode(), sync=True))
 
     def delete_queue(self, queue_id: int) -> None:
-        self.journal.delete(queue_id, sync=True)
+        _heard(self.journal.delete(queue_id, sync=True))
 
     def store_message(
         self, message: Message, queue_ids: tuple[int, ...], *, sync: bool
@@ -373,3 +373,13 @@ class JournalMessageStore:
 
     def stats(self) -> dict[str, int]:
         return self.journal.stats()
+
+
+def _heard(future: asyncio.Future[None] | None) -> None:
+    """A record written with the next sync, whose caller waits on that sync another way
+    (`flush`, a RECEIPT's): its own future's failure is theirs to report, not asyncio's
+    "exception was never retrieved" (a full disk failed an address's record, made for a
+    message moved to the dead-letter address, with a traceback in the log)."""
+    if future is not None:
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
+

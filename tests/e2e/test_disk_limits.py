@@ -188,6 +188,39 @@ def test_drained_pages_are_deleted_while_the_disk_is_full(disk_broker: Any, smal
         client.disconnect()
 
 
+def test_messages_moved_to_the_dead_letter_address_on_a_full_disk_survive_a_crash(
+    disk_broker: Any, small_disk: Path
+) -> None:
+    """A page drained by the broker's own moves is not deleted before the moved copies are on
+    disk: with the journal waiting for space, deleting it early lost all 20 at a kill -9
+    (helper 43, against a change reverted since)."""
+    proc = disk_broker({"broker": {"max-disk-usage": -1, "journal-file-size": "256KiB"},
+                        "address-settings": {"#": {"max-delivery-attempts": 1},
+                                             "moved.#": {"max-size-bytes": 0, "page-size-bytes": "1MiB"}}})
+    queue = f"moved.{unique()}"
+    producer = StompClient(proc.stomp_port).connect()
+    sent = send_all(producer, f"/queue/{queue}", numbered("d", 20), size=10 * KIB)
+    producer.disconnect()
+    filler = fill(small_disk, leave=0)
+    descriptor = os.open(filler, os.O_WRONLY | os.O_APPEND)
+    with contextlib.suppress(OSError):  # to the last byte
+        while True:
+            os.write(descriptor, b"\0")
+    os.close(descriptor)
+    consumer = StompClient(proc.stomp_port).connect()
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual")
+    for frame in consumer.wait_for(20):
+        consumer.nack(frame)
+    time.sleep(3.0)
+    proc.kill()
+    filler.unlink()
+    proc.start()
+    kept = proc.queue(queue)["messages"]
+    status, body = proc.http_get("/api/queues/DLQ")
+    moved = body["messages"] if status == 200 else 0
+    assert kept + moved == len(sent), (kept, moved)
+
+
 def _frames_now(raw: RawStomp) -> list[Any]:
     frames = []
     with contextlib.suppress(TimeoutError):
