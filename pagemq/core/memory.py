@@ -14,15 +14,14 @@ holding nothing may always read one message, so every consumer makes progress. A
 stopped by a full budget waits in `read_waiters` and is woken, oldest first, once usage
 falls below `RESUME_READING` of the limit (hysteresis: one acknowledgement does not wake
 hundreds of readers to read one message each). The budget readers stop at is
-`global-max-size`, in bytes: what RSS is. Messages read back count against
-`global-max-messages` (they are held), but that count, like an address's
-`max-size-messages`, only decides when sends go through their full policy; how many are
-read back is for `max-read-page-*` and the bytes. Stopped by the count, a client-ack
-consumer waiting for more messages than the count before acknowledging waited for ever.
-Nor do they count when a send is admitted against `global-max-messages` (as in Artemis,
-where messages read back are not in any address's size): a queue draining a deep backlog
-reads back as fast as its consumers acknowledge, and took each freed place from producers
-that BLOCK, FAIL or DROP on other addresses until its pages were empty.
+`global-max-size`, in bytes: what RSS is. Messages read back are in `used_messages` (they
+are held, and the view shows them) but play no part in `global-max-messages`, as in
+Artemis, where they are in no address's size: they do not stop reading (how many are read
+back is for `max-read-page-*` and the bytes; stopped by the count, a client-ack consumer
+waiting for more messages than it before acknowledging waited for ever), and they do not
+count when a send is admitted (a queue draining a deep backlog read back as fast as its
+consumers acknowledged, and took each freed place from producers that BLOCK, FAIL or DROP
+on other addresses until its pages were empty).
 
 What is held besides messages draws from the same budget as *parts* (`charge_part`):
 connections' buffers (what a socket has not taken yet, held input, a partial frame; measured
