@@ -66,6 +66,7 @@ def memory_info(memory: MemoryAccountant) -> dict[str, object]:
         "used_percent": round(100.0 * memory.used_bytes / limit, 2) if limit > 0 else None,
         "pending_transactional_bytes": memory.staged_bytes,
         "read_back_bytes": memory.depaged_bytes,  # read back from page files (in used_bytes)
+        "read_back_messages": memory.depaged_messages,  # in used_messages, not in global-max-messages
         "page_readers": memory.readers,  # page cursors sharing the budget for that
         **memory.parts,  # held besides messages, in used_bytes (core/memory.py PARTS)
         "counted": {name: {"entries": (n := entries()), "estimated_bytes": n * per_entry}

@@ -428,7 +428,9 @@ def test_global_max_messages_lets_a_client_ack_consumer_take_more_before_acking(
     consumer.subscribe(f"/queue/{address}", ack="client", headers={"activemq.prefetchSize": 1000})
     frames = consumer.wait_for(200, timeout=10)
     assert labels(frames) == sent
-    send_all(stomp_client(proc), f"/queue/{other}", numbered("o", 2))  # 200 held, over the limit
+    memory = proc.http_get("/api/broker")[1]["memory"]
+    assert (memory["used_messages"], memory["read_back_messages"]) == (200, 200 - GLOBAL_MAX), memory
+    send_all(stomp_client(proc), f"/queue/{other}", numbered("o", 2))  # 20 not read back: at the limit
     assert_paging(proc, other, paged=2)
     consumer.ack(frames[-1], receipt=True)  # client mode: every message up to the last
     wait_address(proc, address, paging=False, messages=0)
