@@ -97,7 +97,11 @@ class MemoryAccountant:
         messages held count, connections' buffers do not: see the module)."""
         if self.max_bytes >= 0 and self.used_bytes - self.part_bytes + size > self.max_bytes:
             return True
-        return self.max_messages >= 0 and self.used_messages - self.depaged_messages + 1 > self.max_messages
+        return self.max_messages >= 0 and self.admitted_messages() + 1 > self.max_messages
+
+    def admitted_messages(self) -> int:
+        """What `global-max-messages` counts: the messages held, less those read back."""
+        return self.used_messages - self.depaged_messages
 
     def messages_full(self) -> bool:
         """The messages held are at or over a limit: new ones go through their full policy."""
@@ -111,7 +115,7 @@ class MemoryAccountant:
     def _at_limit(self, used_bytes: int) -> bool:
         if self.max_bytes >= 0 and used_bytes >= self.max_bytes:
             return True
-        return self.max_messages >= 0 and self.used_messages - self.depaged_messages >= self.max_messages
+        return self.max_messages >= 0 and self.admitted_messages() >= self.max_messages
 
     def charge(self, size: int, messages: int = 1) -> None:
         self.used_bytes += size

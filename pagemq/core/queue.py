@@ -422,7 +422,7 @@ class Queue:
         for step in range(count):
             index = (start + step) % count
             consumer = consumers[index]
-            if consumer.has_credit() and not (idle and (consumer.selector is not None or consumer.in_flight)):
+            if consumer.has_credit() and not (idle and not _holds_nothing(consumer)):
                 self._next_consumer = index + 1
                 return consumer
         return self._next_ready() if idle else None
@@ -483,7 +483,7 @@ class Queue:
         if self.cursor is not None and self.cursor.past_limit:
             # Read past a limit for a consumer holding nothing: as in `_next_ready`, not for
             # one holding a window (a hog would grow its window past the limit, a message a read).
-            idle = [consumer for consumer in ready if consumer.selector is None and not consumer.in_flight]
+            idle = [consumer for consumer in ready if _holds_nothing(consumer)]
             ready = idle or ready
         moved = 0
         for level in range(self._top, -1, -1):
@@ -574,3 +574,9 @@ class Queue:
 
 def _position(ref: MessageRef) -> int:
     return ref.pos
+
+
+def _holds_nothing(consumer: Consumer) -> bool:
+    """A consumer a message read past a read limit is for: no selector, nothing in flight."""
+    return consumer.selector is None and not consumer.in_flight
+

@@ -426,9 +426,12 @@ class Router:
         if self.disk.full and self.disk.policy != FAIL:
             return True
         address = self.bindings.addresses.get(address_name)
-        if address is None or address.paging or address.settings.address_full_policy != "BLOCK":
-            return False
-        return address.is_full(0) or self.memory.messages_full()
+        return address is not None and not address.paging and self._blocks(address)
+
+    def _blocks(self, address: Address) -> bool:
+        """The address has policy BLOCK and is at its limit, or the budget is."""
+        return address.settings.address_full_policy == "BLOCK" and (
+            address.is_full(0) or self.memory.messages_full())
 
     def _never_fits(self, address: Address, size: int) -> bool:
         """A message larger than the address's `max-size-bytes` or `global-max-size` by itself
@@ -481,8 +484,7 @@ class Router:
             if address.paging:
                 if self.memory.writes_behind():
                     return False
-            elif address.settings.address_full_policy == "BLOCK" and (
-                    address.is_full(0) or self.memory.messages_full()):
+            elif self._blocks(address):
                 return False  # (any other policy: the send goes on, and meets it)
             resumed = True
             resume()
