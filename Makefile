@@ -4,8 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+# pagemq's JVM reader of page files for Spark (jvm/, docs/spark.md "The JVM reader")
+JAR := pagemq/spark/jars/pagemq-spark.jar
+JVM_SOURCES := jvm/build.sh $(wildcard jvm/src/io/pagemq/spark/*.java) $(wildcard jvm/resources/META-INF/services/*)
 
-.PHONY: run test test-slow test-long soak lint bench clean browser
+.PHONY: run test test-slow test-long soak lint bench clean browser jar
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON)"; exit 1; }
@@ -19,6 +22,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install -q -e '.[test]'
 	@touch $@
+
+# Needs a JDK (javac) and PySpark (a test extra); without javac it notes so and builds nothing.
+$(JAR): $(JVM_SOURCES) | $(TEST_STAMP)
+	jvm/build.sh $(BIN)/python $@
+
+jar: $(JAR)
 
 run: $(STAMP)
 	$(BIN)/pagemq serve
@@ -41,7 +50,7 @@ browser:
 
 # mypy reads [tool.mypy] in pyproject.toml: strict over pagemq/ (protocol/, core/ and
 # storage/ included), but for the few modules listed there (server/config, the perf tools).
-test: $(TEST_STAMP) browser
+test: $(TEST_STAMP) browser $(JAR)
 	$(BIN)/ruff check pagemq tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
@@ -49,7 +58,7 @@ test: $(TEST_STAMP) browser
 # The slow tests, marked `slow` and kept out of `make test` to keep it well under 20 minutes:
 # the model-based soak (tests/model), 10 minutes of generated programs in this one pytest
 # process (`make soak` is the same with workers, a count and a summary), and `make test-long`.
-test-slow: $(TEST_STAMP)
+test-slow: $(TEST_STAMP) $(JAR)
 	$(BIN)/python -m pytest -q -s -m slow
 
 # The long end-to-end tests alone (about 3 minutes): randomized kill -9 loops, restarts of
@@ -76,4 +85,4 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check pagemq tests benchmarks
 
 clean:
-	rm -rf $(VENV) data *.egg-info
+	rm -rf $(VENV) data *.egg-info $(JAR)

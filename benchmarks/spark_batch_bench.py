@@ -262,13 +262,17 @@ def add_driver_memory(parser: argparse.ArgumentParser) -> None:
                              "500,000 rows of 1 KiB spends much of its time collecting garbage)")
 
 
-def spark_session(driver_memory: str) -> Any:
-    """The benchmarks' SparkSession: `local[2]`, no UI, a driver heap of `driver_memory`."""
+def spark_session(driver_memory: str, jvm_reader: bool = True) -> Any:
+    """The benchmarks' SparkSession: `local[2]`, no UI, a driver heap of `driver_memory`,
+    pagemq's JVM reader of page files on the class path when built (`make jar`) and asked for."""
     from pyspark.sql import SparkSession
 
+    from pagemq.spark import JAR
+
+    jars = JAR if jvm_reader and os.path.exists(JAR) else ""
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", driver_memory)
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "2").config("spark.jars", jars).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -283,12 +287,14 @@ def main() -> None:
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a sink option for the transactional sink runs")
     add_driver_memory(parser)
+    parser.add_argument("--python-reader", action="store_true",
+                        help="leave pagemq's JVM reader off Spark's class path: page files read in Python")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sink_options = dict(option.split("=", 1) for option in args.sink_option)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pagemq.spark import register
+    from pagemq.spark import jvm_reader_loaded, register
 
     workdir = Path(tempfile.mkdtemp(prefix="spark-bench-"))
     broker = Broker(workdir, args.page_size)
@@ -296,8 +302,9 @@ def main() -> None:
     n = args.messages
     try:
         fill_rate = fill(broker, n, args.size)
-        spark = spark_session(args.driver_memory)
+        spark = spark_session(args.driver_memory, jvm_reader=not args.python_reader)
         register(spark)
+        reader = "jvm" if jvm_reader_loaded(spark) else "python"
         pages = (spark.read.format("pagemq").option("path", str(broker.data_dir))
                  .option("address", SOURCE).load())
         files = pages.rdd.getNumPartitions()
@@ -335,7 +342,7 @@ def main() -> None:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    figures: dict[str, Any] = {"messages": n, "size": args.size, "page_files": files,
+    figures: dict[str, Any] = {"messages": n, "size": args.size, "page_files": files, "reader": reader,
                                "fill_msg_per_s": round(fill_rate), "load_average": os.getloadavg()[0],
                                "sink_runs_rows_per_s": [round(rate) for rate in sink_runs]}
     for name, (rate, cpu) in results.items():
@@ -344,6 +351,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(figures))
         return
+    report(figures, results, sink_runs, args.driver_memory)
+
+
+def report(figures: dict[str, Any], results: dict[str, tuple[float, dict[str, float]]],
+           sink_runs: list[float], driver_memory: str) -> None:
+    """The figures as lines, each with its target and the CPU it took per row."""
+    n, size, files = figures["messages"], figures["size"], figures["page_files"]
+    fill_rate = figures["fill_msg_per_s"]
     labels = {
         "scan": "scan  spark.read.format('pagemq')       (target >= 500,000)",
         "scan_no_headers": "      the same, includeHeaders=false",
@@ -355,8 +370,9 @@ def main() -> None:
         "sink_frames": "      the first, batchSends=false (a SEND frame per row)",
         "sink_one_by_one": "      the same, transactionSize=0",
     }
-    print(f"{n} messages of {args.size} B in {files} page files (fill {fill_rate:,.0f} msg/s), "
-          f"load average {figures['load_average']:.1f}, driver memory {args.driver_memory}")
+    print(f"{n} messages of {size} B in {files} page files (fill {fill_rate:,.0f} msg/s), "
+          f"load average {figures['load_average']:.1f}, driver memory {driver_memory}, "
+          f"page files read by the {figures['reader']} reader")
     for name, label in labels.items():
         rate, cpu = results[name]
         spent = ", ".join(f"{who} {us:.1f}" for who, us in cpu.items())

@@ -56,7 +56,9 @@ from pagemq.spark.stream import (
     require_location,
 )
 
-__all__ = ["PagemqDataSource"]
+__all__ = ["JVM_SCAN_NAME", "JvmScanDataSource", "PagemqDataSource"]
+
+JVM_SCAN_NAME = "pagemq_jvm_scan"  # io.pagemq.spark.PagemqProvider.PYTHON_NAME
 
 log = logging.getLogger("pagemq.spark")
 
@@ -131,12 +133,38 @@ class PagemqDataSource(DataSource):
         return StreamWriter(options)
 
 
+class JvmScanDataSource(PagemqDataSource):
+    """This source when pagemq's JVM provider is "pagemq" (docs/spark.md "The JVM reader"):
+    the same source, under the name that provider delegates to."""
+
+    @classmethod
+    def name(cls) -> str:
+        return JVM_SCAN_NAME
+
+
 class FilePartition(InputPartition):
-    """One page file (`FileTask`) to read."""
+    """One page file (`FileTask`) to read.
+
+    Pickled as a call of `_file_partition` on the task's fields as plain values, so that
+    pagemq's JVM reader (jvm/, docs/spark.md "The JVM reader") can take the task from the
+    pickled partition Spark holds without Python."""
 
     def __init__(self, task: FileTask) -> None:
         super().__init__(task.page_no)
         self.task = task
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        task = self.task
+        fields = {name: getattr(task, name) for name in FileTask.__dataclass_fields__}
+        fields["committed"] = sorted(task.committed)
+        fields["queue_names"] = dict(task.queue_names)
+        return (_file_partition, (fields,))
+
+
+def _file_partition(fields: dict[str, Any]) -> FilePartition:
+    """A `FilePartition` from its pickled fields (`FilePartition.__reduce__`)."""
+    values = dict(fields, committed=frozenset(fields["committed"]))
+    return FilePartition(FileTask(**values))
 
 
 class PageFileReader(DataSourceReader):

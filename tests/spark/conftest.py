@@ -51,7 +51,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from pagemq.spark import register
+    from pagemq.spark import JAR, register
 
     session = (
         SparkSession.builder.master("local[2,2]")
@@ -62,6 +62,7 @@ def spark() -> Iterator[Any]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
+        .config("spark.jars", JAR if os.path.exists(JAR) else "")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

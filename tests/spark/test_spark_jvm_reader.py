@@ -1,0 +1,110 @@
+"""pagemq's JVM reader of page files (jvm/, docs/spark.md "The JVM reader") against the
+Python reader it stands in for: the same rows, byte for byte, from the same files.
+
+The session of conftest.py has the jar on `spark.jars` when `make jar` could build it (a
+JDK's javac); without it these tests skip, naming why, and every other Spark test runs the
+Python reader. Damage, torn tails, format-1 pages and selectors are handed to the Python
+reader: the damage tests of test_spark_batch_read.py run through that hand-over.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from brokerproc import BrokerProcess, unique
+from test_paging_helpers import body, durable, numbered, send_all
+
+from pagemq.spark import JAR, jvm_reader_loaded
+from pagemq.spark.bounds import Bounds
+from pagemq.spark.page_scan import ScanOptions, plan_scan, read_file
+
+BROKER_CONFIG = {
+    "address-settings": {"#": {"page-size-bytes": "64KiB", "max-size-bytes": 0}},
+}
+SIZE = 300
+
+pytestmark = pytest.mark.skipif(not os.path.exists(JAR), reason=f"no {JAR}: `make jar` needs a JDK's javac")
+
+COLUMNS = ("message_id", "address", "queue", "seq", "ts", "priority", "persistent", "headers", "body")
+
+
+def spark_rows(spark: Any, proc: BrokerProcess, address: str, **options: str) -> list[tuple[Any, ...]]:
+    df = (spark.read.format("pagemq").option("path", str(proc.data_dir)).option("address", address)
+          .options(**options).load())
+    df = df.selectExpr("message_id", "address", "queue", "seq", "unix_micros(timestamp) AS ts", "priority",
+                       "persistent", "headers", "body")
+    return [(*row[:7], None if row.headers is None else sorted(row.headers.items()), bytes(row.body))
+            for row in df.collect()]
+
+
+def python_rows(proc: BrokerProcess, address: str, **options: str) -> list[tuple[Any, ...]]:
+    scan = ScanOptions.parse({"path": str(proc.data_dir), "address": address, **options})
+    rows: list[tuple[Any, ...]] = []
+    for task in plan_scan(scan, Bounds()).tasks:
+        for batch in read_file(task):
+            columns = batch.to_pydict()
+            for i in range(batch.num_rows):
+                headers = columns["headers"][i]
+                ts = columns["timestamp"][i]
+                rows.append((columns["message_id"][i], columns["address"][i], columns["queue"][i],
+                             columns["seq"][i], None if ts is None else _micros(ts), columns["priority"][i],
+                             columns["persistent"][i], None if headers is None else sorted(headers),
+                             columns["body"][i]))
+    return rows
+
+
+def _micros(ts: Any) -> int:
+    import datetime
+
+    return (ts - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(microseconds=1)
+
+
+def plan_of(spark: Any, proc: BrokerProcess, address: str, **options: str) -> str:
+    df = (spark.read.format("pagemq").option("path", str(proc.data_dir)).option("address", address)
+          .options(**options).load())
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_page_files_are_read_in_the_jvm_when_pagemqs_jar_is_on_the_class_path(spark, broker, stomp_client):
+    address = unique("jvm-plain")
+    send_all(stomp_client(broker), f"/queue/{address}", numbered("m", 50), size=SIZE)
+    assert jvm_reader_loaded(spark)
+    assert "JVM reader" in plan_of(spark, broker, address)
+    # a selector is evaluated by the Python reader
+    assert "JVM reader" not in plan_of(spark, broker, address, selector="color = 'red'")
+
+
+def test_the_jvm_reader_returns_the_rows_the_python_reader_does(spark, broker, stomp_client):
+    """Every kind of record: MESSAGE frames routed to one queue and to two (durable topic
+    subscriptions, one of them added halfway), BATCH frames (a COMMIT paging to one address),
+    TX_BATCH frames (a COMMIT paging to two), non-persistent messages, headers in UTF-8
+    beyond ASCII, empty bodies, many page files."""
+    topic, other = unique("jvm-topic"), unique("jvm-other")
+    durable(stomp_client, broker, f"c1-{topic}", topic, "first").drop()
+    client = stomp_client(broker)
+    send_all(client, f"/topic/{topic}", numbered("one-queue", 300), size=SIZE,
+             headers={"city": "Zürich", "note": "→ ✓ 日本"})
+    durable(stomp_client, broker, f"c2-{topic}", topic, "second").drop()
+    send_all(client, f"/topic/{topic}", numbered("two-queues", 300), size=SIZE, persistent=False)
+    client.begin("b1")
+    for name in numbered("batch", 40):
+        client.conn.send(f"/topic/{topic}", body(name, SIZE), headers={"transaction": "b1", "priority": 7})
+    client.commit("b1")
+    client.begin("t2")
+    for name in numbered("tx", 40):
+        client.conn.send(f"/topic/{topic}", body(name, SIZE), headers={"transaction": "t2"})
+        client.conn.send(f"/queue/{other}", body(name, SIZE), headers={"transaction": "t2"})
+    client.commit("t2")
+    client.conn.send(f"/topic/{topic}", "", headers={"persistent": "true"})
+    send_all(client, f"/topic/{topic}", ["last"], size=SIZE)  # its receipt: the empty one is paged too
+
+    expected = python_rows(broker, topic)
+    assert len(expected) == 300 + 300 + 40 + 40 + 2 and expected[-2][-1] == b""
+    got = spark_rows(spark, broker, topic)
+    assert got == expected
+    assert {row[2] for row in got} == {expected[0][2], expected[-1][2]} and "," in expected[-1][2]
+    assert spark_rows(spark, broker, topic, includeHeaders="false") == python_rows(
+        broker, topic, includeHeaders="false")
+    assert spark_rows(spark, broker, other) == python_rows(broker, other)
