@@ -108,3 +108,25 @@ def test_the_jvm_reader_returns_the_rows_the_python_reader_does(spark, broker, s
     assert spark_rows(spark, broker, topic, includeHeaders="false") == python_rows(
         broker, topic, includeHeaders="false")
     assert spark_rows(spark, broker, other) == python_rows(broker, other)
+
+
+def test_operators_that_hold_the_jvm_readers_rows_keep_each_one(spark, broker, stomp_client):
+    """The JVM reader reuses one row buffer, as Spark's own readers do: every operator that
+    holds rows (a sort, a cache, a window, a join's build side) must see each row as read."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    address = unique("jvm-held")
+    labels = send_all(stomp_client(broker), f"/queue/{address}", numbered("h", 3000), size=SIZE)
+    df = (spark.read.format("pagemq").option("path", str(broker.data_dir)).option("address", address).load()
+          .withColumn("label", F.split(F.col("body").cast("string"), r"\|").getItem(0)))
+    assert [row.label for row in df.orderBy(F.desc("seq")).collect()] == labels[::-1]
+    cached = df.cache()
+    assert cached.count() == len(labels)
+    assert [row.label for row in cached.orderBy("seq").collect()] == labels
+    cached.unpersist()
+    ranked = df.withColumn("n", F.row_number().over(Window.orderBy("seq"))).filter("n % 1000 = 1")
+    assert [row.label for row in ranked.orderBy("seq").collect()] == labels[::1000]
+    joined = df.select("seq", "label").join(df.select("seq", F.col("message_id").alias("id")), "seq")
+    assert sorted(row.label for row in joined.collect()) == sorted(labels)
+    assert joined.select("id").distinct().count() == len(labels)

@@ -1,25 +1,30 @@
 package io.pagemq.spark;
 
-import java.util.Arrays;
+import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.Map;
 
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
-import org.apache.spark.sql.catalyst.util.GenericArrayData;
-import org.apache.spark.sql.catalyst.util.MapData;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeArrayWriter;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The rows of one walked page file, in file (seq) order, as the Python reader makes them
  * (pagemq/spark/page_scan.py has what each column is): message_id, address, queue, seq,
  * timestamp, priority, persistent, headers, body.
+ *
+ * <p>Each row is written straight into Spark's binary row format, as Spark's generated
+ * projections write one: no object per value, the page's bytes copied once. The row is
+ * reused by the next call, as the rows of Spark's own projections and file readers are
+ * (an operator that holds rows copies them).
  */
 final class PageRowReader implements PartitionReader<InternalRow> {
 
   private static final int ORDINAL_BITS = 32;
+  private static final int HEADERS = 7;
 
   private final PageRecords records;
   private final UTF8String address;
@@ -27,6 +32,10 @@ final class PageRowReader implements PartitionReader<InternalRow> {
   private final boolean headers;
   private final Map<Long, String> queueNames;
   private final Map<Long, UTF8String> queueOfOne = new HashMap<>();
+  private final UnsafeRowWriter writer = new UnsafeRowWriter(9, 2048);
+  private final UnsafeArrayWriter keys = new UnsafeArrayWriter(writer, 8);
+  private final UnsafeArrayWriter values = new UnsafeArrayWriter(writer, 8);
+  private final byte[] digits = new byte[20]; // a u64 in decimal, right-aligned
   private int next = -1;
 
   PageRowReader(PageTask task, PageRecords records) {
@@ -52,18 +61,44 @@ final class PageRowReader implements PartitionReader<InternalRow> {
     int body = (int) PageRecords.u32(data, message + 34);
     int lengths = message + PageRecords.CODEC_HEAD;
     int textAt = lengths + 6 * pairs;
-    int bodyAt = textAt + text;
-    Object[] row = new Object[9];
-    row[0] = UTF8String.fromString(Long.toUnsignedString(PageRecords.u64(data, entry + 1)));
-    row[1] = address;
-    row[2] = queue(data, entry);
-    row[3] = seqBase | records.ordinal[next];
-    row[4] = PageRecords.u64(data, message + 20) * 1000L; // ms to Spark's microseconds
-    row[5] = data[message + 2] & 0xff;
-    row[6] = (data[entry] & 1) != 0;
-    row[7] = headers ? headerMap(data, lengths, textAt, pairs) : null;
-    row[8] = Arrays.copyOfRange(data, bodyAt, bodyAt + body);
-    return new GenericInternalRow(row);
+    UnsafeRowWriter row = writer;
+    row.reset(); // as Spark's generated projections start each top-level row
+    row.zeroOutNullBytes();
+    int idLength = decimal(PageRecords.u64(data, entry + 1));
+    row.write(0, digits, digits.length - idLength, idLength); // a string: the bytes of binary
+    row.write(1, address);
+    UTF8String queue = queue(data, entry);
+    if (queue == null) {
+      row.setNullAt(2);
+    } else {
+      row.write(2, queue);
+    }
+    row.write(3, seqBase | records.ordinal[next]);
+    row.write(4, PageRecords.u64(data, message + 20) * 1000L); // ms to Spark's microseconds
+    row.write(5, data[message + 2] & 0xff);
+    row.write(6, (data[entry] & 1) != 0);
+    if (headers) {
+      writeHeaders(data, lengths, textAt, pairs);
+    } else {
+      row.setNullAt(HEADERS);
+    }
+    row.write(8, data, textAt + text, body);
+    return row.getRow();
+  }
+
+  /** The message id (an unsigned u64) in decimal at the end of `digits`; its length. */
+  private int decimal(long id) {
+    if (id < 0) {
+      byte[] text = Long.toUnsignedString(id).getBytes(StandardCharsets.US_ASCII);
+      System.arraycopy(text, 0, digits, digits.length - text.length, text.length);
+      return text.length;
+    }
+    int at = digits.length;
+    do {
+      digits[--at] = (byte) ('0' + id % 10);
+      id /= 10;
+    } while (id != 0);
+    return digits.length - at;
   }
 
   /** The names of the queues the entry was routed to that the journal knows, comma-joined. */
@@ -86,18 +121,30 @@ final class PageRowReader implements PartitionReader<InternalRow> {
     return names.length() == 0 ? null : UTF8String.fromString(names.toString());
   }
 
-  private static MapData headerMap(byte[] data, int lengths, int textAt, int pairs) {
-    Object[] keys = new Object[pairs];
-    Object[] values = new Object[pairs];
+  /** The headers as a map value: the size of the key array, the keys, the values. */
+  private void writeHeaders(byte[] data, int lengths, int textAt, int pairs) {
+    UnsafeRowWriter row = writer;
+    int previousCursor = row.cursor();
+    row.grow(8);
+    row.increaseCursor(8);
+    int keysAt = row.cursor();
+    keys.initialize(pairs);
     int pos = textAt;
     for (int i = 0; i < pairs; i++) {
       int key = PageRecords.u16(data, lengths + 6 * i);
+      keys.write(i, data, pos, key);
+      pos += key + (int) PageRecords.u32(data, lengths + 6 * i + 2);
+    }
+    Platform.putLong(row.getBuffer(), keysAt - 8, row.cursor() - keysAt);
+    values.initialize(pairs);
+    pos = textAt;
+    for (int i = 0; i < pairs; i++) {
+      int key = PageRecords.u16(data, lengths + 6 * i);
       int value = (int) PageRecords.u32(data, lengths + 6 * i + 2);
-      keys[i] = UTF8String.fromBytes(data, pos, key);
-      values[i] = UTF8String.fromBytes(data, pos + key, value);
+      values.write(i, data, pos + key, value);
       pos += key + value;
     }
-    return new ArrayBasedMapData(new GenericArrayData(keys), new GenericArrayData(values));
+    row.setOffsetAndSizeFromPreviousCursor(HEADERS, previousCursor);
   }
 
   @Override
