@@ -130,3 +130,41 @@ def test_operators_that_hold_the_jvm_readers_rows_keep_each_one(spark, broker, s
     joined = df.select("seq", "label").join(df.select("seq", F.col("message_id").alias("id")), "seq")
     assert sorted(row.label for row in joined.collect()) == sorted(labels)
     assert joined.select("id").distinct().count() == len(labels)
+
+
+_UNREGISTERED = """
+import os, sys
+from pyspark.sql import SparkSession
+from pagemq.spark import JAR
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.jars", JAR).getOrCreate())
+spark.sparkContext.setLogLevel("OFF")
+calls = {
+    "read": lambda: spark.read.format("pagemq").option("path", sys.argv[1]).option("address", "a").load(),
+    "readStream": lambda: spark.readStream.format("pagemq").option("url", "http://127.0.0.1:1")
+                          .option("queue", "a").load(),
+    "write": lambda: spark.range(1).selectExpr("CAST(CAST(id AS string) AS binary) AS body").write.format("pagemq")
+                     .option("url", "stomp://127.0.0.1:1").option("address", "a").mode("append").save(),
+}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "no error")
+    except Exception as exc:
+        print(name, " ".join(str(exc).splitlines()[:2])[:400])
+"""
+
+
+def test_a_session_with_the_jar_that_never_called_register_is_told_to(tmp_path):
+    """The jar's provider delegates to a Python source only `register` makes: without it,
+    each of read, readStream and write fails saying to call it, not naming an internal source."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _UNREGISTERED, str(tmp_path)], capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.split(" ", 1)[0] in (
+        "read", "readStream", "write"))
+    assert set(lines) == {"read", "readStream", "write"}, done.stdout + done.stderr[-3000:]
+    for name, error in lines.items():
+        assert "call pagemq.spark.register(spark)" in error, (name, error)

@@ -5,6 +5,7 @@ import java.util.Map;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 
@@ -42,21 +43,27 @@ public class PagemqProvider extends PythonDataSourceV2 implements DataSourceRegi
   }
 
   @Override
-  public StructType inferSchema(org.apache.spark.sql.util.CaseInsensitiveStringMap options) {
-    try {
-      return super.inferSchema(options);
-    } catch (RuntimeException e) {
-      if (String.valueOf(e.getMessage()).contains(PYTHON_NAME)) {
-        throw new IllegalStateException("the pagemq data source is not registered in this Spark "
-            + "session: call pagemq.spark.register(spark) first (" + e.getMessage() + ")", e);
-      }
-      throw e;
-    }
-  }
-
-  @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     Table table = super.getTable(schema, partitioning, properties);
     return PageScanTable.readsPageFiles(properties) ? new PageScanTable(table) : table;
+  }
+
+  /**
+   * The Python source, looked up by every path (read, readStream, write); when it is not
+   * there, Spark's "Data source 'pagemq_jvm_scan' not found" names a source the user never
+   * wrote, so the error says what to do instead.
+   */
+  @Override
+  public UserDefinedPythonDataSource source() {
+    try {
+      return super.source();
+    } catch (Exception e) { // Spark's AnalysisException is checked, to Java
+      if (String.valueOf(e.getMessage()).contains(PYTHON_NAME)) {
+        throw new IllegalStateException("the pagemq data source is not registered in this Spark "
+            + "session: call pagemq.spark.register(spark) (not spark.dataSource.register) after "
+            + "making the session (" + e.getMessage() + ")", e);
+      }
+      throw e;
+    }
   }
 }
