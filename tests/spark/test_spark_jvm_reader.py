@@ -143,8 +143,9 @@ calls = {
     "read": lambda: spark.read.format("pagemq").option("path", sys.argv[1]).option("address", "a").load(),
     "readStream": lambda: spark.readStream.format("pagemq").option("url", "http://127.0.0.1:1")
                           .option("queue", "a").load(),
-    "write": lambda: spark.range(1).selectExpr("CAST(CAST(id AS string) AS binary) AS body").write.format("pagemq")
-                     .option("url", "stomp://127.0.0.1:1").option("address", "a").mode("append").save(),
+    "write": lambda: spark.range(1).selectExpr("CAST(CAST(id AS string) AS binary) AS body").write
+                     .format("pagemq").option("url", "stomp://127.0.0.1:1").option("address", "a")
+                     .mode("append").save(),
 }
 for name, call in calls.items():
     try:
