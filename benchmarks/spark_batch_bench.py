@@ -319,6 +319,8 @@ def main() -> None:
             "address", SOURCE).option("includeHeaders", "false").load()
         scan, cpu = timed(noop(bare), args.rounds, n)
         results["scan_no_headers"] = (n / scan, cpu)
+        scan, cpu = timed(noop(pages.select("seq", "body")), args.rounds, n)
+        results["scan_seq_body"] = (n / scan, cpu)
 
         parquet_dir = workdir / "parquet"
         pages.write.parquet(str(parquet_dir))
@@ -362,6 +364,7 @@ def report(figures: dict[str, Any], results: dict[str, tuple[float, dict[str, fl
     labels = {
         "scan": "scan  spark.read.format('pagemq')       (target >= 500,000)",
         "scan_no_headers": "      the same, includeHeaders=false",
+        "scan_seq_body": "      select('seq', 'body') (the JVM reader prunes)",
         "parquet": "      spark.read.parquet (same rows)",
         "floor": "      Python data source floor (prebuilt)",
         "floor_no_headers": "      the floor, headers column null",

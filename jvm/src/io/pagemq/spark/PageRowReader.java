@@ -14,7 +14,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * The rows of one walked page file, in file (seq) order, as the Python reader makes them
  * (pagemq/spark/page_scan.py has what each column is): message_id, address, queue, seq,
- * timestamp, priority, persistent, headers, body.
+ * timestamp, priority, persistent, headers, body; only the columns the query reads.
  *
  * <p>Each row is written straight into Spark's binary row format, as Spark's generated
  * projections write one: no object per value, the page's bytes copied once. The row is
@@ -24,7 +24,16 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class PageRowReader implements PartitionReader<InternalRow> {
 
   private static final int ORDINAL_BITS = 32;
+  // the columns of the source's schema (pagemq/spark/schema.py), by position
+  private static final int MESSAGE_ID = 0;
+  private static final int ADDRESS = 1;
+  private static final int QUEUE = 2;
+  private static final int SEQ = 3;
+  private static final int TIMESTAMP = 4;
+  private static final int PRIORITY = 5;
+  private static final int PERSISTENT = 6;
   private static final int HEADERS = 7;
+  private static final int BODY = 8;
 
   private final PageRecords records;
   private final UTF8String address;
@@ -32,14 +41,19 @@ final class PageRowReader implements PartitionReader<InternalRow> {
   private final boolean headers;
   private final Map<Long, String> queueNames;
   private final Map<Long, UTF8String> queueOfOne = new HashMap<>();
-  private final UnsafeRowWriter writer = new UnsafeRowWriter(9, 2048);
-  private final UnsafeArrayWriter keys = new UnsafeArrayWriter(writer, 8);
-  private final UnsafeArrayWriter values = new UnsafeArrayWriter(writer, 8);
+  private final int[] columns; // the columns to write, by position in the source's schema
+  private final UnsafeRowWriter writer;
+  private final UnsafeArrayWriter keys;
+  private final UnsafeArrayWriter values;
   private final byte[] digits = new byte[20]; // a u64 in decimal, right-aligned
   private int next = -1;
 
-  PageRowReader(PageTask task, PageRecords records) {
+  PageRowReader(PageTask task, PageRecords records, int[] columns) {
     this.records = records;
+    this.columns = columns;
+    this.writer = new UnsafeRowWriter(columns.length, 2048);
+    this.keys = new UnsafeArrayWriter(writer, 8);
+    this.values = new UnsafeArrayWriter(writer, 8);
     this.address = UTF8String.fromString(task.address);
     this.seqBase = task.pageNo << ORDINAL_BITS;
     this.headers = task.includeHeaders;
@@ -56,33 +70,43 @@ final class PageRowReader implements PartitionReader<InternalRow> {
     byte[] data = records.data;
     int entry = records.entryAt[next];
     int message = records.messageAt[next];
-    int pairs = PageRecords.u16(data, message + 28);
-    int text = (int) PageRecords.u32(data, message + 30);
-    int body = (int) PageRecords.u32(data, message + 34);
-    int lengths = message + PageRecords.CODEC_HEAD;
-    int textAt = lengths + 6 * pairs;
     UnsafeRowWriter row = writer;
     row.reset(); // as Spark's generated projections start each top-level row
     row.zeroOutNullBytes();
-    int idLength = decimal(PageRecords.u64(data, entry + 1));
-    row.write(0, digits, digits.length - idLength, idLength); // a string: the bytes of binary
-    row.write(1, address);
-    UTF8String queue = queue(data, entry);
-    if (queue == null) {
-      row.setNullAt(2);
-    } else {
-      row.write(2, queue);
+    for (int out = 0; out < columns.length; out++) {
+      switch (columns[out]) {
+        case MESSAGE_ID -> {
+          int length = decimal(PageRecords.u64(data, entry + 1));
+          row.write(out, digits, digits.length - length, length); // a string: the bytes of binary
+        }
+        case ADDRESS -> row.write(out, address);
+        case QUEUE -> {
+          UTF8String queue = queue(data, entry);
+          if (queue == null) {
+            row.setNullAt(out);
+          } else {
+            row.write(out, queue);
+          }
+        }
+        case SEQ -> row.write(out, seqBase | records.ordinal[next]);
+        case TIMESTAMP -> row.write(out, PageRecords.u64(data, message + 20) * 1000L); // ms to µs
+        case PRIORITY -> row.write(out, data[message + 2] & 0xff);
+        case PERSISTENT -> row.write(out, (data[entry] & 1) != 0);
+        case HEADERS -> {
+          if (headers) {
+            writeHeaders(out, data, message);
+          } else {
+            row.setNullAt(out);
+          }
+        }
+        case BODY -> {
+          int pairs = PageRecords.u16(data, message + 28);
+          int bodyAt = message + PageRecords.CODEC_HEAD + 6 * pairs + (int) PageRecords.u32(data, message + 30);
+          row.write(out, data, bodyAt, (int) PageRecords.u32(data, message + 34));
+        }
+        default -> throw new IllegalStateException("no column " + columns[out]);
+      }
     }
-    row.write(3, seqBase | records.ordinal[next]);
-    row.write(4, PageRecords.u64(data, message + 20) * 1000L); // ms to Spark's microseconds
-    row.write(5, data[message + 2] & 0xff);
-    row.write(6, (data[entry] & 1) != 0);
-    if (headers) {
-      writeHeaders(data, lengths, textAt, pairs);
-    } else {
-      row.setNullAt(HEADERS);
-    }
-    row.write(8, data, textAt + text, body);
     return row.getRow();
   }
 
@@ -122,7 +146,10 @@ final class PageRowReader implements PartitionReader<InternalRow> {
   }
 
   /** The headers as a map value: the size of the key array, the keys, the values. */
-  private void writeHeaders(byte[] data, int lengths, int textAt, int pairs) {
+  private void writeHeaders(int ordinal, byte[] data, int message) {
+    int pairs = PageRecords.u16(data, message + 28);
+    int lengths = message + PageRecords.CODEC_HEAD;
+    int textAt = lengths + 6 * pairs;
     UnsafeRowWriter row = writer;
     int previousCursor = row.cursor();
     row.grow(8);
@@ -144,7 +171,7 @@ final class PageRowReader implements PartitionReader<InternalRow> {
       values.write(i, data, pos + key, value);
       pos += key + value;
     }
-    row.setOffsetAndSizeFromPreviousCursor(HEADERS, previousCursor);
+    row.setOffsetAndSizeFromPreviousCursor(ordinal, previousCursor);
   }
 
   @Override

@@ -19,15 +19,23 @@ import org.apache.spark.sql.types.StructType;
 final class PageScan implements Scan, Batch {
 
   private final Scan python;
+  private final StructType schema; // the columns the query reads
+  private final int[] columns; // their positions in the source's schema
   private Batch pythonBatch;
 
-  PageScan(Scan python) {
+  PageScan(Scan python, StructType required) {
     this.python = python;
+    StructType full = python.readSchema();
+    this.schema = required == null ? full : required;
+    this.columns = new int[schema.fields().length];
+    for (int i = 0; i < columns.length; i++) {
+      columns[i] = full.fieldIndex(schema.fields()[i].name());
+    }
   }
 
   @Override
   public StructType readSchema() {
-    return python.readSchema();
+    return schema;
   }
 
   @Override
@@ -74,6 +82,6 @@ final class PageScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new PageReaderFactory(pythonBatch.createReaderFactory());
+    return new PageReaderFactory(pythonBatch.createReaderFactory(), python.readSchema(), columns);
   }
 }

@@ -11,6 +11,7 @@ import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.sources.Filter;
@@ -87,9 +88,14 @@ final class PageScanTable implements Table, SupportsRead, SupportsWrite {
     return ((SupportsWrite) python).newWriteBuilder(info);
   }
 
-  /** The Python scan builder, whose pushed filters skip page files when it plans. */
-  private static final class Builder implements SupportsPushDownFilters {
+  /**
+   * The Python scan builder, whose pushed filters skip page files when it plans; the columns
+   * a query needs are kept here (a Python source cannot prune), so the JVM reader writes
+   * only those.
+   */
+  private static final class Builder implements SupportsPushDownFilters, SupportsPushDownRequiredColumns {
     private final ScanBuilder python;
+    private StructType required;
 
     Builder(ScanBuilder python) {
       this.python = python;
@@ -106,8 +112,13 @@ final class PageScanTable implements Table, SupportsRead, SupportsWrite {
     }
 
     @Override
+    public void pruneColumns(StructType requiredSchema) {
+      required = requiredSchema;
+    }
+
+    @Override
     public org.apache.spark.sql.connector.read.Scan build() {
-      return new PageScan(python.build());
+      return new PageScan(python.build(), required);
     }
   }
 }
